@@ -1,0 +1,96 @@
+package hparam
+
+import "context"
+
+// SpreadKind names how a base value fans out over the N replicas (DESIGN §1).
+type SpreadKind string
+
+const (
+	// Multiplicative is the paper's spread: base * rho_j, mean of rho exactly 1.
+	Multiplicative SpreadKind = "multiplicative"
+	// Additive is base + alpha*(j-(N-1)/2)/d, for values such as dropout in [0,1).
+	Additive SpreadKind = "additive"
+	// Geometric is base * (1+alpha)^((j-(N-1)/2)/d), for searches over orders of magnitude.
+	Geometric SpreadKind = "geometric"
+)
+
+// Spread is a spread kind with its width alpha.
+type Spread struct {
+	Kind  SpreadKind
+	Alpha float64
+}
+
+// Bounds are the closed interval a hyperparameter's values are clamped to.
+type Bounds struct {
+	Lower, Upper float64
+}
+
+// Scale tells plots and reports how to draw a hyperparameter's values.
+type Scale string
+
+const (
+	Linear Scale = "linear"
+	Log    Scale = "log"
+)
+
+// Descriptor is what an explorer says about itself.
+type Descriptor struct {
+	Name           string // explorer name, e.g. "lr"
+	Version        string
+	Hyperparameter string // the hyperparameter it drives by default, e.g. "lr"
+	Scale          Scale
+	Bounds         Bounds
+	Spread         Spread // default spread
+}
+
+// Setup initialises an explorer for one run.
+type Setup struct {
+	Name        string // instance name, the key the workload receives ("lr", "lr/hidden")
+	Config      []byte // the explorer's config block as JSON ("{}" when empty)
+	Ranks       int    // N
+	TotalSteps  int    // S
+	WindowSteps int    // T
+	Seed        uint64
+}
+
+// WindowRequest asks for the plan of window Window, covering steps [Start, Start+Steps).
+type WindowRequest struct {
+	Window int
+	Start  int
+	Steps  int
+}
+
+// WindowPlan is an explorer's answer for one window: its base value at each
+// step of the window, and the spread and bounds that turn it into per-rank values.
+type WindowPlan struct {
+	Base   []float64
+	Spread Spread
+	Bounds Bounds
+}
+
+// Observation is what the replicas did in a window: the value each rank used
+// at the window's last step and each rank's mean window loss (NaN or Inf for
+// an unhealthy rank).
+type Observation struct {
+	Window int
+	Values []float64
+	Losses []float64
+}
+
+// Feedback is an explorer's answer to an Observation: the softmax weights it
+// gave each rank (empty before its auto phase) and its base value for the next window.
+type Feedback struct {
+	Weights []float64
+	Base    float64
+}
+
+// Explorer drives one hyperparameter. Built-in explorers implement it in
+// process; plugins implement it over gRPC (package plugins).
+type Explorer interface {
+	Describe(ctx context.Context) (Descriptor, error)
+	Init(ctx context.Context, s Setup) error
+	Plan(ctx context.Context, r WindowRequest) (WindowPlan, error)
+	Observe(ctx context.Context, o Observation) (Feedback, error)
+	SaveState(ctx context.Context) ([]byte, error)
+	LoadState(ctx context.Context, state []byte) error
+}

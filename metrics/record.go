@@ -1,0 +1,111 @@
+// Package metrics defines the records of a run's metrics.jsonl and reads and
+// writes them.
+package metrics
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+)
+
+// Record types, the "type" field of each metrics.jsonl line.
+const (
+	TypeStart  = "start"
+	TypeWindow = "window"
+	TypeEnd    = "end"
+)
+
+// Float is a float64 that JSON-encodes NaN and ±Inf as null, since a diverged
+// replica's loss must not make the whole line unwritable.
+type Float float64
+
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
+}
+
+func (f *Float) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Float(math.NaN())
+		return nil
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return err
+	}
+	*f = Float(v)
+	return nil
+}
+
+// Record is one line of metrics.jsonl. Fields that do not apply to a line's
+// type are omitted.
+type Record struct {
+	Type string  `json:"type"`
+	Time float64 `json:"time"` // unix seconds
+
+	// start
+	Ranks           int     `json:"ranks,omitempty"`
+	TotalSteps      int     `json:"total_steps,omitempty"`
+	WindowSteps     int     `json:"window_steps,omitempty"`
+	SyncMode        string  `json:"sync_mode,omitempty"`
+	Hyperparameters []Param `json:"hyperparameters,omitempty"`
+	ConfigHash      string  `json:"config_hash,omitempty"`
+	ResumedFrom     int     `json:"resumed_from_step,omitempty"`
+
+	// window
+	Window          int                `json:"window"`
+	Step            int                `json:"step"`                // steps done at the end of this window
+	Losses          []Float            `json:"losses,omitempty"`    // per rank, mean over the window
+	Healthy         []bool             `json:"healthy,omitempty"`   // per rank
+	Values          map[string][]Float `json:"values,omitempty"`    // per hyperparameter, per rank, at the window's last step
+	Base            map[string]Float   `json:"base,omitempty"`      // per hyperparameter, base at the window's last step
+	NextBase        map[string]Float   `json:"next_base,omitempty"` // per hyperparameter, base for the next window
+	Weights         map[string][]Float `json:"weights,omitempty"`   // per hyperparameter, softmax weight per rank (auto phase)
+	FanoutSeconds   float64            `json:"fanout_seconds,omitempty"`
+	ConvergeSeconds float64            `json:"converge_seconds,omitempty"`
+	Checksum        string             `json:"checksum,omitempty"` // of the parameters after converge
+	Eval            *Eval              `json:"eval,omitempty"`
+	Events          []Event            `json:"events,omitempty"`
+
+	// end
+	WallSeconds float64 `json:"wall_seconds,omitempty"`
+}
+
+// Param describes an explored hyperparameter in the start record.
+type Param struct {
+	Name   string  `json:"name"`
+	Scale  string  `json:"scale"`
+	Spread string  `json:"spread"`
+	Alpha  float64 `json:"alpha"`
+	Lower  float64 `json:"lower"`
+	Upper  float64 `json:"upper"`
+}
+
+// Eval is a test-set evaluation.
+type Eval struct {
+	Loss     Float `json:"loss"`
+	Accuracy Float `json:"accuracy"`
+}
+
+// Event kinds.
+const (
+	EventUnhealthy  = "unhealthy" // a rank left out of the average
+	EventFrozen     = "frozen"    // an explorer failed twice; its hyperparameter is frozen
+	EventRestarted  = "restarted" // an explorer was restarted
+	EventClamped    = "clamped"   // a base value hit its bounds
+	EventRollback   = "rollback"
+	EventCheckpoint = "checkpoint"
+)
+
+// Event is something the run logged and recorded.
+type Event struct {
+	Kind    string `json:"kind"`
+	Rank    *int   `json:"rank,omitempty"`
+	Param   string `json:"param,omitempty"`
+	Message string `json:"message"`
+}
+
+var _ json.Marshaler = Float(0)

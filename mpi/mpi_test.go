@@ -1,0 +1,69 @@
+package mpi
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The test binary runs without mpirun: MPI starts it as a world of one rank.
+// MPI can be initialised once per process, so TestMain owns Init/Finalize.
+func TestMain(m *testing.M) {
+	if err := Init(); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	if err := Finalize(); err != nil {
+		panic(err)
+	}
+	os.Exit(code)
+}
+
+func TestSingletonWorld(t *testing.T) {
+	w := World()
+	require.NotNil(t, w)
+	assert.Equal(t, 0, w.Rank())
+	assert.Equal(t, 1, w.Size())
+	assert.Equal(t, 0, w.LocalRank())
+	assert.Equal(t, 1, w.LocalSize())
+	assert.Error(t, Init(), "a second Init is an error")
+}
+
+func TestAllreduceOneRankIsIdentity(t *testing.T) {
+	w := World()
+	f32 := []float32{1.5, -2, 3e7}
+	require.NoError(t, w.AllreduceFloat32(f32, Sum))
+	assert.Equal(t, []float32{1.5, -2, 3e7}, f32)
+	f64 := []float64{4, 5}
+	require.NoError(t, w.AllreduceFloat64(f64, Max))
+	assert.Equal(t, []float64{4, 5}, f64)
+	require.NoError(t, w.AllreduceFloat64(nil, Min), "empty buffers are a no-op")
+}
+
+func TestArgumentErrors(t *testing.T) {
+	w := World()
+	assert.ErrorIs(t, w.AllreduceFloat64([]float64{1}, Op(9)), ErrArgument)
+	assert.ErrorIs(t, w.AllgatherFloat64([]float64{1}, make([]float64, 3)), ErrArgument)
+}
+
+func TestBadRootIsAGoError(t *testing.T) {
+	var merr *Error
+	err := World().Bcast([]byte{1, 2}, 3)
+	require.True(t, errors.As(err, &merr), "got %v", err)
+	assert.Equal(t, "MPI_Bcast", merr.Op)
+	assert.NotEmpty(t, merr.Text)
+}
+
+func TestBcastMessageAndAllgather(t *testing.T) {
+	w := World()
+	msg, err := w.BcastMessage([]byte("plan"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("plan"), msg)
+	recv := make([]float64, 2)
+	require.NoError(t, w.AllgatherFloat64([]float64{7, 8}, recv))
+	assert.Equal(t, []float64{7, 8}, recv)
+	require.NoError(t, w.Barrier())
+}

@@ -1,0 +1,80 @@
+// Package tests holds hdet's end-to-end tests: they build the real binaries
+// and launch them under real mpirun, real plugins and a real Slurm.
+package tests
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// repoRoot is the repository root (the parent of tests/).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// needTool returns the path of a tool the test needs. Without it the test is
+// skipped on a developer box but fails under CI, where `make test` installs it.
+func needTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; `make test` installs it: %v", name, err)
+		}
+		t.Skipf("%s is not installed (run `make test`, which installs it)", name)
+	}
+	return p
+}
+
+var (
+	buildMu    sync.Mutex
+	buildCache = map[string]string{}
+	binDir     string
+)
+
+// buildBinary builds the main package pkg (relative to the module root, like
+// "./cmd/hdet") once per test process and returns the binary's path.
+func buildBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := buildCache[pkg]; ok {
+		return p
+	}
+	if binDir == "" {
+		d, err := os.MkdirTemp("", "hdet-e2e-bin-")
+		require.NoError(t, err)
+		binDir = d
+	}
+	out := filepath.Join(binDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build %s:\n%s", pkg, b)
+	buildCache[pkg] = out
+	return out
+}
+
+// mpirunCmd prepares `mpirun -np n --oversubscribe args...` as root-safe.
+func mpirunCmd(ctx context.Context, t testing.TB, n int, args ...string) *exec.Cmd {
+	t.Helper()
+	mpirun := needTool(t, "mpirun")
+	full := append([]string{"-np", strconv.Itoa(n), "--oversubscribe", "--bind-to", "none"}, args...)
+	cmd := exec.CommandContext(ctx, mpirun, full...)
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
+}

@@ -1,0 +1,145 @@
+package metrics
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Errors a reader of metrics.jsonl reports; both mean the file is not a
+// metrics file at all, as opposed to one cut short by a crash.
+var (
+	ErrCorrupt = errors.New("metrics: not a metrics.jsonl file")
+	ErrNoStart = errors.New("metrics: no start record")
+)
+
+// Writer appends records to a metrics.jsonl file, one line each, synced to
+// disk after every record so that a crash loses at most the line being
+// written and a reader (hdet report on a live run) sees whole windows.
+type Writer struct {
+	f *os.File
+}
+
+// OpenWriter opens path for appending, creating it if needed. A partial last
+// line left by a crash is cut off first, so that the records appended by a
+// resumed run start on a line of their own.
+func OpenWriter(path string) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if err := cutPartialLine(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("metrics: %s: %w", path, err)
+	}
+	return &Writer{f: f}, nil
+}
+
+// cutPartialLine truncates f after its last newline and leaves the offset at
+// the end.
+func cutPartialLine(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	// Scan back in blocks for the last newline.
+	const block = 4096
+	buf := make([]byte, block)
+	end := size
+	for end > 0 {
+		n := min(int64(block), end)
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+			return err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			end = end - n + int64(i) + 1
+			break
+		}
+		end -= n
+	}
+	if end != size {
+		if err := f.Truncate(end); err != nil {
+			return err
+		}
+	}
+	_, err = f.Seek(end, io.SeekStart)
+	return err
+}
+
+// Write appends r as one line and syncs the file.
+func (w *Writer) Write(r Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("metrics: encode %s record: %w", r.Type, err)
+	}
+	// One write call per line: a concurrent reader never sees two half lines.
+	if _, err := w.f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// Close closes the file.
+func (w *Writer) Close() error { return w.f.Close() }
+
+// Read parses a metrics.jsonl stream. It tolerates a last line that does not
+// parse (a run still writing it, or one that crashed mid-write) and reports
+// it with truncated. A bad line anywhere else, a first line that is not
+// JSON, or a first record that is not a start record is an error wrapping
+// ErrCorrupt or ErrNoStart.
+func Read(r io.Reader) (recs []Record, truncated bool, err error) {
+	br := bufio.NewReader(r)
+	var pending error // a bad line, forgiven only if it turns out to be the last
+	for lineNo := 1; ; lineNo++ {
+		line, rerr := br.ReadBytes('\n')
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return nil, false, fmt.Errorf("metrics: %w", rerr)
+		}
+		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+			if pending != nil {
+				return nil, false, pending
+			}
+			var rec Record
+			if jerr := json.Unmarshal(trimmed, &rec); jerr != nil || rec.Type == "" {
+				if jerr == nil {
+					jerr = errors.New(`no "type" field`)
+				}
+				pending = fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo, jerr)
+				if lineNo == 1 {
+					return nil, false, pending
+				}
+			} else {
+				recs = append(recs, rec)
+			}
+		}
+		if rerr != nil { // io.EOF
+			break
+		}
+	}
+	if len(recs) == 0 || recs[0].Type != TypeStart {
+		return nil, false, ErrNoStart
+	}
+	return recs, pending != nil, nil
+}
+
+// ReadFile reads the metrics.jsonl at path; see Read.
+func ReadFile(path string) (recs []Record, truncated bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("metrics: %w", err)
+	}
+	defer f.Close()
+	recs, truncated, err = Read(f)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", path, err)
+	}
+	return recs, truncated, nil
+}

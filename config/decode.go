@@ -1,0 +1,246 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ErrInvalid marks every configuration error; the message names the field's
+// full path and what is allowed.
+var ErrInvalid = errors.New("invalid configuration")
+
+func invalid(path, format string, a ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, path, fmt.Sprintf(format, a...))
+}
+
+var durationType = reflect.TypeOf(Duration(0))
+
+// decodeStrict decodes n into v (a pointer to a struct), walking the YAML tree
+// itself so that an unknown key or a wrong type is reported with its full path
+// (for example `explorers[1].timeout`), which yaml.v3's KnownFields does not give.
+func decodeStrict(n *yaml.Node, v any) error {
+	return decodeValue(n, reflect.ValueOf(v).Elem(), "")
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func decodeValue(n *yaml.Node, v reflect.Value, path string) error {
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
+		}
+		n = n.Content[0]
+	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Tag == "!!null" {
+		return nil // keep the default
+	}
+	where := path
+	if where == "" {
+		where = "(top level)"
+	}
+	switch {
+	case v.Type() == durationType:
+		if n.Kind != yaml.ScalarNode {
+			return invalid(where, "want a duration such as 30s or 5m, got a %s", kindName(n))
+		}
+		d, err := time.ParseDuration(n.Value)
+		if err != nil {
+			return invalid(where, "want a duration such as 30s or 5m, got %q", n.Value)
+		}
+		v.SetInt(int64(d))
+		return nil
+	case v.Kind() == reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return invalid(where, "want a mapping of keys (%s), got a %s", strings.Join(fieldNames(v.Type()), ", "), kindName(n))
+		}
+		fields := map[string]int{}
+		for i := 0; i < v.NumField(); i++ {
+			fields[yamlName(v.Type().Field(i))] = i
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			idx, ok := fields[key]
+			if !ok {
+				return invalid(join(path, key), "unknown key (allowed here: %s)", strings.Join(fieldNames(v.Type()), ", "))
+			}
+			if err := decodeValue(n.Content[i+1], v.Field(idx), join(path, key)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() != reflect.Uint8:
+		if n.Kind != yaml.SequenceNode {
+			return invalid(where, "want a list, got a %s", kindName(n))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, c := range n.Content {
+			if err := decodeValue(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+		return nil
+	case v.Kind() == reflect.Map:
+		// Free-form blocks (an explorer's config) are checked by their owner.
+		if n.Kind != yaml.MappingNode {
+			return invalid(where, "want a mapping, got a %s", kindName(n))
+		}
+		m := reflect.New(v.Type())
+		if err := n.Decode(m.Interface()); err != nil {
+			return invalid(where, "%v", err)
+		}
+		v.Set(m.Elem())
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return invalid(where, "want %s, got a %s", typeName(v.Type()), kindName(n))
+	}
+	p := reflect.New(v.Type())
+	if err := n.Decode(p.Interface()); err != nil {
+		return invalid(where, "want %s, got %q", typeName(v.Type()), n.Value)
+	}
+	v.Set(p.Elem())
+	return nil
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "" {
+		return strings.ToLower(f.Name)
+	}
+	return name
+}
+
+func fieldNames(t reflect.Type) []string {
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		names = append(names, yamlName(t.Field(i)))
+	}
+	sort.Strings(names)
+	return names
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	}
+	return "value " + strconv.Quote(n.Value)
+}
+
+func typeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Uint64, reflect.Uint32, reflect.Uint:
+		return "a non-negative integer"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	}
+	return t.String()
+}
+
+// setPath applies one --set override (dotted path, `[i]` or a list element's
+// name to pick from a list) to the YAML tree, creating mappings as needed.
+func setPath(root *yaml.Node, path, value string) error {
+	if path == "" {
+		return fmt.Errorf("%w: --set needs key=value, got %q", ErrInvalid, "="+value)
+	}
+	var val yaml.Node
+	if err := yaml.Unmarshal([]byte(value), &val); err != nil || len(val.Content) == 0 {
+		val = yaml.Node{Kind: yaml.ScalarNode, Value: value}
+	} else {
+		val = *val.Content[0]
+	}
+	n := root
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			n.Content = []*yaml.Node{{Kind: yaml.MappingNode, Tag: "!!map"}}
+		}
+		n = n.Content[0]
+	}
+	segs := splitPath(path)
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		switch n.Kind {
+		case yaml.MappingNode:
+			var next *yaml.Node
+			for j := 0; j+1 < len(n.Content); j += 2 {
+				if n.Content[j].Value == seg {
+					next = n.Content[j+1]
+					if last {
+						n.Content[j+1] = &val
+					}
+				}
+			}
+			if next == nil {
+				next = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+				if last {
+					next = &val
+				}
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: seg}, next)
+			}
+			n = next
+		case yaml.SequenceNode:
+			j, err := seqIndex(n, seg)
+			if err != nil {
+				return fmt.Errorf("%w: --set %s: %v", ErrInvalid, path, err)
+			}
+			if last {
+				n.Content[j] = &val
+			}
+			n = n.Content[j]
+		default:
+			return fmt.Errorf("%w: --set %s: %q is a value, not a mapping or list", ErrInvalid, path, strings.Join(segs[:i], "."))
+		}
+	}
+	return nil
+}
+
+func splitPath(p string) []string {
+	p = strings.ReplaceAll(p, "[", ".")
+	p = strings.ReplaceAll(p, "]", "")
+	return strings.Split(p, ".")
+}
+
+// seqIndex finds a list element by index or by its `name` key.
+func seqIndex(n *yaml.Node, seg string) (int, error) {
+	if j, err := strconv.Atoi(seg); err == nil {
+		if j < 0 || j >= len(n.Content) {
+			return 0, fmt.Errorf("index %d out of range (the list has %d entries)", j, len(n.Content))
+		}
+		return j, nil
+	}
+	for j, c := range n.Content {
+		if c.Kind != yaml.MappingNode {
+			continue
+		}
+		for k := 0; k+1 < len(c.Content); k += 2 {
+			if c.Content[k].Value == "name" && c.Content[k+1].Value == seg {
+				return j, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no list entry named %q", seg)
+}

@@ -43,6 +43,7 @@ type Streams struct {
 
 var commands = map[string]command{
 	"version": {"print the version", runVersion},
+	"plugins": {"list explorer plugins or check one", runPlugins},
 }
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=...".

@@ -1,0 +1,111 @@
+// Command testexplorer is an explorer for the plugins tests only (never
+// installed in bin/plugins): it counts the windows it observed, and its
+// config makes it crash, fail or hang at a chosen window.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/plugins/sdk"
+)
+
+// config is the explorer's JSON config block.
+type config struct {
+	FailAt   int    `json:"fail_at_window"` // 0: never
+	FailIn   string `json:"fail_in"`        // "plan" (default) or "observe"
+	Mode     string `json:"mode"`           // "exit" (default), "error" or "hang"
+	OnceFile string `json:"once_file"`      // when set, fail only if this file does not exist yet, then create it
+}
+
+// state counts observed windows; Feedback.Base reports it so a test can see
+// a restart restored it.
+type state struct {
+	Observed int     `json:"observed"`
+	LossSum  float64 `json:"loss_sum"`
+}
+
+type explorer struct {
+	cfg config
+	st  state
+}
+
+func (x *explorer) Describe(context.Context) (hparam.Descriptor, error) {
+	return hparam.Descriptor{
+		Name: "test", Version: "0.1.0", Hyperparameter: "test",
+		Scale:  hparam.Linear,
+		Bounds: hparam.Bounds{Lower: 0, Upper: 100},
+		Spread: hparam.Spread{Kind: hparam.Additive, Alpha: 1},
+	}, nil
+}
+
+func (x *explorer) Init(_ context.Context, s hparam.Setup) error {
+	x.cfg, x.st = config{}, state{}
+	if len(s.Config) > 0 {
+		if err := json.Unmarshal(s.Config, &x.cfg); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	return nil
+}
+
+func (x *explorer) maybeFail(ctx context.Context, op string, window int) error {
+	in := x.cfg.FailIn
+	if in == "" {
+		in = "plan"
+	}
+	if x.cfg.FailAt == 0 || window != x.cfg.FailAt || in != op {
+		return nil
+	}
+	if x.cfg.OnceFile != "" {
+		if _, err := os.Stat(x.cfg.OnceFile); err == nil {
+			return nil
+		}
+		if err := os.WriteFile(x.cfg.OnceFile, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	switch x.cfg.Mode {
+	case "error":
+		return errors.New("test explorer: failing as configured")
+	case "hang":
+		<-ctx.Done() // gRPC cancels the context when the host's deadline passes
+		select {}
+	default:
+		os.Exit(7)
+	}
+	return nil
+}
+
+func (x *explorer) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.WindowPlan, error) {
+	if err := x.maybeFail(ctx, "plan", r.Window); err != nil {
+		return hparam.WindowPlan{}, err
+	}
+	base := make([]float64, r.Steps)
+	for i := range base {
+		base[i] = float64(x.st.Observed)
+	}
+	d, _ := x.Describe(ctx)
+	return hparam.WindowPlan{Base: base, Spread: d.Spread, Bounds: d.Bounds}, nil
+}
+
+func (x *explorer) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
+	if err := x.maybeFail(ctx, "observe", o.Window); err != nil {
+		return hparam.Feedback{}, err
+	}
+	x.st.Observed++
+	for _, l := range o.Losses {
+		x.st.LossSum += l // NaN propagates: the tests check NaN crosses the wire
+	}
+	return hparam.Feedback{Base: float64(x.st.Observed)}, nil
+}
+
+func (x *explorer) SaveState(context.Context) ([]byte, error) { return json.Marshal(x.st) }
+
+func (x *explorer) LoadState(_ context.Context, b []byte) error { return json.Unmarshal(b, &x.st) }
+
+func main() { sdk.Serve(&explorer{}) }

@@ -1,0 +1,412 @@
+package hparam
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrExplorer marks an explorer failure the controller cannot absorb by
+// freezing: failing to describe or initialise itself, or to plan window 0
+// (when there is no base yet to freeze at).
+var ErrExplorer = errors.New("explorer failed")
+
+// RunShape is what the controller needs to know about the run.
+type RunShape struct {
+	Ranks       int    // N
+	TotalSteps  int    // S
+	WindowSteps int    // T
+	Seed        uint64 // seeds the permutations and, derived, each explorer
+}
+
+// NamedExplorer is one explored hyperparameter: the instance name the
+// workload receives ("lr", "lr/hidden"), its explorer and its config block
+// as JSON (nil means "{}").
+type NamedExplorer struct {
+	Name     string
+	Explorer Explorer
+	Config   []byte
+}
+
+// Event reports that an explorer failed during window Window's call Op and
+// was frozen: hyperparameter Param keeps base Base with spread Spread (and
+// its bounds) for the rest of the run.
+type Event struct {
+	Window int
+	Param  string
+	Op     string // the failed call: "plan", "observe", "save_state", "load_state"
+	Err    error
+	Base   float64
+	Spread Spread
+}
+
+func (e Event) String() string {
+	return fmt.Sprintf("window %d: explorer %q: %s failed: %v; frozen at %g with spread %s for the rest of the run",
+		e.Window, e.Param, e.Op, e.Err, e.Base, e.Spread)
+}
+
+// ParamFeedback is one hyperparameter's answer to a window, for metrics.
+type ParamFeedback struct {
+	Name string
+	Feedback
+	Frozen bool
+}
+
+type param struct {
+	name    string
+	ex      Explorer
+	desc    Descriptor
+	frozen  bool
+	hasBase bool
+	base    float64 // the current base: the last plan's base at its last step
+	spread  Spread
+	bounds  Bounds
+}
+
+// Controller is rank 0's meta-controller: it asks each explorer for its
+// window plan, draws one permutation per hyperparameter per window, and
+// feeds the window's values and losses back. An explorer that errs or
+// answers nonsense is frozen (Event) and never called again; training goes on.
+// A Controller is not safe for concurrent use.
+type Controller struct {
+	shape     RunShape
+	params    []*param
+	perm      *Permuter
+	windows   int
+	next      int    // the window to plan next
+	plan      *Plan  // the plan of window next, once drawn
+	genBefore []byte // the permuter's state before plan's draws
+}
+
+// NewController describes and initialises every explorer. Errors (a bad
+// shape, a repeated name, an explorer that fails Describe or Init) wrap
+// ErrInvalid or ErrExplorer and the explorer's own error.
+func NewController(ctx context.Context, shape RunShape, explorers []NamedExplorer) (*Controller, error) {
+	if err := checkSetup(Setup{Ranks: shape.Ranks, TotalSteps: shape.TotalSteps, WindowSteps: shape.WindowSteps}); err != nil {
+		return nil, err
+	}
+	if shape.Ranks > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: %d ranks", ErrInvalid, shape.Ranks)
+	}
+	c := &Controller{
+		shape:   shape,
+		perm:    NewPermuter(shape.Seed),
+		windows: (shape.TotalSteps + shape.WindowSteps - 1) / shape.WindowSteps,
+	}
+	seen := map[string]bool{}
+	for i, ne := range explorers {
+		if ne.Name == "" || seen[ne.Name] || ne.Explorer == nil {
+			return nil, fmt.Errorf("%w: explorer %d: name %q must be non-empty and unique, with an explorer", ErrInvalid, i, ne.Name)
+		}
+		seen[ne.Name] = true
+		d, err := ne.Explorer.Describe(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: describe: %w", ErrExplorer, ne.Name, err)
+		}
+		cfg := ne.Config
+		if len(cfg) == 0 {
+			cfg = []byte("{}")
+		}
+		err = ne.Explorer.Init(ctx, Setup{
+			Name: ne.Name, Config: cfg, Ranks: shape.Ranks, TotalSteps: shape.TotalSteps,
+			WindowSteps: shape.WindowSteps, Seed: explorerSeed(shape.Seed, i),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: init: %w", ErrExplorer, ne.Name, err)
+		}
+		c.params = append(c.params, &param{name: ne.Name, ex: ne.Explorer, desc: d, spread: d.Spread, bounds: d.Bounds})
+	}
+	return c, nil
+}
+
+// explorerSeed gives explorer i its own seed (splitmix64 of seed and i), so
+// explorers that draw random numbers do not share a stream.
+func explorerSeed(seed uint64, i int) uint64 {
+	z := seed + uint64(i+1)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// Windows is the number of windows in the run, ceil(S/T).
+func (c *Controller) Windows() int { return c.windows }
+
+// Next is the window the next Plan is for.
+func (c *Controller) Next() int { return c.next }
+
+// Names lists the hyperparameters in plan order.
+func (c *Controller) Names() []string {
+	out := make([]string, len(c.params))
+	for i, p := range c.params {
+		out[i] = p.name
+	}
+	return out
+}
+
+// Descriptors lists what each explorer said about itself, in plan order.
+func (c *Controller) Descriptors() []Descriptor {
+	out := make([]Descriptor, len(c.params))
+	for i, p := range c.params {
+		out[i] = p.desc
+	}
+	return out
+}
+
+// Frozen reports whether hyperparameter name's explorer has been frozen.
+func (c *Controller) Frozen(name string) bool {
+	for _, p := range c.params {
+		if p.name == name {
+			return p.frozen
+		}
+	}
+	return false
+}
+
+func (c *Controller) freeze(p *param, op string, err error) Event {
+	p.frozen = true
+	return Event{Window: c.next, Param: p.name, Op: op, Err: err, Base: p.base, Spread: p.spread}
+}
+
+func checkWindowPlan(wp WindowPlan, steps int) error {
+	if len(wp.Base) != steps {
+		return fmt.Errorf("%w: %d base values for a window of %d steps", ErrInvalid, len(wp.Base), steps)
+	}
+	for i, b := range wp.Base {
+		if !healthy(b) {
+			return fmt.Errorf("%w: base value %v at the window's step %d", ErrInvalid, b, i)
+		}
+	}
+	if err := wp.Spread.Validate(); err != nil {
+		return err
+	}
+	return wp.Bounds.Validate()
+}
+
+// Plan returns the plan of window Next(), asking every live explorer and
+// drawing the permutations; asked again before Observe, it returns the same
+// plan. Events report explorers frozen on the way.
+func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
+	if c.plan != nil {
+		return c.plan, nil, nil
+	}
+	if c.next >= c.windows {
+		return nil, nil, fmt.Errorf("%w: all %d windows have been planned", ErrOrder, c.windows)
+	}
+	t, s := c.shape.WindowSteps, c.shape.TotalSteps
+	req := WindowRequest{Window: c.next, Start: c.next * t}
+	req.Steps = min(t, s-req.Start)
+	gen, err := c.perm.MarshalBinary()
+	if err != nil {
+		return nil, nil, err
+	}
+	plan := &Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Params: make([]ParamPlan, len(c.params))}
+	var events []Event
+	for i, p := range c.params {
+		if p.frozen && !p.hasBase {
+			return nil, events, fmt.Errorf("%w: %s was frozen before it planned a window, so it has no base", ErrExplorer, p.name)
+		}
+		var wp WindowPlan
+		if !p.frozen {
+			wp, err = p.ex.Plan(ctx, req)
+			if err == nil {
+				err = checkWindowPlan(wp, req.Steps)
+			}
+			if err != nil {
+				if !p.hasBase {
+					return nil, events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, req.Window, err)
+				}
+				events = append(events, c.freeze(p, "plan", err))
+			}
+		}
+		if p.frozen {
+			wp = WindowPlan{Base: make([]float64, req.Steps), Spread: p.spread, Bounds: p.bounds}
+			for j := range wp.Base {
+				wp.Base[j] = p.base
+			}
+		}
+		p.base, p.spread, p.bounds, p.hasBase = wp.Base[len(wp.Base)-1], wp.Spread, wp.Bounds, true
+		slots := make([]uint32, c.shape.Ranks)
+		c.perm.Perm(slots)
+		plan.Params[i] = ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: slots, Frozen: p.frozen}
+	}
+	c.plan, c.genBefore = plan, gen
+	return plan, events, nil
+}
+
+// Observe feeds the planned window's results to the explorers: losses[r]
+// is rank r's mean training loss over the window (NaN or Inf when the rank
+// was unhealthy). Each explorer gets the values every rank used at the
+// window's last step, computed from the plan. It returns each
+// hyperparameter's feedback in plan order, and moves on to the next window.
+func (c *Controller) Observe(ctx context.Context, losses []float64) ([]ParamFeedback, []Event, error) {
+	plan := c.plan
+	if plan == nil {
+		return nil, nil, fmt.Errorf("%w: window %d has not been planned", ErrOrder, c.next)
+	}
+	n := c.shape.Ranks
+	if len(losses) != n {
+		return nil, nil, fmt.Errorf("%w: %d losses for %d ranks", ErrInvalid, len(losses), n)
+	}
+	out := make([]ParamFeedback, len(c.params))
+	var events []Event
+	for i, p := range c.params {
+		pp := &plan.Params[i]
+		out[i] = ParamFeedback{Name: p.name}
+		if !p.frozen {
+			fb, err := p.ex.Observe(ctx, Observation{Window: plan.Window, Values: lastValues(pp), Losses: losses})
+			if err == nil && len(fb.Weights) != 0 && len(fb.Weights) != n {
+				err = fmt.Errorf("%w: %d weights for %d ranks", ErrInvalid, len(fb.Weights), n)
+			}
+			if err == nil {
+				out[i].Feedback = fb
+			} else {
+				events = append(events, c.freeze(p, "observe", err))
+			}
+		}
+		if p.frozen {
+			out[i].Base, out[i].Frozen = p.base, true
+		}
+	}
+	c.plan, c.genBefore = nil, nil
+	c.next++
+	return out, events, nil
+}
+
+// lastValues is the value each rank used at the window's last step:
+// the slot values are computed once and looked up by each rank's slot,
+// with the same arithmetic as ParamPlan.Value.
+func lastValues(pp *ParamPlan) []float64 {
+	n := len(pp.Slots)
+	bySlot := pp.Spread.Values(pp.Base[len(pp.Base)-1], n, pp.Bounds)
+	v := make([]float64, n)
+	for r, s := range pp.Slots {
+		v[r] = bySlot[s]
+	}
+	return v
+}
+
+// Controller state encoding (version controllerStateVersion):
+//
+//	version byte
+//	uvarint next window
+//	uvarint length, permuter state (before the pending plan's draws, if any)
+//	uvarint number of hyperparameters, then for each:
+//	  uvarint length, name
+//	  byte flags (bit 0 frozen, bit 1 has a base)
+//	  float64 base, byte spread kind, float64 alpha, lower, upper
+//	  uvarint length, the explorer's SaveState bytes (empty when frozen)
+const controllerStateVersion = 1
+
+// SaveState serialises the controller for a checkpoint: the window to plan
+// next, the generator, the frozen set and every live explorer's SaveState.
+// An explorer whose SaveState fails is frozen (Event).
+func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
+	gen := c.genBefore
+	if gen == nil {
+		var err error
+		if gen, err = c.perm.MarshalBinary(); err != nil {
+			return nil, nil, err
+		}
+	}
+	b := []byte{controllerStateVersion}
+	b = binary.AppendUvarint(b, uint64(c.next))
+	b = appendBytes(b, gen)
+	b = binary.AppendUvarint(b, uint64(len(c.params)))
+	var events []Event
+	for _, p := range c.params {
+		var st []byte
+		if !p.frozen {
+			var err error
+			if st, err = p.ex.SaveState(ctx); err != nil {
+				events = append(events, c.freeze(p, "save_state", err))
+				st = nil
+			}
+		}
+		b = appendBytes(b, []byte(p.name))
+		var flags byte
+		if p.frozen {
+			flags |= 1
+		}
+		if p.hasBase {
+			flags |= 2
+		}
+		b = append(b, flags)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.base))
+		b = append(b, spreadCode(p.spread.Kind))
+		for _, f := range []float64{p.spread.Alpha, p.bounds.Lower, p.bounds.Upper} {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+		}
+		b = appendBytes(b, st)
+	}
+	return b, events, nil
+}
+
+func appendBytes(b, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// LoadState restores a SaveState taken with the same explorers (same names
+// in the same order), after NewController. Live explorers get their
+// LoadState; one that fails is frozen (Event). The next Plan is the one the
+// saved controller would have drawn.
+func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error) {
+	d := &planDecoder{b: data}
+	if v := d.byte1("version"); d.err == nil && v != controllerStateVersion {
+		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads version %d", ErrDecode, v, controllerStateVersion)
+	}
+	next := d.uvarint("next window", uint64(c.windows))
+	gen := d.bytes("generator state")
+	np := d.uvarint("hyperparameter count", uint64(len(d.b)))
+	if d.err == nil && np != len(c.params) {
+		d.fail(fmt.Sprintf("%d hyperparameters saved, %d configured", np, len(c.params)))
+	}
+	type saved struct {
+		p     param
+		state []byte
+	}
+	ps := make([]saved, 0, min(np, len(c.params)))
+	for i := 0; d.err == nil && i < np; i++ {
+		var s saved
+		s.p.name = string(d.bytes("name"))
+		if d.err == nil && s.p.name != c.params[i].name {
+			d.fail(fmt.Sprintf("hyperparameter %d is %q, configured %q", i, s.p.name, c.params[i].name))
+		}
+		flags := d.byte1("flags")
+		s.p.frozen, s.p.hasBase = flags&1 != 0, flags&2 != 0
+		s.p.base = d.float("base")
+		code := d.byte1("spread kind")
+		if d.err == nil && (int(code) >= len(spreadCodes) || code == 0) {
+			d.fail(fmt.Sprintf("unknown spread kind code %d", code))
+			break
+		}
+		s.p.spread = Spread{Kind: spreadCodes[code], Alpha: d.float("alpha")}
+		s.p.bounds = Bounds{Lower: d.float("lower bound"), Upper: d.float("upper bound")}
+		s.state = d.bytes("explorer state")
+		ps = append(ps, s)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	perm := &Permuter{}
+	if err := perm.UnmarshalBinary(gen); err != nil {
+		return nil, err
+	}
+	c.perm, c.next, c.plan, c.genBefore = perm, next, nil, nil
+	var events []Event
+	for i, s := range ps {
+		p := c.params[i]
+		p.frozen, p.hasBase, p.base, p.spread, p.bounds = s.p.frozen, s.p.hasBase, s.p.base, s.p.spread, s.p.bounds
+		if !p.frozen {
+			if err := p.ex.LoadState(ctx, s.state); err != nil {
+				events = append(events, c.freeze(p, "load_state", err))
+			}
+		}
+	}
+	return events, nil
+}

@@ -1,0 +1,107 @@
+package hparam
+
+import (
+	"fmt"
+	"math"
+)
+
+// Validate checks the spread: a known kind, a finite alpha >= 0, and for
+// the multiplicative spread alpha < 1 (alpha >= 1 would give the lowest
+// slot a zero or negative value). Field names are "spread.kind" and
+// "spread.alpha".
+func (s Spread) Validate() error {
+	if math.IsNaN(s.Alpha) || math.IsInf(s.Alpha, 0) || s.Alpha < 0 {
+		return fieldErr("spread.alpha", "must be a finite number >= 0, got %v", s.Alpha)
+	}
+	switch s.Kind {
+	case Multiplicative:
+		if s.Alpha >= 1 {
+			return fieldErr("spread.alpha", "must be < 1 for a multiplicative spread (1-alpha is the lowest multiplier), got %v", s.Alpha)
+		}
+	case Additive, Geometric:
+	default:
+		return fieldErr("spread.kind", "must be %q, %q or %q, got %q", Multiplicative, Additive, Geometric, s.Kind)
+	}
+	return nil
+}
+
+// Validate checks that the bounds are finite with Lower <= Upper (field
+// names "bounds.lower", "bounds.upper").
+func (b Bounds) Validate() error {
+	if err := checkFinite("bounds.lower", b.Lower); err != nil {
+		return err
+	}
+	if err := checkFinite("bounds.upper", b.Upper); err != nil {
+		return err
+	}
+	if b.Lower > b.Upper {
+		return fieldErr("bounds.upper", "must be >= bounds.lower (%v), got %v", b.Lower, b.Upper)
+	}
+	return nil
+}
+
+// Clamp returns v limited to [Lower, Upper].
+func (b Bounds) Clamp(v float64) float64 {
+	return math.Min(math.Max(v, b.Lower), b.Upper)
+}
+
+// offset is slot j's signed position (j-(N-1)/2)/d in [-1, 1], with
+// d = max((N-1)/2, 0.5). Slots j and N-1-j get exactly opposite offsets.
+func offset(j, n int) float64 {
+	mid := float64(n-1) / 2
+	d := math.Max(mid, 0.5)
+	return (float64(j) - mid) / d
+}
+
+// Multipliers returns the multiplicative spread's rho_j for slots 0..n-1.
+// The upper half is computed as 1 + alpha*offset and the lower half as
+// 2 - rho_{n-1-j}, which is exact for rho in [1, 2] (Sterbenz), so every
+// pair rho_j + rho_{n-1-j} is exactly 2 and the multipliers have mean
+// exactly 1 when summed in pairs.
+func (s Spread) Multipliers(n int) []float64 {
+	rho := make([]float64, n)
+	for j := n - 1; j >= n/2; j-- {
+		rho[j] = 1 + float64(s.Alpha*offset(j, n))
+		rho[n-1-j] = 2 - rho[j]
+	}
+	return rho
+}
+
+// Value is slot j's value out of n for base b, before clamping. It
+// computes one multiplier; use Values for a whole population.
+func (s Spread) Value(base float64, j, n int) float64 {
+	switch s.Kind {
+	case Additive:
+		return base + float64(s.Alpha*offset(j, n))
+	case Geometric:
+		return base * math.Pow(1+s.Alpha, offset(j, n))
+	default:
+		hi := j // same operations as Multipliers, so the result is identical
+		if j < n/2 {
+			hi = n - 1 - j
+		}
+		rho := 1 + float64(s.Alpha*offset(hi, n))
+		if hi != j {
+			rho = 2 - rho
+		}
+		return base * rho
+	}
+}
+
+// Values returns the clamped value of every slot 0..n-1 for base b.
+func (s Spread) Values(base float64, n int, b Bounds) []float64 {
+	out := make([]float64, n)
+	switch s.Kind {
+	case Multiplicative:
+		for j, rho := range s.Multipliers(n) {
+			out[j] = b.Clamp(base * rho)
+		}
+	default:
+		for j := range out {
+			out[j] = b.Clamp(s.Value(base, j, n))
+		}
+	}
+	return out
+}
+
+func (s Spread) String() string { return fmt.Sprintf("%s(alpha=%g)", s.Kind, s.Alpha) }

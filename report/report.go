@@ -1,0 +1,86 @@
+package report
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Options tunes Write.
+type Options struct {
+	CSV bool // also write windows.csv
+}
+
+// SummaryFile is the name of the markdown summary Write produces.
+const SummaryFile = "summary.md"
+
+// DefaultOutDir is where Write puts the report when outDir is empty:
+// a folder inside the run directory.
+func DefaultOutDir(runDir string) string { return filepath.Join(runDir, "report") }
+
+// Write reads runDir's metrics.jsonl and writes the report (figures as PNG
+// and SVG, summary.md, index.html and, with opts.CSV, windows.csv) into
+// outDir, DefaultOutDir(runDir) when empty. It works on a run still going or
+// one that crashed. It returns the absolute path of index.html.
+func Write(runDir, outDir string, opts Options) (indexPath string, err error) {
+	r, err := Load(runDir)
+	if err != nil {
+		return "", err
+	}
+	if outDir == "" {
+		outDir = DefaultOutDir(r.Dir)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", fmt.Errorf("report: %w", err)
+	}
+	figs, err := plotRun(r, outDir)
+	if err != nil {
+		return "", err
+	}
+	s := Summarize(r)
+	if err := os.WriteFile(filepath.Join(outDir, SummaryFile), []byte(s.Markdown()), 0o644); err != nil {
+		return "", fmt.Errorf("report: %w", err)
+	}
+	files := []string{SummaryFile}
+	if opts.CSV {
+		if err := writeFile(filepath.Join(outDir, CSVFile), func(f *os.File) error { return WriteCSV(f, r) }); err != nil {
+			return "", err
+		}
+		files = append(files, CSVFile)
+	}
+	pg := page{
+		Title:   "hdet run " + r.Name,
+		Lead:    fmt.Sprintf("%s — %d ranks, sync %s, %d steps per window", s.Progress(), r.Ranks, r.Start.SyncMode, r.Start.WindowSteps),
+		Tables:  s.tables(),
+		Figures: figs,
+		Files:   files,
+	}
+	index, err := writePage(outDir, pg)
+	if err != nil {
+		return "", err
+	}
+	return absPath(index)
+}
+
+func writeFile(path string, fill func(*os.File) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := fill(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+func absPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("report: %w", err)
+	}
+	return abs, nil
+}

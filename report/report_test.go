@@ -1,0 +1,444 @@
+package report
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"image"
+	_ "image/png"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+
+	"github.com/hdet-dev/hdet/metrics"
+)
+
+// blankSizes renders a plot with a title and axes but no data, the
+// baseline a real figure must clearly exceed.
+var blankSizes = sync.OnceValues(func() (png, svg int) {
+	dir, err := os.MkdirTemp("", "blank")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	p := plot.New()
+	p.Title.Text = "an empty plot of the same size"
+	p.Add(plotter.NewGrid())
+	if err := savePlot(p, dir, "blank"); err != nil {
+		panic(err)
+	}
+	size := func(name string) int {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			panic(err)
+		}
+		return int(fi.Size())
+	}
+	return size("blank.png"), size("blank.svg")
+})
+
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	blank, _ := blankSizes()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
+	require.NoError(t, err, path)
+	assert.Equal(t, "png", format)
+	assert.Equal(t, 768, cfg.Width, path)
+	assert.Equal(t, 432, cfg.Height, path)
+	assert.Greater(t, len(b), blank+blank/2, path)
+}
+
+func checkSVG(t *testing.T, path string) {
+	t.Helper()
+	_, blank := blankSizes()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Greater(t, len(b), blank+blank/10, path)
+	assert.GreaterOrEqual(t, bytes.Count(b, []byte("<path")), 25, "%s: too few drawn paths for data", path)
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	root := ""
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, path)
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	assert.Equal(t, "svg", root, path)
+}
+
+func TestWriteReport(t *testing.T) {
+	run := t.TempDir()
+	writeRun(t, run, defaultFixture())
+	out := filepath.Join(t.TempDir(), "out")
+
+	index, err := Write(run, out, Options{CSV: true})
+	require.NoError(t, err)
+	assert.True(t, filepath.IsAbs(index))
+	assert.Equal(t, filepath.Join(out, "index.html"), index)
+
+	for _, name := range []string{"hparam-lr", "hparam-dropout", "hparam-weight_decay", "loss", "accuracy", "weights", "timing"} {
+		checkPNG(t, filepath.Join(out, name+".png"))
+		checkSVG(t, filepath.Join(out, name+".svg"))
+	}
+	// All hyperparameters got the same weights: one heat map, not three.
+	_, err = os.Stat(filepath.Join(out, "weights-lr.png"))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+
+	html, err := os.ReadFile(index)
+	require.NoError(t, err)
+	for _, name := range []string{"hparam-lr.png", "loss.png", "weights.png", "timing.png", "summary.md", CSVFile} {
+		assert.Contains(t, string(html), `"`+name+`"`)
+	}
+	assert.NotContains(t, string(html), "<script")
+	assert.NotContains(t, string(html), "http")
+
+	_, err = os.Stat(filepath.Join(out, SummaryFile))
+	assert.NoError(t, err)
+}
+
+func TestWriteDefaultOutDir(t *testing.T) {
+	run := t.TempDir()
+	writeRun(t, run, defaultFixture())
+	index, err := Write(run, "", Options{})
+	require.NoError(t, err)
+	want, err := filepath.Abs(filepath.Join(run, "report", "index.html"))
+	require.NoError(t, err)
+	assert.Equal(t, want, index)
+	_, err = os.Stat(filepath.Join(run, "report", CSVFile))
+	assert.ErrorIs(t, err, fs.ErrNotExist, "no CSV unless asked")
+}
+
+// rawWindow is a window line read without the metrics package, so the
+// summary is checked against an independent reading of the file.
+type rawWindow struct {
+	Step            int                               `json:"step"`
+	Losses          []*float64                        `json:"losses"`
+	Healthy         []bool                            `json:"healthy"`
+	Base            map[string]float64                `json:"base"`
+	Eval            *struct{ Loss, Accuracy float64 } `json:"eval"`
+	ConvergeSeconds float64                           `json:"converge_seconds"`
+	FanoutSeconds   float64                           `json:"fanout_seconds"`
+	Events          []struct{ Kind, Param string }    `json:"events"`
+}
+
+func readRaw(t *testing.T, path string) (windows []rawWindow, wall float64, total int) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var head struct {
+			Type        string  `json:"type"`
+			WallSeconds float64 `json:"wall_seconds"`
+			TotalSteps  int     `json:"total_steps"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &head))
+		switch head.Type {
+		case "window":
+			var w rawWindow
+			require.NoError(t, json.Unmarshal(sc.Bytes(), &w))
+			windows = append(windows, w)
+		case "end":
+			wall = head.WallSeconds
+		case "start":
+			total = head.TotalSteps
+		}
+	}
+	require.NoError(t, sc.Err())
+	return windows, wall, total
+}
+
+func TestSummaryMatchesFile(t *testing.T) {
+	run := t.TempDir()
+	writeRun(t, run, defaultFixture())
+	raw, wall, total := readRaw(t, filepath.Join(run, MetricsFile))
+	require.Len(t, raw, 20)
+
+	// Independent computation.
+	var finalLoss, bestLoss, finalAcc, bestAcc, finalTest, converge float64
+	bestLoss, bestAcc = math.Inf(1), math.Inf(-1)
+	bestStep := 0
+	nullLosses := 0
+	lrMin, lrMax := math.Inf(1), math.Inf(-1)
+	var frozenStep, clampedCount int
+	for _, w := range raw {
+		sum, n := 0.0, 0
+		for r, l := range w.Losses {
+			if l == nil {
+				nullLosses++
+				continue
+			}
+			if w.Healthy[r] {
+				sum += *l
+				n++
+			}
+		}
+		finalLoss = sum / float64(n)
+		if finalLoss < bestLoss {
+			bestLoss, bestStep = finalLoss, w.Step
+		}
+		if w.Eval != nil {
+			finalAcc, finalTest = w.Eval.Accuracy, w.Eval.Loss
+			bestAcc = math.Max(bestAcc, w.Eval.Accuracy)
+		}
+		converge += w.ConvergeSeconds
+		lrMin, lrMax = math.Min(lrMin, w.Base["lr"]), math.Max(lrMax, w.Base["lr"])
+		for _, e := range w.Events {
+			if e.Kind == "frozen" {
+				frozenStep = w.Step
+			}
+			if e.Kind == "clamped" {
+				clampedCount++
+			}
+		}
+	}
+	require.Equal(t, 1, nullLosses, "the fixture's NaN loss is written as null")
+
+	r, err := Load(run)
+	require.NoError(t, err)
+	s := Summarize(r)
+	assert.Equal(t, 1000, s.Steps)
+	assert.Equal(t, total, s.TotalSteps)
+	assert.True(t, s.Finished)
+	assert.InDelta(t, finalLoss, s.FinalLoss, 1e-12)
+	assert.InDelta(t, bestLoss, s.BestLoss, 1e-12)
+	assert.Equal(t, bestStep, s.BestLossStep)
+	assert.InDelta(t, finalAcc, s.FinalAccuracy, 1e-12)
+	assert.InDelta(t, bestAcc, s.BestAccuracy, 1e-12)
+	assert.InDelta(t, finalTest, s.FinalTestLoss, 1e-12)
+	assert.InDelta(t, wall, s.WallSeconds, 1e-9)
+	assert.InDelta(t, 100*converge/wall, s.ConvergePercent, 1e-9)
+
+	require.Len(t, s.Bases, 3)
+	lr := s.Bases[0]
+	assert.Equal(t, "lr", lr.Name)
+	assert.Equal(t, raw[0].Base["lr"], lr.Start)
+	assert.Equal(t, raw[len(raw)-1].Base["lr"], lr.End)
+	assert.Equal(t, lrMin, lr.Min)
+	assert.Equal(t, lrMax, lr.Max)
+
+	require.Len(t, s.Events, 2)
+	assert.Equal(t, EventGroup{Kind: "frozen", Param: "dropout", Count: 1, FirstStep: frozenStep, LastStep: frozenStep,
+		FirstMessage: "explorer dropout failed twice; frozen at 0.1"}, s.Events[0])
+	assert.Equal(t, "clamped", s.Events[1].Kind)
+	assert.Equal(t, clampedCount, s.Events[1].Count)
+	assert.Equal(t, []RankHealth{{Rank: 3, Windows: []int{7}}}, s.Unhealthy)
+
+	// summary.md shows these same numbers.
+	out := t.TempDir()
+	_, err = Write(run, out, Options{})
+	require.NoError(t, err)
+	md, err := os.ReadFile(filepath.Join(out, SummaryFile))
+	require.NoError(t, err)
+	text := string(md)
+	for _, want := range []string{
+		"| final training loss (mean over healthy ranks) | " + num(finalLoss) + " |",
+		"| best training loss | " + num(bestLoss) + " (step " + strconv.Itoa(bestStep) + ") |",
+		"| final test accuracy | " + num(finalAcc) + " |",
+		"| converge overhead (of wall time) | " + pct(100*converge/wall) + " |",
+		"| lr | log | " + num(raw[0].Base["lr"]) + " |",
+		"| frozen | dropout | 1 | " + strconv.Itoa(frozenStep) + " |",
+		"| 3 | 1 | 7 |",
+		"step 1000 of 1000 (100.0%), 20 windows, finished",
+	} {
+		assert.Contains(t, text, want)
+	}
+}
+
+func TestUnfinishedAndTruncatedRun(t *testing.T) {
+	run := t.TempDir()
+	fx := defaultFixture()
+	fx.windows, fx.finished = 12, false
+	writeRun(t, run, fx)
+	f, err := os.OpenFile(filepath.Join(run, MetricsFile), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"type":"window","window":12,"step":650,"losses":[0.5,0.`)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	out := t.TempDir()
+	_, err = Write(run, out, Options{CSV: true})
+	require.NoError(t, err)
+	md, err := os.ReadFile(filepath.Join(out, SummaryFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "step 600 of 1000 (60.0%), 12 windows, no end record: still running or stopped early")
+	assert.Contains(t, string(md), "cut short")
+	checkPNG(t, filepath.Join(out, "loss.png"))
+
+	r, err := Load(run)
+	require.NoError(t, err)
+	s := Summarize(r)
+	assert.False(t, s.Finished)
+	assert.True(t, s.Truncated)
+	assert.Greater(t, s.WallSeconds, 0.0, "wall time from the records' times without an end record")
+}
+
+func TestStartOnlyAndSingleWindow(t *testing.T) {
+	for _, windows := range []int{0, 1} {
+		run := t.TempDir()
+		fx := defaultFixture()
+		fx.windows, fx.finished = windows, false
+		writeRun(t, run, fx)
+		out := t.TempDir()
+		index, err := Write(run, out, Options{CSV: true})
+		require.NoError(t, err, "windows=%d", windows)
+		_, err = os.Stat(index)
+		require.NoError(t, err)
+		if windows == 1 {
+			checkPNG(t, filepath.Join(out, "hparam-lr.png"))
+		}
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, MetricsFile), []byte("this is not json\nat all\n"), 0o644))
+	_, err := Write(dir, t.TempDir(), Options{})
+	assert.ErrorIs(t, err, metrics.ErrCorrupt)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, MetricsFile), []byte(`{"type":"window","window":0,"step":5}`+"\n"), 0o644))
+	_, err = Write(dir, t.TempDir(), Options{})
+	assert.ErrorIs(t, err, metrics.ErrNoStart)
+
+	_, err = Write(filepath.Join(dir, "missing"), t.TempDir(), Options{})
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestLoadMetricsFilePath(t *testing.T) {
+	run := t.TempDir()
+	writeRun(t, run, defaultFixture())
+	r, err := Load(filepath.Join(run, MetricsFile))
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Base(run), r.Name)
+	assert.Len(t, r.Windows, 20)
+}
+
+func TestResumedRunKeepsLastCopyOfWindow(t *testing.T) {
+	run := t.TempDir()
+	fx := defaultFixture()
+	fx.windows, fx.finished = 6, false
+	writeRun(t, run, fx)
+	// The resumed run restarts from window 4 with other losses.
+	fx.windows, fx.finished, fx.seed = 20, true, 9
+	writeRun(t, run, fx)
+	r, err := Load(run)
+	require.NoError(t, err)
+	assert.Len(t, r.Windows, 20)
+	assert.Equal(t, 1, r.Resumes)
+	assert.NotNil(t, r.End)
+	for i, w := range r.Windows {
+		assert.Equal(t, i, w.Window)
+	}
+}
+
+func TestCSV(t *testing.T) {
+	run := t.TempDir()
+	writeRun(t, run, defaultFixture())
+	out := t.TempDir()
+	_, err := Write(run, out, Options{CSV: true})
+	require.NoError(t, err)
+	f, err := os.Open(filepath.Join(out, CSVFile))
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 21, "header and one row per window")
+	header := rows[0]
+	// window, step, 4 losses, mean, 4 healthy, 3×(base+4 values), 3×4 weights, 2 seconds, 2 eval
+	assert.Len(t, header, 2+4+1+4+3*5+3*4+2+2)
+	col := map[string]int{}
+	for i, h := range header {
+		col[h] = i
+	}
+	for _, name := range []string{"window", "step", "loss_r0", "loss_r3", "loss_mean", "healthy_r3", "lr_base", "lr_r0",
+		"dropout_base", "weight_decay_r3", "weight_lr_r0", "fanout_seconds", "converge_seconds", "eval_loss", "eval_accuracy"} {
+		assert.Contains(t, col, name)
+	}
+
+	r, err := Load(run)
+	require.NoError(t, err)
+	for i, w := range r.Windows {
+		row := rows[i+1]
+		assert.Equal(t, strconv.Itoa(w.Step), row[col["step"]])
+		got, err := strconv.ParseFloat(row[col["lr_base"]], 64)
+		require.NoError(t, err)
+		assert.Equal(t, float64(w.Base["lr"]), got)
+	}
+	nan := rows[1+7]
+	assert.Equal(t, "", nan[col["loss_r3"]], "a NaN loss is an empty cell")
+	assert.Equal(t, "0", nan[col["healthy_r3"]])
+	assert.Equal(t, "", rows[1][col["weight_lr_r0"]], "no weights before the auto phase")
+	assert.NotEqual(t, "", rows[1+9][col["weight_lr_r0"]])
+	assert.Equal(t, "", rows[1][col["eval_accuracy"]])
+	assert.NotEqual(t, "", rows[1+4][col["eval_accuracy"]])
+}
+
+func TestCompare(t *testing.T) {
+	root := t.TempDir()
+	a, b := filepath.Join(root, "hdet-run"), filepath.Join(root, "baseline")
+	require.NoError(t, os.Mkdir(a, 0o755))
+	require.NoError(t, os.Mkdir(b, 0o755))
+	writeRun(t, a, defaultFixture())
+	fx := defaultFixture()
+	fx.seed, fx.lrScale, fx.windows, fx.finished = 2, 0.5, 15, false
+	writeRun(t, b, fx)
+
+	out := filepath.Join(root, "cmp")
+	index, err := Compare([]string{a, b}, out)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(out, "index.html"), index)
+	checkPNG(t, filepath.Join(out, "compare-loss.png"))
+	checkSVG(t, filepath.Join(out, "compare-loss.svg"))
+
+	md, err := os.ReadFile(filepath.Join(out, CompareFile))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(md)), "\n")
+	var rows []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "| hdet-run |") || strings.HasPrefix(l, "| baseline |") {
+			rows = append(rows, l)
+		}
+	}
+	require.Len(t, rows, 2)
+	sa, sb := summaryOf(t, a), summaryOf(t, b)
+	assert.Contains(t, rows[0], "| 1000 / 1000 | "+num(sa.FinalLoss)+" |")
+	assert.Contains(t, rows[1], "| 750 / 1000 (unfinished) | "+num(sb.FinalLoss)+" |")
+
+	html, err := os.ReadFile(index)
+	require.NoError(t, err)
+	assert.Contains(t, string(html), `src="compare-loss.png"`)
+}
+
+func TestRunLabelsDisambiguate(t *testing.T) {
+	runs := []*Run{{Dir: "a/run", Name: "run"}, {Dir: "b/run", Name: "run"}, {Dir: "c", Name: "c"}}
+	assert.Equal(t, []string{"a/run", "b/run", "c"}, runLabels(runs))
+}
+
+func summaryOf(t *testing.T, dir string) Summary {
+	t.Helper()
+	r, err := Load(dir)
+	require.NoError(t, err)
+	return Summarize(r)
+}

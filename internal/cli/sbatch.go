@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hdet-dev/hdet/slurm"
+)
+
+func runSbatch(s Streams, args []string) error {
+	fs := newFlagSet(s, "sbatch")
+	fs.Usage = func() {
+		fmt.Fprintln(s.Err, "usage: hdet sbatch CONFIG.yaml --time D-HH:MM:SS [flags] > job.sbatch\n\nflags:")
+		fs.PrintDefaults()
+	}
+	j := slurm.Job{}
+	fs.IntVar(&j.Nodes, "nodes", 1, "nodes to run on")
+	fs.IntVar(&j.GPUsPerNode, "gpus-per-node", 0, "GPUs per node, one task each; 0 on CPU clusters")
+	fs.IntVar(&j.NTasksPerNode, "ntasks-per-node", 0, "tasks per node on CPU clusters (with GPUs: one per GPU)")
+	fs.IntVar(&j.CPUsPerTask, "cpus-per-task", 0, "CPUs per task (0: the cluster's default)")
+	fs.StringVar(&j.Time, "time", "", "time limit, e.g. 24:00:00 or 2-00:00:00 (required)")
+	fs.StringVar(&j.Partition, "partition", "", "partition (empty: the cluster's default)")
+	fs.StringVar(&j.Account, "account", "", "account to charge (empty: your default)")
+	fs.StringVar(&j.JobName, "job-name", "", "job name (default: hdet-CONFIG_NAME)")
+	fs.StringVar(&j.Launcher, "launcher", slurm.LauncherSrun, "srun (srun --mpi=pmix) or mpirun (inside the allocation)")
+	fs.IntVar(&j.SignalLead, "signal-lead", slurm.DefaultSignalLead, "seconds before the time limit to checkpoint and stop")
+	fs.StringVar(&j.Hdet, "hdet", "", "hdet binary the job runs (default: this one)")
+	fs.StringVar(&j.RunRoot, "run-root", "runs", "directory that holds one run directory per job id")
+
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return Usagef("want exactly one CONFIG.yaml, got %d arguments %q", len(pos), pos)
+	}
+	if j.Time == "" {
+		return Usagef("--time is required (e.g. 24:00:00): hdet checkpoints before the limit")
+	}
+	if j.Config, err = existingFile(pos[0]); err != nil {
+		return err
+	}
+	if j.JobName == "" {
+		base := filepath.Base(j.Config)
+		j.JobName = "hdet-" + strings.TrimSuffix(base, filepath.Ext(base))
+	}
+	if j.Hdet == "" {
+		if j.Hdet, err = os.Executable(); err != nil {
+			return fmt.Errorf("locating this hdet binary (pass --hdet): %w", err)
+		}
+	} else if strings.ContainsRune(j.Hdet, filepath.Separator) {
+		if j.Hdet, err = filepath.Abs(j.Hdet); err != nil {
+			return Usagef("--hdet %q: %v", j.Hdet, err)
+		}
+	}
+	if j.RunRoot, err = filepath.Abs(j.RunRoot); err != nil {
+		return Usagef("--run-root %q: %v", j.RunRoot, err)
+	}
+	j.Command = "hdet sbatch " + strings.Join(args, " ")
+
+	script, err := slurm.Script(j)
+	if errors.Is(err, slurm.ErrOption) {
+		return &UsageError{Err: err}
+	}
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprint(s.Out, script)
+	return err
+}
+
+// existingFile returns path made absolute, or a usage error when it is not a
+// readable regular file.
+func existingFile(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", Usagef("CONFIG %q: %v", path, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", Usagef("CONFIG %q: %v", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", Usagef("CONFIG %q: not a regular file", path)
+	}
+	return abs, nil
+}
+
+// parseInterspersed parses flags that may come before or after positional
+// arguments (hdet sbatch CONFIG --nodes 2), where flag.Parse alone stops at
+// the first positional one. Everything after "--" is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

@@ -1,0 +1,180 @@
+#!/bin/bash
+# A single-node Slurm cluster for tests, everything (config, state, logs,
+# munge key and socket, stand-in GPU devices) under one directory. Follows
+# shared/SLURM-NOTES.md: Debian's slurmctld/slurmd/munge, no cgroups, PMIx,
+# 8 GPUs backed by character devices, a partition named "debug".
+#
+#   scripts/slurm-cluster.sh up DIR    install if missing, start, wait until idle
+#   scripts/slurm-cluster.sh down DIR  stop the daemons started by "up DIR"
+#   scripts/slurm-cluster.sh env DIR   print the export that client commands need
+#
+# Each cluster picks free ports, so a cluster left running elsewhere does not
+# get in the way. "up" on a DIR whose cluster is healthy does nothing; one
+# whose daemons died is stopped and started afresh.
+set -euo pipefail
+
+PACKAGES="slurmctld slurmd slurm-client munge"
+NGPUS=8
+
+die() { echo "slurm-cluster: $*" >&2; exit 1; }
+
+usage() { die "usage: $0 up|down|env DIR"; }
+
+[ $# -eq 2 ] || usage
+CMD=$1
+DIR=$(realpath -m "$2")
+CONF=$DIR/slurm.conf
+export SLURM_CONF=$CONF
+
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+stop_pidfile() { # PIDFILE: TERM, then KILL after 5 s
+	local f=$1 pid i
+	[ -s "$f" ] || return 0
+	pid=$(cat "$f")
+	if kill -0 "$pid" 2>/dev/null; then
+		kill "$pid" 2>/dev/null || true
+		for i in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$f"
+}
+
+down() {
+	# slurmd first: it kills the job steps it runs when it stops.
+	stop_pidfile "$DIR/run/slurmd.pid"
+	stop_pidfile "$DIR/run/slurmctld.pid"
+	stop_pidfile "$DIR/run/munged.pid"
+}
+
+healthy() {
+	alive "$DIR/run/munged.pid" && alive "$DIR/run/slurmctld.pid" && alive "$DIR/run/slurmd.pid" &&
+		scontrol ping 2>/dev/null | grep -q 'is UP' &&
+		sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed|allocated)'
+}
+
+install() {
+	local missing=() p
+	for p in $PACKAGES; do
+		dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+		die "missing packages: ${missing[*]}; install them with: apt-get install -y --no-install-recommends $PACKAGES"
+	fi
+	echo "slurm-cluster: installing ${missing[*]}" >&2
+	# Other installs may hold the dpkg lock: wait for it rather than fail.
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
+		"${missing[@]}" >&2 ||
+		die "apt-get could not install ${missing[*]} (try: apt-get update)"
+}
+
+free_port() { # a TCP port nobody listens on, from 20000-59999
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+	done
+}
+
+# wait_for SECONDS WHAT COMMAND...: poll COMMAND every 0.2 s.
+wait_for() {
+	local secs=$1 what=$2 i
+	shift 2
+	for i in $(seq $((secs * 5))); do
+		"$@" && return 0
+		sleep 0.2
+	done
+	die "$what did not happen within ${secs}s; logs under $DIR/log"
+}
+
+write_config() {
+	local node ctld_port slurmd_port cpus
+	# slurmctld insists that SlurmctldHost is this machine's short name.
+	node=$(hostname -s)
+	ctld_port=$(free_port)
+	slurmd_port=$(free_port)
+	while [ "$slurmd_port" = "$ctld_port" ]; do slurmd_port=$(free_port); done
+	# More CPUs than the machine has (with config_overrides) so that -n 4 on
+	# two cores and one task per stand-in GPU can run.
+	cpus=$(nproc)
+	[ "$cpus" -ge $NGPUS ] || cpus=$NGPUS
+
+	mkdir -p "$DIR"/{run,log,state,spool,munge,dev}
+	for i in $(seq 0 $((NGPUS - 1))); do
+		# Slurm's gpu plugin wants device files; these are /dev/null's numbers.
+		[ -c "$DIR/dev/nvidia$i" ] || mknod "$DIR/dev/nvidia$i" c 1 3
+	done
+	cat >"$CONF" <<EOF
+# Written by scripts/slurm-cluster.sh: a single-node test cluster.
+ClusterName=hdettest
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd.log
+# No usable cgroups in the sandbox.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+MpiDefault=pmix
+KillWait=5
+ReturnToService=2
+GresTypes=gpu
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpu:$NGPUS State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+EOF
+	echo "NodeName=$node Name=gpu File=$DIR/dev/nvidia[0-$((NGPUS - 1))]" >"$DIR/gres.conf"
+	echo "$node" >"$DIR/nodename"
+}
+
+up() {
+	install
+	mkdir -p "$DIR"
+	if [ -f "$CONF" ] && healthy; then
+		echo "slurm-cluster: already up in $DIR" >&2
+		return 0
+	fi
+	down
+	rm -rf "$DIR"/{state,spool,log}
+	write_config
+
+	[ -f "$DIR/munge/munge.key" ] || mungekey -c -k "$DIR/munge/munge.key"
+	# munged wants the socket directory open to all (the key stays 0600).
+	chmod 0755 "$DIR/munge"
+	chmod 0600 "$DIR/munge/munge.key"
+	munged -S "$DIR/munge/munge.socket" --key-file "$DIR/munge/munge.key" \
+		--pid-file "$DIR/run/munged.pid" --log-file "$DIR/log/munged.log" \
+		--seed-file "$DIR/munge/munged.seed" ||
+		die "munged did not start; see $DIR/log/munged.log"
+	wait_for 10 "munged pid file" alive "$DIR/run/munged.pid"
+
+	slurmctld -c -f "$CONF" || die "slurmctld did not start; see $DIR/log/slurmctld.log"
+	wait_for 30 "scontrol ping UP" sh -c 'scontrol ping | grep -q "is UP"'
+	slurmd -f "$CONF" -N "$(cat "$DIR/nodename")" || die "slurmd did not start; see $DIR/log/slurmd.log"
+	wait_for 30 "node idle" sh -c 'sinfo -h -o %T | grep -qx idle'
+	echo "slurm-cluster: up in $DIR ($(sinfo -h -o '%P %D nodes %c CPUs %G %T'))" >&2
+}
+
+case $CMD in
+up) up ;;
+down) down ;;
+env) echo "export SLURM_CONF=$CONF" ;;
+*) usage ;;
+esac

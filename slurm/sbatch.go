@@ -1,0 +1,247 @@
+package slurm
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrOption means a Job setting is out of range or malformed; the message
+// names the sbatch option.
+var ErrOption = errors.New("invalid sbatch option")
+
+// Launchers Script can write.
+const (
+	LauncherSrun   = "srun"
+	LauncherMpirun = "mpirun"
+)
+
+// DefaultSignalLead is how long before the time limit Slurm warns the batch
+// script: it must cover the rest of a window plus writing a checkpoint.
+const DefaultSignalLead = 300
+
+// Job describes the batch job Script writes. Paths must already be absolute:
+// the job runs wherever Slurm puts it.
+type Job struct {
+	Config        string // hdet config file
+	Hdet          string // hdet binary
+	RunRoot       string // run directories are RunRoot/$SLURM_JOB_ID
+	JobName       string
+	Partition     string // empty: the cluster's default
+	Account       string // empty: the user's default
+	Time          string // Slurm time limit, e.g. 24:00:00 or 1-12:00:00
+	Nodes         int
+	GPUsPerNode   int // 0 on CPU clusters
+	NTasksPerNode int // 0: one per GPU; must be set when GPUsPerNode is 0
+	CPUsPerTask   int // 0: the cluster's default
+	Launcher      string
+	SignalLead    int    // seconds before the time limit to send SIGUSR1
+	Command       string // the command line that made the script, for its header
+}
+
+// Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+var timeRE = regexp.MustCompile(`^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$`)
+
+// ParseTime parses a Slurm time limit. UNLIMITED and INFINITE give 0.
+func ParseTime(s string) (time.Duration, error) {
+	switch strings.ToUpper(s) {
+	case "UNLIMITED", "INFINITE":
+		return 0, nil
+	}
+	m := timeRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("%w: --time %q: want minutes, M:S, H:M:S, D-H, D-H:M or D-H:M:S", ErrOption, s)
+	}
+	n := func(i int) time.Duration {
+		v, _ := strconv.Atoi(m[i]) // the pattern admits only digits; "" gives 0
+		return time.Duration(v)
+	}
+	var d time.Duration
+	if m[1] != "" { // D-H[:M[:S]]
+		d = n(1)*24*time.Hour + n(2)*time.Hour + n(3)*time.Minute + n(4)*time.Second
+	} else {
+		parts := strings.Count(s, ":")
+		switch parts {
+		case 0:
+			d = n(5) * time.Minute
+		case 1:
+			d = n(5)*time.Minute + n(6)*time.Second
+		default:
+			d = n(5)*time.Hour + n(6)*time.Minute + n(7)*time.Second
+		}
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%w: --time %q: the limit must be positive", ErrOption, s)
+	}
+	return d, nil
+}
+
+// Values that go into #SBATCH lines: no spaces, quotes or shell syntax.
+var wordRE = regexp.MustCompile(`^[A-Za-z0-9_.+-]+$`)
+
+// Validate checks j and returns every problem, each naming its option.
+func (j Job) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrOption}, a...)...))
+	}
+	limit, err := ParseTime(j.Time)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if j.Nodes < 1 {
+		bad("--nodes %d: want at least 1", j.Nodes)
+	}
+	if j.GPUsPerNode < 0 {
+		bad("--gpus-per-node %d: want 0 (CPU cluster) or more", j.GPUsPerNode)
+	}
+	switch {
+	case j.NTasksPerNode < 0:
+		bad("--ntasks-per-node %d: want at least 1", j.NTasksPerNode)
+	case j.GPUsPerNode == 0 && j.NTasksPerNode == 0:
+		bad("--ntasks-per-node: required when --gpus-per-node is 0 (a CPU cluster)")
+	case j.GPUsPerNode > 0 && j.NTasksPerNode != 0 && j.NTasksPerNode != j.GPUsPerNode:
+		bad("--ntasks-per-node %d: hdet runs one task per GPU, so it must equal --gpus-per-node %d (or be left out)", j.NTasksPerNode, j.GPUsPerNode)
+	}
+	if j.CPUsPerTask < 0 {
+		bad("--cpus-per-task %d: want at least 1", j.CPUsPerTask)
+	}
+	if j.Launcher != LauncherSrun && j.Launcher != LauncherMpirun {
+		bad("--launcher %q: want srun or mpirun", j.Launcher)
+	}
+	if j.SignalLead < 1 || j.SignalLead > 65535 {
+		bad("--signal-lead %d: want 1 to 65535 seconds", j.SignalLead)
+	} else if limit > 0 && time.Duration(j.SignalLead)*time.Second >= limit {
+		bad("--signal-lead %d: must be shorter than --time %s", j.SignalLead, j.Time)
+	}
+	for _, w := range []struct{ flag, v string }{{"--job-name", j.JobName}, {"--partition", j.Partition}, {"--account", j.Account}} {
+		if w.v != "" && !wordRE.MatchString(w.v) {
+			bad("%s %q: use letters, digits and _ . + - only", w.flag, w.v)
+		}
+	}
+	if j.JobName == "" {
+		bad("--job-name: must not be empty")
+	}
+	for _, p := range []struct{ flag, v string }{{"CONFIG", j.Config}, {"--hdet", j.Hdet}, {"--run-root", j.RunRoot}} {
+		if !strings.HasPrefix(p.v, "/") {
+			bad("%s %q: must be an absolute path", p.flag, p.v)
+		}
+		if strings.ContainsAny(p.v, "\n\r") {
+			bad("%s: a path with a line break", p.flag)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tasksPerNode is one task per GPU, or the given count on CPU clusters.
+func (j Job) tasksPerNode() int {
+	if j.GPUsPerNode > 0 {
+		return j.GPUsPerNode
+	}
+	return j.NTasksPerNode
+}
+
+// quote makes s one shell word.
+func quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Script returns a ready sbatch script for j, or j's problems.
+func Script(j Job) (string, error) {
+	if err := j.Validate(); err != nil {
+		return "", err
+	}
+	tpn := j.tasksPerNode()
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+
+	w("#!/bin/bash")
+	w("# Written by: %s", strings.Join(strings.Fields(j.Command), " ")) // one line
+	w("# Submit with: sbatch THIS_FILE")
+	w("#SBATCH --job-name=%s", j.JobName)
+	if j.Partition != "" {
+		w("#SBATCH --partition=%s", j.Partition)
+	}
+	if j.Account != "" {
+		w("#SBATCH --account=%s", j.Account)
+	}
+	w("#SBATCH --time=%s", j.Time)
+	w("#SBATCH --nodes=%d", j.Nodes)
+	w("#SBATCH --ntasks-per-node=%d", tpn)
+	if j.GPUsPerNode > 0 {
+		w("#SBATCH --gpus-per-node=%d", j.GPUsPerNode)
+	}
+	if j.CPUsPerTask > 0 {
+		w("#SBATCH --cpus-per-task=%d", j.CPUsPerTask)
+	}
+	w("# SIGUSR1 to this script (B:) %d s before the time limit: hdet checkpoints", j.SignalLead)
+	w("# at its next converge and exits; Slurm may send it earlier than asked.")
+	w("#SBATCH --signal=B:USR1@%d", j.SignalLead)
+	w("# A requeued job keeps its id, so it finds its run directory and resumes.")
+	w("#SBATCH --requeue")
+	w("#SBATCH --open-mode=append")
+	w("# Relative to the directory sbatch was run in; %%j is the job id.")
+	w("#SBATCH --output=%s-%%j.out", j.JobName)
+	w("")
+	w("set -u")
+	w("HDET=%s", quote(j.Hdet))
+	w("CONFIG=%s", quote(j.Config))
+	w("RUN_DIR=%s/$SLURM_JOB_ID", quote(j.RunRoot))
+	w(`mkdir -p "$RUN_DIR"`)
+	w(`echo "hdet: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}, nodes $SLURM_JOB_NODELIST, run dir $RUN_DIR"`)
+	w("")
+	w("# Bash runs a trap only between commands, so the step runs in the background")
+	w("# and the script waits for it. %s passes SIGUSR1/SIGTERM on to every task.", j.Launcher)
+	w("STEP_PID=")
+	w(`forward() {`)
+	w(`  echo "hdet: SIG$1 at $(date +%%T), passing it to the step" >&2`)
+	w(`  [ -n "$STEP_PID" ] && kill -s "$1" "$STEP_PID" 2>/dev/null`)
+	w(`}`)
+	w("trap 'forward USR1' USR1")
+	w("trap 'forward TERM' TERM")
+	w("")
+	w("# More tasks than cores: MPI ranks busy-wait unless told to yield.")
+	w(`if [ "$(nproc)" -lt %d ]; then export OMPI_MCA_mpi_yield_when_idle=1; fi`, tpn)
+	w("")
+	switch j.Launcher {
+	case LauncherSrun:
+		gpu := ""
+		if j.GPUsPerNode > 0 {
+			w("# Every task sees all of its node's GPUs (CUDA_VISIBLE_DEVICES lists them")
+			w("# all) so that CUDA peer access between them keeps working; hdet picks its")
+			w("# own GPU by its local rank (SLURM_LOCALID). Do not add --gpus-per-task or")
+			w("# --gpu-bind=single (one GPU per task, no peer access); --gpu-bind=none")
+			w("# leaves CUDA_VISIBLE_DEVICES unset, which on nodes without device")
+			w("# cgroups exposes other jobs' GPUs too.")
+			gpu = fmt.Sprintf(" --gpus-per-node=%d", j.GPUsPerNode)
+		}
+		cpus := ""
+		if j.CPUsPerTask > 0 {
+			// srun 22.05 ignores SLURM_CPUS_PER_TASK from sbatch; say it again.
+			cpus = fmt.Sprintf(" --cpus-per-task=%d", j.CPUsPerTask)
+		}
+		w("# Open MPI under srun speaks PMIx only. No --kill-on-bad-exit: a rank that")
+		w("# exits first after a preemption must not kill rank 0 while it checkpoints.")
+		w(`srun --mpi=pmix --nodes=%d --ntasks-per-node=%d%s%s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, j.Nodes, tpn, cpus, gpu)
+	case LauncherMpirun:
+		if j.GPUsPerNode > 0 {
+			w("# Every rank sees all of its node's GPUs (CUDA_VISIBLE_DEVICES of the job) so")
+			w("# that CUDA peer access between them keeps working; hdet picks its own GPU by")
+			w("# its local rank.")
+		}
+		w("# mpirun takes the task slots from the allocation.")
+		w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, tpn)
+	}
+	w("STEP_PID=$!")
+	w("# wait returns early when a trapped signal arrives: wait again until the step")
+	w("# has really ended; bash keeps its status for the last wait.")
+	w(`while kill -0 "$STEP_PID" 2>/dev/null; do wait "$STEP_PID"; done`)
+	w(`wait "$STEP_PID"`)
+	w("STATUS=$?")
+	w(`echo "hdet: step exited with status $STATUS"`)
+	w(`exit "$STATUS"`)
+	return b.String(), nil
+}

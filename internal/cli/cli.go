@@ -44,6 +44,7 @@ type Streams struct {
 var commands = map[string]command{
 	"version": {"print the version", runVersion},
 	"plugins": {"list explorer plugins or check one", runPlugins},
+	"sbatch":  {"print an sbatch script that runs a config under Slurm", runSbatch},
 }
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=...".

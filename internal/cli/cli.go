@@ -43,7 +43,10 @@ type Streams struct {
 
 var commands = map[string]command{
 	"version": {"print the version", runVersion},
+	"run":     {"run HDET training under mpirun or srun (or --self-check MPI)", runRun},
 	"plugins": {"list explorer plugins or check one", runPlugins},
+	"devices": {"list this node's NVIDIA GPUs (CPU mode without a driver)", runDevices},
+	"bench":   {"measure the converge allreduce (bench allreduce)", runBench},
 	"sbatch":  {"print an sbatch script that runs a config under Slurm", runSbatch},
 }
 

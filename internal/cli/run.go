@@ -1,0 +1,363 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hdet-dev/hdet/config"
+	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/examples"
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/logging"
+	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/plugins"
+	"github.com/hdet-dev/hdet/workload/mnist"
+)
+
+const runHelp = `usage: hdet run [CONFIG.yaml] [flags]
+
+Runs HDET on every rank: launch it with mpirun -np N or srun, one rank per
+GPU or CPU slot. Without CONFIG.yaml it runs the embedded default
+(examples/mnist.yaml). --self-check instead checks the MPI setup: every rank
+prints its rank, size and host, and one allreduce is verified.
+
+flags:
+`
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+type runFlags struct {
+	sets        stringList
+	runDir      string
+	pluginDir   string
+	progress    string
+	logAllRanks bool
+	debug       bool
+	selfCheck   bool
+}
+
+func runRun(s Streams, args []string) error {
+	var f runFlags
+	fs := newFlagSet(s, "run")
+	fs.Var(&f.sets, "set", "override a config field, `key=value` (repeatable), e.g. train.window=50")
+	fs.StringVar(&f.runDir, "run-dir", "", "run directory (overrides run.dir)")
+	fs.StringVar(&f.pluginDir, "plugin-dir", "", "explorer plugin directory (default $HDET_PLUGIN_DIR, then plugins/ next to hdet)")
+	fs.StringVar(&f.progress, "progress", "", "progress display: auto, plain or none (overrides run.progress)")
+	fs.BoolVar(&f.logAllRanks, "log-all-ranks", false, "log info-level events on every rank, not only rank 0")
+	fs.BoolVar(&f.debug, "debug", false, "debug logging (per-window checksums and values)")
+	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
+	fs.Usage = func() { fmt.Fprint(s.Err, runHelp); fs.PrintDefaults() }
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return Usagef("run takes at most one CONFIG.yaml, got %q", fs.Args())
+	}
+	data, source := examples.MNIST, "embedded examples/mnist.yaml"
+	if fs.NArg() == 1 {
+		b, err := os.ReadFile(fs.Arg(0))
+		if err != nil {
+			return Usagef("read config: %v", err)
+		}
+		data, source = b, fs.Arg(0)
+	}
+	if f.runDir != "" {
+		f.sets = append(f.sets, "run.dir="+f.runDir)
+	}
+	if f.progress != "" {
+		f.sets = append(f.sets, "run.progress="+f.progress)
+	}
+
+	if err := mpi.Init(); err != nil {
+		return fmt.Errorf("MPI: %w", err)
+	}
+	w := mpi.World()
+	log := logging.New(logging.Options{Rank: w.Rank(), AllRanks: f.logAllRanks, Debug: f.debug})
+	if f.selfCheck {
+		err := selfCheck(s, w)
+		return errors.Join(err, mpi.Finalize())
+	}
+	err := runWorld(s, w, log, f, data, source)
+	if err != nil {
+		log.Error().Err(err).Msg("run failed")
+		var ue *UsageError
+		code := ExitFailure
+		if errors.As(err, &ue) {
+			code = ExitUsage
+		}
+		if errors.Is(err, engine.ErrStopped) {
+			code = ExitPreempted
+		}
+		if errors.Is(err, errPeerFailed) || code == ExitPreempted {
+			_ = mpi.Finalize()
+			os.Exit(code)
+		}
+		// Another rank may be blocked in a collective: end the whole job.
+		mpi.Abort(code)
+	}
+	return errors.Join(err, mpi.Finalize())
+}
+
+// ExitPreempted is hdet run's exit code after a signal made it checkpoint and
+// stop (Slurm preemption or time limit); the job can be resumed.
+const ExitPreempted = 3
+
+var errPeerFailed = errors.New("another rank failed during setup")
+
+// agree makes every rank learn whether any rank failed setup, so no rank
+// waits forever in the first collective for one that has already given up.
+func agree(w *mpi.Comm, err error) error {
+	code := []float64{0}
+	if err != nil {
+		code[0] = ExitFailure
+		var ue *UsageError
+		if errors.As(err, &ue) {
+			code[0] = ExitUsage
+		}
+	}
+	if rerr := w.AllreduceFloat64(code, mpi.Max); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	if err == nil && code[0] != 0 {
+		if code[0] == ExitUsage {
+			return &UsageError{Err: errPeerFailed}
+		}
+		return errPeerFailed
+	}
+	return err
+}
+
+func selfCheck(s Streams, w *mpi.Comm) error {
+	host, err := mpi.ProcessorName()
+	if err != nil {
+		return err
+	}
+	buf := []float64{float64(w.Rank() + 1)}
+	if err := w.AllreduceFloat64(buf, mpi.Sum); err != nil {
+		return err
+	}
+	n := w.Size()
+	want := float64(n*(n+1)) / 2
+	if buf[0] != want {
+		return fmt.Errorf("allreduce check failed: sum of rank+1 over %d ranks is %g, want %g", n, buf[0], want)
+	}
+	fmt.Fprintf(s.Out, "rank %d/%d on %s (local rank %d): allreduce verified (sum %g), CUDA-aware MPI: %v\n",
+		w.Rank(), n, host, w.LocalRank(), buf[0], mpi.CUDAAware())
+	return nil
+}
+
+// setup is what every rank builds before the window loop.
+type setup struct {
+	cfg     *config.Config
+	replica *mnist.Replica
+	steps   int
+	ctrl    *hparam.Controller // rank 0
+	closers []func()
+	mw      *metrics.Writer // rank 0
+}
+
+func (st *setup) close() {
+	for i := len(st.closers) - 1; i >= 0; i-- {
+		st.closers[i]()
+	}
+}
+
+func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byte, source string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	st := &setup{}
+	defer st.close()
+	err := agree(w, st.build(ctx, w, log, f, data))
+	if err != nil {
+		return err
+	}
+	// SIGUSR1/SIGTERM (Slurm's warning, preemption) raise a flag; the ranks
+	// agree on it at the next converge, checkpoint and stop.
+	var preempt atomic.Bool
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		for range sig {
+			preempt.Store(true)
+		}
+	}()
+	if w.Rank() == 0 {
+		log.Info().Str("config", source).Int("ranks", w.Size()).Int("steps", st.steps).Int("window", st.cfg.Train.Window).
+			Str("sync", st.cfg.Train.Sync).Strs("explored", st.ctrl.Names()).Str("run_dir", st.cfg.Run.Dir).Msg("starting HDET run")
+	}
+	start := time.Now()
+	res, err := engine.Run(ctx, engine.Options{
+		Comm: w, Replica: st.replica, Controller: st.ctrl,
+		Steps: st.steps, Window: st.cfg.Train.Window, Sync: st.cfg.Train.Sync, EvalEvery: st.cfg.Train.EvalEvery,
+		Metrics: st.mw, Stop: preempt.Load,
+		Fault: engine.Fault{NaNRank: st.cfg.Train.FaultNaNRank, NaNWindow: st.cfg.Train.FaultNaNWindow},
+		Log:   log,
+	})
+	if err != nil {
+		return err
+	}
+	if w.Rank() != 0 {
+		return nil
+	}
+	if err := writeModel(filepath.Join(st.cfg.Run.Dir, "model.bin"), st.replica.SyncBuffer(false)[:st.replica.ParamCount()]); err != nil {
+		return err
+	}
+	if err := st.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
+		Eval:     &metrics.Eval{Loss: metrics.Float(res.TestLoss), Accuracy: metrics.Float(res.TestAccuracy)},
+		Checksum: res.Checksum, WallSeconds: time.Since(start).Seconds()}); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
+		res.TestAccuracy, res.TestLoss, res.Steps, w.Size(), st.cfg.Run.Dir)
+	return nil
+}
+
+func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }
+
+func (st *setup) build(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byte) error {
+	cfg, err := config.Load(data, f.sets)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	st.cfg = cfg
+	ds, err := mnist.Load(cfg.Workload.Data)
+	if err != nil {
+		return &UsageError{Err: fmt.Errorf("workload.data: %w", err)}
+	}
+	mc := mnist.DefaultConfig()
+	wl := cfg.Workload
+	mc.Hidden, mc.BatchSize, mc.Optimizer = wl.Hidden, wl.BatchSize, wl.Optimizer
+	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
+	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
+	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
+	if st.replica, err = mnist.New(mc); err != nil {
+		return &UsageError{Err: fmt.Errorf("workload: %w", err)}
+	}
+	st.steps = cfg.Train.Steps
+	if st.steps == 0 {
+		st.steps = cfg.Train.Epochs * st.replica.StepsPerEpoch()
+		if cfg.Train.Window > st.steps {
+			return Usagef("train.window: got %d, want at most the run's %d steps (%d epochs)", cfg.Train.Window, st.steps, cfg.Train.Epochs)
+		}
+	}
+	accepted := map[string]bool{}
+	for _, h := range st.replica.Hyperparameters() {
+		accepted[h] = true
+	}
+	for i, e := range cfg.Explorers {
+		if !accepted[e.Name] {
+			return Usagef("explorers[%d].name: the %s workload does not accept %q (it accepts %s)", i, wl.Kind, e.Name, strings.Join(st.replica.Hyperparameters(), ", "))
+		}
+	}
+	if w.Rank() != 0 {
+		return nil
+	}
+	if err := st.openExplorers(ctx, w, log, f); err != nil {
+		return err
+	}
+	return st.openRunDir(w)
+}
+
+func (st *setup) openExplorers(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f runFlags) error {
+	cfg := st.cfg
+	var named []hparam.NamedExplorer
+	if len(cfg.Explorers) > 0 {
+		dir, err := plugins.Dir(f.pluginDir)
+		if err != nil {
+			return err
+		}
+		st.closers = append(st.closers, plugins.KillAll)
+		for i, e := range cfg.Explorers {
+			bin, err := plugins.Resolve(dir, e.Plugin)
+			if err != nil {
+				return Usagef("explorers[%d].plugin: %q: %v (plugin directory %s; `make build` puts the built-in explorers in bin/plugins)", i, e.Plugin, err, dir)
+			}
+			ex, err := plugins.Open(ctx, plugins.Spec{Name: e.Name, Binary: bin, Checksum: e.SHA256, Timeout: time.Duration(e.Timeout)}, log,
+				func(ev plugins.Event) {
+					log.Warn().Str("explorer", ev.Name).Str("kind", ev.Kind).Str("op", ev.Op).AnErr("cause", ev.Err).Msg("explorer failure")
+				})
+			if err != nil {
+				if plugins.IsConfigError(err) {
+					return Usagef("explorers[%d] (%s): %v", i, e.Name, err)
+				}
+				return fmt.Errorf("explorers[%d] (%s): %w", i, e.Name, err)
+			}
+			st.closers = append(st.closers, func() { _ = ex.Close() })
+			block := []byte("{}")
+			if e.Config != nil {
+				if block, err = json.Marshal(e.Config); err != nil {
+					return Usagef("explorers[%d].config: %v", i, err)
+				}
+			}
+			named = append(named, hparam.NamedExplorer{Name: e.Name, Explorer: ex, Config: block})
+		}
+	}
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: w.Size(), TotalSteps: st.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed}, named)
+	if err != nil {
+		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
+			return Usagef("explorers: %v", err)
+		}
+		return err
+	}
+	st.ctrl = ctrl
+	return nil
+}
+
+func (st *setup) openRunDir(w *mpi.Comm) error {
+	cfg := st.cfg
+	if err := os.MkdirAll(cfg.Run.Dir, 0o755); err != nil {
+		return Usagef("run.dir: %v", err)
+	}
+	b, err := cfg.YAML()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Run.Dir, "config.yaml"), b, 0o644); err != nil {
+		return Usagef("run.dir: %v", err)
+	}
+	hash, err := cfg.Hash()
+	if err != nil {
+		return err
+	}
+	mw, err := metrics.OpenWriter(filepath.Join(cfg.Run.Dir, "metrics.jsonl"))
+	if err != nil {
+		return Usagef("run.dir: %v", err)
+	}
+	st.mw = mw
+	st.closers = append(st.closers, func() { _ = mw.Close() })
+	var params []metrics.Param
+	names := st.ctrl.Names()
+	for i, d := range st.ctrl.Descriptors() {
+		params = append(params, metrics.Param{Name: names[i], Scale: string(d.Scale), Spread: string(d.Spread.Kind), Alpha: d.Spread.Alpha, Lower: d.Bounds.Lower, Upper: d.Bounds.Upper})
+	}
+	return mw.Write(metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: w.Size(), TotalSteps: st.steps,
+		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash})
+}
+
+// writeModel saves the final parameters as little-endian float32.
+func writeModel(path string, p []float32) error {
+	b := make([]byte, 4*len(p))
+	for i, v := range p {
+		u := math.Float32bits(v)
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,78 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// Sentinel errors; every error from a Worker wraps one of them (test with
+// errors.Is) inside a *WorkerError that names the rank.
+var (
+	ErrOptions    = errors.New("invalid bridge options")
+	ErrExited     = errors.New("worker process exited")
+	ErrTimeout    = errors.New("worker did not answer in time")
+	ErrProtocol   = errors.New("bad message from worker")
+	ErrVersion    = errors.New("worker speaks another protocol version")
+	ErrWorker     = errors.New("worker reported an error")
+	ErrBadPlan    = errors.New("invalid window plan")
+	ErrClosed     = errors.New("worker already closed")
+	ErrNoEvaluate = errors.New("worker script registered no evaluate function")
+)
+
+// WorkerError is a failure of rank Rank's worker while doing Op.
+type WorkerError struct {
+	Rank   int
+	PID    int
+	Op     string // "starting", "training window 3 (steps 40-59)", ...
+	Err    error
+	Stderr string // the last lines the worker wrote to stderr, if any
+}
+
+func (e *WorkerError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rank %d: worker", e.Rank)
+	if e.PID > 0 {
+		fmt.Fprintf(&b, " (pid %d)", e.PID)
+	}
+	fmt.Fprintf(&b, " %s: %v", e.Op, e.Err)
+	if s := strings.TrimSpace(e.Stderr); s != "" {
+		fmt.Fprintf(&b, "\n--- last lines of rank %d's worker stderr ---\n%s", e.Rank, s)
+	}
+	return b.String()
+}
+
+func (e *WorkerError) Unwrap() error { return e.Err }
+
+// tail keeps the last max bytes written to it, whole lines where it can; the
+// worker's stderr goes through it so errors can quote a Python traceback.
+type tail struct {
+	max int
+	buf []byte
+	mu  sync.Mutex // writes come from exec's copier goroutine
+}
+
+func newTail(max int) *tail { return &tail{max: max} }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	s := string(t.buf)
+	t.mu.Unlock()
+	if len(s) >= t.max {
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			s = s[i+1:]
+		}
+	}
+	return s
+}

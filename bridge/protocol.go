@@ -1,0 +1,201 @@
+package bridge
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+)
+
+// ProtocolVersion is the version of the worker protocol this package speaks.
+// The worker announces its version in HELLO; any other version is refused
+// (ErrVersion) rather than guessed at.
+const ProtocolVersion = 1
+
+// Frame layout, both directions (little endian):
+//
+//	"HDET" | uint32 JSON length | uint32 binary length | JSON | binary
+//
+// The JSON part is a small message (type plus fields); the binary part carries
+// float64 arrays that may hold NaN/Inf (losses), which JSON cannot.
+var frameMagic = [4]byte{'H', 'D', 'E', 'T'}
+
+const (
+	headerSize = 12
+	// maxJSON bounds one message: a PLAN of 10 000 steps for 20
+	// hyperparameters is about 4 MB; anything far larger is garbage.
+	maxJSON = 64 << 20
+	// maxBinary bounds the binary part (losses: 8 bytes per step).
+	maxBinary = 64 << 20
+)
+
+// Message types.
+const (
+	msgHello   = "hello"   // worker → hdet: who it is, what it accepts
+	msgWelcome = "welcome" // hdet → worker: sync mode, the shared buffer
+	msgReady   = "ready"   // worker → hdet: initial parameters are in the buffer
+	msgPlan    = "plan"    // hdet → worker: per-step values for one window
+	msgDone    = "done"    // worker → hdet: window trained; buffer holds its parameters; binary = losses
+	msgEval    = "eval"    // hdet → worker: evaluate the (averaged) parameters
+	msgResult  = "result"  // worker → hdet: binary = loss, accuracy
+	msgStop    = "stop"    // hdet → worker: run finished; load the buffer and return from step()
+	msgError   = "error"   // worker → hdet: the worker failed; Message says why
+)
+
+// Buffer kinds a worker can share its parameters through. Only BufferSHM is
+// implemented: CUDA tensors are staged through it (copied to host). A later
+// BufferCUDAIPC would carry a cudaIpcMemHandle in Handle instead of a Path.
+const (
+	BufferSHM     = "shm"
+	BufferCUDAIPC = "cuda_ipc" // reserved, not implemented
+)
+
+// BufferSpec tells the worker where the sync buffer lives.
+type BufferSpec struct {
+	Kind   string `json:"kind"`
+	Path   string `json:"path,omitempty"`   // shm: file to mmap
+	Handle []byte `json:"handle,omitempty"` // cuda_ipc: the IPC handle (reserved)
+	Floats int    `json:"floats"`           // float32 elements currently mapped
+}
+
+// ParamGroup describes one optimizer parameter group of the worker.
+type ParamGroup struct {
+	Key         string  `json:"key"` // the group's "name" entry, else its index
+	Size        int     `json:"size"`
+	LR          float64 `json:"lr"`
+	WeightDecay float64 `json:"weight_decay"`
+}
+
+// Schedule is the OneCycleLR configuration the worker's script passed to its
+// scheduler, so that hdet's base schedule can be the script's own.
+type Schedule struct {
+	MaxLR          []float64 `json:"max_lr"`
+	TotalSteps     int       `json:"total_steps"`
+	PctStart       float64   `json:"pct_start"`
+	AnnealStrategy string    `json:"anneal_strategy"`
+	CycleMomentum  bool      `json:"cycle_momentum"`
+	BaseMomentum   []float64 `json:"base_momentum"`
+	MaxMomentum    []float64 `json:"max_momentum"`
+	DivFactor      float64   `json:"div_factor"`
+	FinalDivFactor float64   `json:"final_div_factor"`
+	ThreePhase     bool      `json:"three_phase"`
+}
+
+// Hello is what a worker announces when it connects.
+type Hello struct {
+	Protocol        int          `json:"protocol"`
+	PID             int          `json:"pid"`
+	Hyperparameters []string     `json:"hyperparameters"`
+	ParamGroups     []ParamGroup `json:"param_groups"`
+	ParamCount      int          `json:"param_count"`
+	Dtype           string       `json:"dtype"`   // of the sync buffer: always "float32"
+	Device          string       `json:"device"`  // where the parameters live: "cpu", "cuda:0", ...
+	Buffers         []string     `json:"buffers"` // buffer kinds the worker supports
+	Schedule        *Schedule    `json:"schedule,omitempty"`
+	// Window is the script's hdet_window (T), 0 when it left it to hdet.
+	Window int `json:"hdet_window,omitempty"`
+	// Explore lists what the script asks to explore: each entry has a "name"
+	// and optional settings (alpha, spread, base, lower, upper, ...), passed
+	// through as the script wrote them.
+	Explore []map[string]any `json:"explore,omitempty"`
+	// Options holds the script's other hdet_* settings (auto phase, ...).
+	Options map[string]any `json:"options,omitempty"`
+	// Evaluate is true when the script registered an evaluation function.
+	Evaluate bool `json:"evaluate"`
+}
+
+// message is the JSON part of every frame; fields not used by a type are
+// omitted.
+type message struct {
+	Type string `json:"type"`
+
+	Hello *Hello `json:"hello,omitempty"`
+
+	// welcome
+	Protocol  int         `json:"protocol,omitempty"`
+	Rank      int         `json:"rank,omitempty"`
+	WorldSize int         `json:"world_size,omitempty"`
+	SyncMode  string      `json:"sync_mode,omitempty"`
+	Buffer    *BufferSpec `json:"buffer,omitempty"`
+
+	// plan, done
+	Window int                  `json:"window,omitempty"`
+	Start  int                  `json:"start,omitempty"`
+	Steps  int                  `json:"steps,omitempty"`
+	Values map[string][]float64 `json:"values,omitempty"`
+
+	// plan, eval, stop: copy the buffer back into the model first
+	Load          bool `json:"load,omitempty"`
+	LoadOptimizer bool `json:"load_optimizer,omitempty"`
+
+	// done
+	Applied      map[string][]float64 `json:"applied,omitempty"`
+	StateCount   int                  `json:"state_count,omitempty"`
+	BufferFloats int                  `json:"buffer_floats,omitempty"`
+
+	// result
+	Supported bool `json:"supported,omitempty"`
+
+	// error
+	Message string `json:"message,omitempty"`
+}
+
+// writeFrame writes one frame.
+func writeFrame(w io.Writer, m *message, payload []byte) error {
+	js, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", m.Type, err)
+	}
+	buf := make([]byte, headerSize, headerSize+len(js)+len(payload))
+	copy(buf, frameMagic[:])
+	binary.LittleEndian.PutUint32(buf[4:], uint32(len(js)))
+	binary.LittleEndian.PutUint32(buf[8:], uint32(len(payload)))
+	buf = append(append(buf, js...), payload...)
+	_, err = w.Write(buf)
+	return err
+}
+
+// readFrame reads one frame. Anything malformed is an ErrProtocol; a clean
+// end of stream before a frame starts is io.EOF.
+func readFrame(r io.Reader) (*message, []byte, error) {
+	var h [headerSize]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return nil, nil, fmt.Errorf("%w: stream ended inside a frame header", ErrProtocol)
+		}
+		return nil, nil, err
+	}
+	if [4]byte(h[:4]) != frameMagic {
+		return nil, nil, fmt.Errorf("%w: frame does not start with %q (got %q)", ErrProtocol, frameMagic[:], h[:4])
+	}
+	nj := binary.LittleEndian.Uint32(h[4:])
+	nb := binary.LittleEndian.Uint32(h[8:])
+	if nj == 0 || nj > maxJSON || nb > maxBinary {
+		return nil, nil, fmt.Errorf("%w: frame sizes out of range (json %d, binary %d bytes)", ErrProtocol, nj, nb)
+	}
+	body := make([]byte, int(nj)+int(nb))
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, nil, fmt.Errorf("%w: stream ended inside a %d-byte frame: %v", ErrProtocol, len(body), err)
+	}
+	m := new(message)
+	if err := json.Unmarshal(body[:nj], m); err != nil {
+		return nil, nil, fmt.Errorf("%w: undecodable JSON: %v", ErrProtocol, err)
+	}
+	if m.Type == "" {
+		return nil, nil, fmt.Errorf("%w: message without a type", ErrProtocol)
+	}
+	return m, body[nj:], nil
+}
+
+// float64s decodes a binary part of n little-endian float64s.
+func float64s(b []byte, n int) ([]float64, error) {
+	if len(b) != 8*n {
+		return nil, fmt.Errorf("%w: expected %d float64 (%d bytes), got %d bytes", ErrProtocol, n, 8*n, len(b))
+	}
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out, nil
+}

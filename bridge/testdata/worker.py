@@ -1,0 +1,63 @@
+"""A small real PyTorch worker for the bridge tests: linear regression with
+two named parameter groups, trained with hdet.OneCycleLR."""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import hdet
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--steps", type=int, default=12)
+ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+ap.add_argument("--die-at-step", type=int, default=-1)
+ap.add_argument("--hang-at-step", type=int, default=-1)
+ap.add_argument("--fail-at-step", type=int, default=-1)
+args = ap.parse_args()
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+groups = [
+    {"name": "body", "params": model[0].parameters(), "weight_decay": 1e-3},
+    {"name": "head", "params": model[2].parameters(), "weight_decay": 0.0},
+]
+if args.optimizer == "adamw":
+    opt = torch.optim.AdamW(groups, lr=1e-3)
+else:
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+if hdet.sync_mode() == "gradients" and hdet.world_size() > 1:
+    torch.distributed.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from hdet
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+temperature = [1.0]
+
+
+def evaluate():
+    with torch.no_grad():
+        return float(sum(p.sum() for p in model.parameters())), float(temperature[0])
+
+
+sched = hdet.OneCycleLR(opt, max_lr=[0.05, 0.05], total_steps=args.steps,
+                        callbacks={"temperature": lambda v: temperature.__setitem__(0, v)},
+                        explore=["lr", "weight_decay", "temperature"], evaluate=evaluate)
+gen = torch.Generator().manual_seed(1 + hdet.rank())
+w_true = torch.arange(8, dtype=torch.float32) / 8
+for step in range(args.steps):
+    if step == args.die_at_step:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if step == args.hang_at_step:
+        time.sleep(3600)
+    if step == args.fail_at_step:
+        raise RuntimeError("worker.py failing on purpose at step %d" % step)
+    x = torch.randn(32, 8, generator=gen)
+    y = (x @ w_true).unsqueeze(1)
+    loss = torch.nn.functional.mse_loss(model(x) / temperature[0], y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    sched.step(loss)
+print("worker.py finished %d steps" % args.steps, flush=True)

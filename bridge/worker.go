@@ -1,0 +1,689 @@
+// Package bridge runs an external training process (a PyTorch script using
+// the hdet Python package) as one rank's engine.Replica.
+//
+// One exchange per window over a local Unix socket: PLAN (the window's
+// per-step hyperparameter values) → the script trains → DONE (per-step
+// losses, the values it applied). Before sending DONE the worker copies its
+// parameters (and, in `local` mode, its optimizer state) into a float32 file
+// mapped shared by both processes; that mapping is SyncBuffer, which the
+// engine all-reduces in place with MPI. The next PLAN (or EVAL, or STOP) tells
+// the worker to copy the averaged buffer back into its tensors.
+//
+// CUDA tensors are staged through the same host buffer; the messages leave
+// room for a CUDA IPC handle (BufferCUDAIPC) but only BufferSHM is
+// implemented.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hdet-dev/hdet/engine"
+)
+
+// Sync modes (DESIGN §1).
+const (
+	SyncGradients = "gradients" // the script's own DDP all-reduces gradients every step
+	SyncLocal     = "local"     // no communication inside a window; optimizer state is averaged too
+)
+
+// DefaultTimeout bounds the wait for any one message, a whole window's
+// training included.
+const DefaultTimeout = 10 * time.Minute
+
+// DefaultStartTimeout bounds the start: importing torch alone takes seconds
+// on a cold file cache.
+const DefaultStartTimeout = 2 * time.Minute
+
+// exitGrace is how long a closed connection may precede the process's exit
+// before the worker is reported as hung rather than exited.
+const exitGrace = 5 * time.Second
+
+// Options configure one rank's worker.
+type Options struct {
+	Command []string // the worker's argv, e.g. python3 train.py --steps 600
+
+	Rank, WorldSize, LocalRank int
+
+	// MasterAddr and MasterPort are torch.distributed's rendezvous, passed
+	// as MASTER_ADDR/MASTER_PORT in `gradients` mode. Every rank must get
+	// the same port (rank 0 picks it and broadcasts it).
+	MasterAddr string // default 127.0.0.1
+	MasterPort int
+
+	GPU      string // CUDA_VISIBLE_DEVICES for the worker; "" leaves it as inherited
+	SyncMode string // SyncGradients or SyncLocal
+
+	Dir          string        // where the socket is created; default a fresh temporary folder
+	Timeout      time.Duration // per message once started; default DefaultTimeout
+	StartTimeout time.Duration // from launch to READY; default DefaultStartTimeout
+
+	Env            []string  // extra KEY=VALUE entries, applied last
+	Stdout, Stderr io.Writer // the worker's output; default os.Stdout, os.Stderr
+}
+
+// frame is one read from the worker's connection.
+type frame struct {
+	msg     *message
+	payload []byte
+	err     error
+}
+
+// Worker is one rank's external training process. It implements
+// engine.Replica; its methods must not be called concurrently.
+type Worker struct {
+	opts   Options
+	cmd    *exec.Cmd
+	stderr *tail
+	dir    string
+	ownDir bool
+	ln     *net.UnixListener
+	conn   net.Conn
+	hello  Hello
+	shm    *shmBuffer
+
+	frames    chan frame
+	exited    chan struct{} // closed once the process has been reaped
+	exitState *os.ProcessState
+	done      chan struct{} // closed by Close, stops the reader
+
+	mu         sync.Mutex
+	stateCount int  // optimizer-state floats after the parameters (local mode)
+	window     int  // index of the next window
+	next       int  // global step the next window must start at
+	idle       bool // the worker waits for a message (between windows)
+	handedOut  bool // SyncBuffer was called since the worker last wrote it
+	handedOpt  bool // ... with the optimizer state
+	applied    engine.Values
+	failed     error
+	closed     bool
+}
+
+var _ engine.Replica = (*Worker)(nil)
+
+// Start launches the worker, waits for it to connect and announce itself,
+// maps the sync buffer and waits until the worker has copied its initial
+// parameters into it. Call Start from a goroutine that lives as long as the
+// worker (the engine's main one): the worker is killed by the kernel when
+// the OS thread that started it exits (Pdeathsig), so it never outlives a
+// crashed hdet.
+func Start(ctx context.Context, opts Options) (*Worker, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		opts:   opts,
+		stderr: newTail(4096),
+		frames: make(chan frame),
+		exited: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	if err := w.start(ctx); err != nil {
+		w.closed = true
+		if w.cmd != nil {
+			w.kill()
+			<-w.exited
+		}
+		w.cleanup()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (o *Options) validate() error {
+	switch {
+	case len(o.Command) == 0:
+		return fmt.Errorf("%w: no worker command", ErrOptions)
+	case o.WorldSize < 1 || o.Rank < 0 || o.Rank >= o.WorldSize:
+		return fmt.Errorf("%w: rank %d of world size %d", ErrOptions, o.Rank, o.WorldSize)
+	case o.LocalRank < 0:
+		return fmt.Errorf("%w: local rank %d", ErrOptions, o.LocalRank)
+	case o.SyncMode != SyncGradients && o.SyncMode != SyncLocal:
+		return fmt.Errorf("%w: sync mode %q (allowed: %s, %s)", ErrOptions, o.SyncMode, SyncGradients, SyncLocal)
+	case o.SyncMode == SyncGradients && o.WorldSize > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
+		return fmt.Errorf("%w: gradients mode needs MasterPort in 1..65535, got %d", ErrOptions, o.MasterPort)
+	case o.Timeout < 0 || o.StartTimeout < 0:
+		return fmt.Errorf("%w: negative timeout", ErrOptions)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.MasterAddr == "" {
+		o.MasterAddr = "127.0.0.1"
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	return nil
+}
+
+func (w *Worker) start(ctx context.Context) error {
+	o := &w.opts
+	w.dir = o.Dir
+	if w.dir == "" {
+		d, err := os.MkdirTemp("", "hdet-")
+		if err != nil {
+			return w.errorf("starting", "socket folder: %w", err)
+		}
+		w.dir, w.ownDir = d, true
+	}
+	sock := filepath.Join(w.dir, fmt.Sprintf("rank%d.sock", o.Rank))
+	if len(sock) > 100 { // sun_path is 108 bytes on Linux
+		return w.errorf("starting", "%w: socket path %q is too long; use a shorter Dir", ErrOptions, sock)
+	}
+	_ = os.Remove(sock) // a stale one from a killed run would make Listen fail
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return w.errorf("starting", "listen on %s: %w", sock, err)
+	}
+	w.ln = ln
+
+	cmd := exec.Command(o.Command[0], o.Command[1:]...)
+	cmd.Env = o.environ(sock)
+	cmd.Stdout = o.Stdout
+	cmd.Stderr = io.MultiWriter(o.Stderr, w.stderr)
+	// Its own process group, so that Close and failures also stop what the
+	// script forked (data loader workers); Pdeathsig so that it dies with us.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 3 * time.Second // a forked child holding stderr must not block Wait
+	if err := cmd.Start(); err != nil {
+		return w.errorf("starting", "%w: %v", ErrExited, err)
+	}
+	w.cmd = cmd
+	go func() {
+		_ = cmd.Wait() // the exit status is read from ProcessState
+		w.exitState = cmd.ProcessState
+		close(w.exited)
+	}()
+
+	conn, err := w.accept(ctx)
+	if err != nil {
+		return w.fail("connecting", err)
+	}
+	w.conn = conn
+	go w.read()
+
+	m, _, err := w.await(ctx, msgHello, o.StartTimeout)
+	if err != nil {
+		return w.fail("sending HELLO", err)
+	}
+	if err := w.checkHello(m); err != nil {
+		return w.fail("sending HELLO", err)
+	}
+	w.shm, err = newSHM(shmDir(), fmt.Sprintf("hdet-r%d-*.f32", o.Rank), w.hello.ParamCount)
+	if err != nil {
+		return w.fail("starting", err)
+	}
+	welcome := &message{
+		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: o.SyncMode,
+		Buffer: &BufferSpec{Kind: BufferSHM, Path: w.shm.path(), Floats: w.hello.ParamCount},
+	}
+	if err := w.send(welcome, nil); err != nil {
+		return w.fail("starting", err)
+	}
+	if _, _, err := w.await(ctx, msgReady, o.StartTimeout); err != nil {
+		return w.fail("copying its initial parameters", err)
+	}
+	w.idle = true
+	return nil
+}
+
+// environ is the worker's environment: ours, minus the variables we own,
+// plus the HDET_* ones and, in gradients mode, torch.distributed's. In local
+// mode RANK/WORLD_SIZE are left out on purpose: scripts take their presence
+// as the signal to set up DDP.
+func (o *Options) environ(sock string) []string {
+	set := map[string]string{
+		"HDET_SOCKET":     sock,
+		"HDET_PROTOCOL":   strconv.Itoa(ProtocolVersion),
+		"HDET_RANK":       strconv.Itoa(o.Rank),
+		"HDET_WORLD_SIZE": strconv.Itoa(o.WorldSize),
+		"HDET_LOCAL_RANK": strconv.Itoa(o.LocalRank),
+		"HDET_SYNC_MODE":  o.SyncMode,
+	}
+	drop := []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+	if o.SyncMode == SyncGradients {
+		set["RANK"] = strconv.Itoa(o.Rank)
+		set["WORLD_SIZE"] = strconv.Itoa(o.WorldSize)
+		set["LOCAL_RANK"] = strconv.Itoa(o.LocalRank)
+		set["MASTER_ADDR"] = o.MasterAddr
+		set["MASTER_PORT"] = strconv.Itoa(o.MasterPort)
+	}
+	if o.GPU != "" {
+		set["CUDA_VISIBLE_DEVICES"] = o.GPU
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ours := set[k]; ours || slices.Contains(drop, k) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for k, v := range set {
+		env = append(env, k+"="+v)
+	}
+	return append(env, o.Env...)
+}
+
+func (w *Worker) accept(ctx context.Context) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := w.ln.Accept()
+		ch <- result{c, err}
+	}()
+	timer := time.NewTimer(w.opts.StartTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-w.exited:
+		return nil, fmt.Errorf("%w before connecting (%s); does the script construct hdet.OneCycleLR?", ErrExited, describeExit(w.exitState))
+	case <-timer.C:
+		_ = w.ln.Close()
+		return nil, fmt.Errorf("%w: it did not connect within %v; does the script construct hdet.OneCycleLR?", ErrTimeout, w.opts.StartTimeout)
+	case <-ctx.Done():
+		_ = w.ln.Close()
+		return nil, ctx.Err()
+	}
+}
+
+func (w *Worker) checkHello(m *message) error {
+	if m.Hello == nil || m.Hello.Protocol != ProtocolVersion {
+		v := 0
+		if m.Hello != nil {
+			v = m.Hello.Protocol
+		}
+		return fmt.Errorf("%w: worker speaks %d, this hdet speaks %d; install the hdet Python package from the same release", ErrVersion, v, ProtocolVersion)
+	}
+	h := *m.Hello
+	switch {
+	case h.ParamCount <= 0:
+		return fmt.Errorf("%w: HELLO with %d parameters", ErrProtocol, h.ParamCount)
+	case h.Dtype != "float32":
+		return fmt.Errorf("%w: HELLO with buffer dtype %q (want float32)", ErrProtocol, h.Dtype)
+	case !slices.Contains(h.Buffers, BufferSHM):
+		return fmt.Errorf("%w: worker cannot use a %s buffer (offers %v)", ErrProtocol, BufferSHM, h.Buffers)
+	case len(h.Hyperparameters) == 0:
+		return fmt.Errorf("%w: HELLO without hyperparameters", ErrProtocol)
+	}
+	sum := 0
+	for _, g := range h.ParamGroups {
+		sum += g.Size
+	}
+	if sum != h.ParamCount {
+		return fmt.Errorf("%w: HELLO param groups hold %d parameters, param_count says %d", ErrProtocol, sum, h.ParamCount)
+	}
+	w.hello = h
+	return nil
+}
+
+// read forwards frames from the connection until an error or Close.
+func (w *Worker) read() {
+	for {
+		m, p, err := readFrame(w.conn)
+		select {
+		case w.frames <- frame{m, p, err}:
+		case <-w.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (w *Worker) send(m *message, payload []byte) error {
+	_ = w.conn.SetWriteDeadline(time.Now().Add(w.opts.Timeout))
+	if err := writeFrame(w.conn, m, payload); err != nil {
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			return w.exitError()
+		}
+		return fmt.Errorf("send %s: %w", strings.ToUpper(m.Type), err)
+	}
+	return nil
+}
+
+// await waits for a message of type want, the worker's exit, the timeout or
+// ctx, whichever comes first.
+func (w *Worker) await(ctx context.Context, want string, timeout time.Duration) (*message, []byte, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case f := <-w.frames:
+		return w.expect(f, want)
+	case <-w.exited:
+		// A report the worker sent just before exiting says more than its
+		// exit status.
+		select {
+		case f := <-w.frames:
+			if f.err == nil && f.msg.Type == msgError {
+				return nil, nil, fmt.Errorf("%w: %s (then %s)", ErrWorker, f.msg.Message, describeExit(w.exitState))
+			}
+		case <-time.After(200 * time.Millisecond):
+		}
+		return nil, nil, fmt.Errorf("%w (%s)", ErrExited, describeExit(w.exitState))
+	case <-timer.C:
+		return nil, nil, fmt.Errorf("%w: no %s within %v", ErrTimeout, strings.ToUpper(want), timeout)
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+func (w *Worker) expect(f frame, want string) (*message, []byte, error) {
+	switch {
+	case errors.Is(f.err, io.EOF) || errors.Is(f.err, syscall.ECONNRESET):
+		return nil, nil, w.exitError()
+	case f.err != nil:
+		return nil, nil, f.err
+	case f.msg.Type == want:
+		return f.msg, f.payload, nil
+	case f.msg.Type == msgError:
+		return nil, nil, fmt.Errorf("%w: %s", ErrWorker, f.msg.Message)
+	}
+	return nil, nil, fmt.Errorf("%w: expected %s, got %q", ErrProtocol, strings.ToUpper(want), f.msg.Type)
+}
+
+// exitError explains a closed connection by the exit that normally follows.
+func (w *Worker) exitError() error {
+	select {
+	case <-w.exited:
+		return fmt.Errorf("%w (%s)", ErrExited, describeExit(w.exitState))
+	case <-time.After(exitGrace):
+		return fmt.Errorf("%w: it closed its connection but is still running", ErrProtocol)
+	}
+}
+
+func describeExit(s *os.ProcessState) string {
+	if s == nil {
+		return "exit status unknown"
+	}
+	if ws, ok := s.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
+	}
+	return fmt.Sprintf("exit status %d", s.ExitCode())
+}
+
+// errorf builds a WorkerError without marking the worker failed.
+func (w *Worker) errorf(op, format string, a ...any) error {
+	return w.wrap(op, fmt.Errorf(format, a...))
+}
+
+func (w *Worker) wrap(op string, err error) error {
+	e := &WorkerError{Rank: w.opts.Rank, Op: op, Err: err}
+	if w.cmd != nil && w.cmd.Process != nil {
+		e.PID = w.cmd.Process.Pid
+	}
+	if errors.Is(err, ErrExited) || errors.Is(err, ErrWorker) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrTimeout) {
+		e.Stderr = w.stderr.String()
+	}
+	return e
+}
+
+// fail marks the worker broken (every later call returns the same error)
+// and kills it: after a timeout, a bad message or a cancelled window its
+// state is unknown.
+func (w *Worker) fail(op string, err error) error {
+	w.failed = w.wrap(op, err)
+	w.idle = false
+	w.kill()
+	return w.failed
+}
+
+func (w *Worker) kill() {
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// Hello returns what the worker announced: its hyperparameters, parameter
+// groups, OneCycleLR settings and hdet settings.
+func (w *Worker) Hello() Hello { return w.hello }
+
+// PID is the worker process's id.
+func (w *Worker) PID() int { return w.cmd.Process.Pid }
+
+// Hyperparameters lists the names the worker accepts.
+func (w *Worker) Hyperparameters() []string { return slices.Clone(w.hello.Hyperparameters) }
+
+// ParamCount is the number of parameters at the start of SyncBuffer.
+func (w *Worker) ParamCount() int { return w.hello.ParamCount }
+
+// SyncBuffer returns the shared mapping: the worker's parameters as it left
+// them at its last DONE (or at start), followed in `local` mode, when
+// withOptimizer is set, by its optimizer state. PyTorch creates optimizer
+// state on the first step, so before the first window that part is empty.
+// The worker loads whatever the caller leaves in the buffer at its next
+// PLAN, EVAL or STOP. Nil once the worker is closed.
+func (w *Worker) SyncBuffer(withOptimizer bool) []float32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.shm == nil {
+		return nil
+	}
+	w.handedOut = true
+	n := w.hello.ParamCount
+	if withOptimizer && w.opts.SyncMode == SyncLocal {
+		w.handedOpt = true
+		n += w.stateCount
+	}
+	return w.shm.data[:n]
+}
+
+// Applied returns the values the worker reported applying at each step of
+// the last window (already checked equal to the plan).
+func (w *Worker) Applied() engine.Values {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.applied
+}
+
+// usable reports the sticky failure or closure.
+func (w *Worker) usable() error {
+	if w.failed != nil {
+		return w.failed
+	}
+	if w.closed {
+		return w.wrap("after Close", ErrClosed)
+	}
+	return nil
+}
+
+// TrainWindow sends the window's plan and waits for the worker to train it.
+// grads is unused: in `gradients` mode the script's own DDP all-reduces the
+// gradients every step.
+func (w *Worker) TrainWindow(ctx context.Context, start, steps int, v engine.Values, _ engine.GradReducer) (engine.WindowResult, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return engine.WindowResult{}, err
+	}
+	op := fmt.Sprintf("training window %d (steps %d-%d)", w.window, start, start+steps-1)
+	if err := w.checkPlan(start, steps, v); err != nil {
+		return engine.WindowResult{}, w.wrap(op, err)
+	}
+	plan := &message{
+		Type: msgPlan, Window: w.window, Start: start, Steps: steps, Values: v,
+		Load: w.handedOut, LoadOptimizer: w.handedOpt,
+	}
+	if err := w.send(plan, nil); err != nil {
+		return engine.WindowResult{}, w.fail(op, err)
+	}
+	w.idle, w.handedOut, w.handedOpt = false, false, false
+	m, payload, err := w.await(ctx, msgDone, w.opts.Timeout)
+	if err != nil {
+		return engine.WindowResult{}, w.fail(op, err)
+	}
+	losses, err := w.checkDone(m, payload, steps, v)
+	if err != nil {
+		return engine.WindowResult{}, w.fail(op, err)
+	}
+	w.idle = true
+	w.window++
+	w.next = start + steps
+	return engine.WindowResult{Losses: losses}, nil
+}
+
+func (w *Worker) checkPlan(start, steps int, v engine.Values) error {
+	if steps <= 0 {
+		return fmt.Errorf("%w: %d steps", ErrBadPlan, steps)
+	}
+	if start != w.next {
+		return fmt.Errorf("%w: window starts at step %d, the worker is at step %d", ErrBadPlan, start, w.next)
+	}
+	for name, vals := range v {
+		if !slices.Contains(w.hello.Hyperparameters, name) {
+			return fmt.Errorf("%w: the worker does not accept %q (it accepts %v)", ErrBadPlan, name, w.hello.Hyperparameters)
+		}
+		if len(vals) != steps {
+			return fmt.Errorf("%w: %d values of %q for %d steps", ErrBadPlan, len(vals), name, steps)
+		}
+		for i, x := range vals {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return fmt.Errorf("%w: %s = %v at step %d", ErrBadPlan, name, x, start+i)
+			}
+		}
+	}
+	return nil
+}
+
+// checkDone validates a DONE against the plan, picks up a grown buffer
+// (optimizer state appears after the first step) and returns the losses.
+func (w *Worker) checkDone(m *message, payload []byte, steps int, v engine.Values) ([]float64, error) {
+	if m.Window != w.window || m.Steps != steps {
+		return nil, fmt.Errorf("%w: DONE for window %d of %d steps, expected window %d of %d", ErrProtocol, m.Window, m.Steps, w.window, steps)
+	}
+	losses, err := float64s(payload, steps)
+	if err != nil {
+		return nil, err
+	}
+	for name, plan := range v {
+		got := m.Applied[name]
+		if len(got) != steps {
+			return nil, fmt.Errorf("%w: worker reports %d applied values of %q for %d steps", ErrProtocol, len(got), name, steps)
+		}
+		for i := range plan {
+			if got[i] != plan[i] {
+				return nil, fmt.Errorf("%w: worker applied %s = %v at step %d, the plan said %v", ErrProtocol, name, got[i], w.next+i, plan[i])
+			}
+		}
+	}
+	w.applied = m.Applied
+	if m.BufferFloats != w.hello.ParamCount+m.StateCount || m.StateCount < 0 {
+		return nil, fmt.Errorf("%w: DONE with buffer of %d floats for %d parameters and %d of optimizer state", ErrProtocol, m.BufferFloats, w.hello.ParamCount, m.StateCount)
+	}
+	if m.BufferFloats > len(w.shm.data) {
+		if err := w.shm.resize(m.BufferFloats); err != nil {
+			return nil, err
+		}
+	}
+	w.stateCount = m.StateCount
+	return losses, nil
+}
+
+// Evaluate asks the worker's registered evaluate function for the test loss
+// and accuracy of the current (averaged) parameters. Without one it returns
+// ErrNoEvaluate and the worker stays usable.
+func (w *Worker) Evaluate(ctx context.Context) (loss, accuracy float64, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return math.NaN(), math.NaN(), err
+	}
+	if !w.hello.Evaluate {
+		return math.NaN(), math.NaN(), w.wrap("evaluating", ErrNoEvaluate)
+	}
+	op := fmt.Sprintf("evaluating after window %d", w.window-1)
+	if err := w.send(&message{Type: msgEval, Load: w.handedOut, LoadOptimizer: w.handedOpt}, nil); err != nil {
+		return math.NaN(), math.NaN(), w.fail(op, err)
+	}
+	w.handedOut, w.handedOpt = false, false
+	_, payload, err := w.await(ctx, msgResult, w.opts.Timeout)
+	if err != nil {
+		return math.NaN(), math.NaN(), w.fail(op, err)
+	}
+	r, err := float64s(payload, 2)
+	if err != nil {
+		return math.NaN(), math.NaN(), w.fail(op, err)
+	}
+	return r[0], r[1], nil
+}
+
+// Close ends the worker. When the run went well (the worker waits between
+// windows) it sends STOP, after which the worker loads the final averaged
+// parameters, returns from step() and lets the script finish; Close waits
+// for it to exit (up to the timeout) and reports a non-zero exit. Otherwise
+// it kills the worker. Either way it removes the socket and the buffer.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	var err error
+	if w.failed == nil && w.idle {
+		err = w.stop()
+	}
+	w.kill() // what is left of its process group
+	<-w.exited
+	w.cleanup()
+	return err
+}
+
+func (w *Worker) stop() error {
+	const op = "finishing after STOP"
+	if err := w.send(&message{Type: msgStop, Load: w.handedOut, LoadOptimizer: w.handedOpt}, nil); err != nil {
+		return w.wrap(op, err)
+	}
+	timer := time.NewTimer(w.opts.Timeout)
+	defer timer.Stop()
+	select {
+	case <-w.exited:
+		if !w.exitState.Success() {
+			return w.wrap(op, fmt.Errorf("%w (%s)", ErrExited, describeExit(w.exitState)))
+		}
+		return nil
+	case <-timer.C:
+		return w.wrap(op, fmt.Errorf("%w: still running %v after STOP", ErrTimeout, w.opts.Timeout))
+	}
+}
+
+func (w *Worker) cleanup() {
+	close(w.done)
+	if w.conn != nil {
+		_ = w.conn.Close()
+	}
+	if w.ln != nil {
+		_ = w.ln.Close() // also removes the socket file
+	}
+	if w.shm != nil {
+		w.shm.close()
+	}
+	if w.ownDir {
+		_ = os.RemoveAll(w.dir)
+	}
+}

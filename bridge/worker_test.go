@@ -1,0 +1,289 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/engine"
+)
+
+// python is Debian's interpreter, the one with python3-torch.
+const python = "/usr/bin/python3"
+
+var torchCheck = sync.OnceValue(func() error {
+	return exec.Command(python, "-c", "import torch").Run()
+})
+
+// needTorch skips on a dev box without Debian's PyTorch and fails under CI.
+func needTorch(t *testing.T) {
+	t.Helper()
+	if err := torchCheck(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s with torch is required under CI (apt-get install -y python3-torch): %v", python, err)
+		}
+		t.Skipf("no torch for %s (apt-get install -y python3-torch): %v", python, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from exec's copier goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type started struct {
+	*Worker
+	out *syncBuffer
+}
+
+func pythonOptions(t *testing.T, mode string, args ...string) Options {
+	pkg, err := filepath.Abs("../python")
+	require.NoError(t, err)
+	return Options{
+		Command:   append([]string{python, "testdata/worker.py"}, args...),
+		WorldSize: 1, SyncMode: mode,
+		Env:     []string{"PYTHONPATH=" + pkg},
+		Timeout: time.Minute,
+	}
+}
+
+func startPython(t *testing.T, opts Options) started {
+	t.Helper()
+	needTorch(t)
+	out := &syncBuffer{}
+	opts.Stdout, opts.Stderr = out, out
+	w, err := Start(context.Background(), opts)
+	require.NoError(t, err, "worker output:\n%s", out)
+	t.Cleanup(func() { _ = w.Close() })
+	return started{w, out}
+}
+
+// plan builds a window's values: a ramp per hyperparameter, different per window.
+func plan(k, steps int) engine.Values {
+	v := engine.Values{"lr": {}, "weight_decay": {}, "temperature": {}}
+	for i := 0; i < steps; i++ {
+		v["lr"] = append(v["lr"], 0.01*float64(k+1)+0.001*float64(i))
+		v["weight_decay"] = append(v["weight_decay"], 1e-4*float64(i+1))
+		v["temperature"] = append(v["temperature"], 1+0.25*float64(i))
+	}
+	return v
+}
+
+func TestWorkerTrainsWindows(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "12"))
+	assert.ElementsMatch(t, []string{"lr", "weight_decay", "momentum", "temperature",
+		"lr/body", "lr/head", "weight_decay/body", "weight_decay/head"}, w.Hyperparameters())
+	const params = 8*4 + 4 + 4 + 1
+	assert.Equal(t, params, w.ParamCount())
+	h := w.Hello()
+	require.NotNil(t, h.Schedule)
+	assert.Equal(t, 12, h.Schedule.TotalSteps)
+	assert.Equal(t, []float64{0.05, 0.05}, h.Schedule.MaxLR)
+	assert.True(t, h.Evaluate)
+	assert.Equal(t, "cpu", h.Device)
+	var explored []any
+	for _, e := range h.Explore {
+		explored = append(explored, e["name"])
+	}
+	assert.Equal(t, []any{"lr", "weight_decay", "temperature"}, explored)
+	assert.Len(t, w.SyncBuffer(true), params, "no optimizer state before the first step")
+
+	ctx := context.Background()
+	for k := 0; k < 3; k++ {
+		v := plan(k, 4)
+		res, err := w.TrainWindow(ctx, 4*k, 4, v, nil)
+		require.NoError(t, err, "window %d; worker output:\n%s", k, w.out)
+		require.Len(t, res.Losses, 4)
+		for _, l := range res.Losses {
+			assert.False(t, math.IsNaN(l) || math.IsInf(l, 0), "loss %v", l)
+		}
+		assert.Equal(t, v, w.Applied(), "the worker applied exactly the plan")
+		// SGD with momentum keeps one buffer per parameter.
+		buf := w.SyncBuffer(true)
+		require.Len(t, buf, 2*params)
+		assert.Len(t, w.SyncBuffer(false), params)
+		if k == 1 {
+			// Stand in for the all-reduce: the worker must load what is left here.
+			for i := range buf[:params] {
+				buf[i] = 0.5
+			}
+			sum, temp, err := w.Evaluate(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 0.5*params, sum, "evaluate sees the loaded parameters")
+			assert.Equal(t, v["temperature"][3], temp, "the callback got the planned values")
+		}
+	}
+	require.NoError(t, w.Close())
+	assert.Contains(t, w.out.String(), "worker.py finished 12 steps")
+	assert.Nil(t, w.SyncBuffer(false), "no buffer after Close")
+	_, err := w.TrainWindow(ctx, 12, 1, nil, nil)
+	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestWorkerRejectsBadPlans(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "4"))
+	ctx := context.Background()
+	for name, v := range map[string]engine.Values{
+		"unknown name": {"beta3": {1, 1}},
+		"wrong length": {"lr": {0.1}},
+		"NaN value":    {"lr": {0.1, math.NaN()}},
+	} {
+		_, err := w.TrainWindow(ctx, 0, 2, v, nil)
+		assert.ErrorIs(t, err, ErrBadPlan, name)
+	}
+	_, err := w.TrainWindow(ctx, 1, 2, nil, nil)
+	assert.ErrorIs(t, err, ErrBadPlan, "wrong start step")
+	// Bad plans are refused before anything is sent: the worker still works.
+	res, err := w.TrainWindow(ctx, 0, 4, engine.Values{"lr": {0.1, 0.1, 0.1, 0.1}}, nil)
+	require.NoError(t, err)
+	assert.Len(t, res.Losses, 4)
+	assert.NoError(t, w.Close())
+}
+
+func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "6", "--optimizer", "adamw"))
+	ctx := context.Background()
+	res, err := w.TrainWindow(ctx, 0, 3, nil, nil)
+	require.NoError(t, err)
+	assert.Len(t, res.Losses, 3)
+	// AdamW: exp_avg and exp_avg_sq per parameter, plus one step counter per tensor.
+	assert.Len(t, w.SyncBuffer(true), 3*w.ParamCount()+4)
+	_, err = w.TrainWindow(ctx, 3, 3, engine.Values{"momentum": {0.9, 0.8, 0.7}}, nil)
+	require.NoError(t, err)
+	assert.NoError(t, w.Close())
+}
+
+func TestWorkerKilledMidWindow(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "12", "--die-at-step", "6"))
+	ctx := context.Background()
+	_, err := w.TrainWindow(ctx, 0, 4, plan(0, 4), nil)
+	require.NoError(t, err)
+	_, err = w.TrainWindow(ctx, 4, 4, plan(1, 4), nil)
+	require.ErrorIs(t, err, ErrExited)
+	var we *WorkerError
+	require.ErrorAs(t, err, &we)
+	assert.Equal(t, 0, we.Rank)
+	assert.Contains(t, err.Error(), "rank 0: worker (pid ")
+	assert.Contains(t, err.Error(), "training window 1 (steps 4-7)")
+	assert.Contains(t, err.Error(), "killed by signal 9")
+	_, again := w.TrainWindow(ctx, 4, 4, plan(1, 4), nil)
+	assert.Equal(t, err, again, "the failure is sticky")
+	assert.NoError(t, w.Close())
+}
+
+func TestWorkerRaisesMidWindow(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8", "--fail-at-step", "2"))
+	_, err := w.TrainWindow(context.Background(), 0, 4, nil, nil)
+	require.ErrorIs(t, err, ErrExited)
+	assert.Contains(t, err.Error(), "exit status 1")
+	assert.Contains(t, err.Error(), "RuntimeError: worker.py failing on purpose at step 2", "quotes the traceback")
+}
+
+func TestWorkerHangs(t *testing.T) {
+	opts := pythonOptions(t, SyncLocal, "--steps", "8", "--hang-at-step", "1")
+	opts.Timeout = 2 * time.Second
+	w := startPython(t, opts)
+	pid := w.PID()
+	_, err := w.TrainWindow(context.Background(), 0, 4, nil, nil)
+	require.ErrorIs(t, err, ErrTimeout)
+	assert.Contains(t, err.Error(), "no DONE within 2s")
+	require.NoError(t, w.Close())
+	assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the hung worker was killed")
+}
+
+// TestWorkerGradientsMode runs two ranks whose script uses DDP (gloo) and
+// stands in for MPI by averaging their buffers here.
+func TestWorkerGradientsMode(t *testing.T) {
+	needTorch(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+
+	ws := make([]started, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range ws {
+		wg.Add(1)
+		go func() { // both must start together: DDP's rendezvous waits for all ranks
+			defer wg.Done()
+			opts := pythonOptions(t, SyncGradients, "--steps", "8")
+			opts.Rank, opts.WorldSize, opts.MasterPort = r, 2, port
+			out := &syncBuffer{}
+			opts.Stdout, opts.Stderr = out, out
+			w, err := Start(context.Background(), opts)
+			ws[r], errs[r] = started{w, out}, err
+		}()
+	}
+	wg.Wait()
+	for r := range ws {
+		require.NoError(t, errs[r], "rank %d: %s", r, ws[r].out)
+		t.Cleanup(func() { _ = ws[r].Close() })
+	}
+	assert.Equal(t, ws[0].SyncBuffer(false), ws[1].SyncBuffer(false), "DDP starts both ranks equal")
+
+	window := func(k int) {
+		var wg sync.WaitGroup
+		for r, w := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lr := float64(r+1) * 0.02 // each rank its own step size
+				_, errs[r] = w.TrainWindow(context.Background(), 4*k, 4, engine.Values{"lr": {lr, lr, lr, lr}}, nil)
+			}()
+		}
+		wg.Wait()
+		for r := range ws {
+			require.NoError(t, errs[r], "rank %d window %d: %s", r, k, ws[r].out)
+		}
+	}
+	window(0)
+	b0, b1 := ws[0].SyncBuffer(false), ws[1].SyncBuffer(false)
+	assert.NotEqual(t, b0, b1, "different step sizes on the same gradients make the ranks drift")
+	for i := range b0 {
+		b0[i] = (b0[i] + b1[i]) / 2
+		b1[i] = b0[i]
+	}
+	s0, _, err := ws[0].Evaluate(context.Background())
+	require.NoError(t, err)
+	s1, _, err := ws[1].Evaluate(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, s0, s1, "both ranks loaded the average")
+	window(1)
+	for r, w := range ws {
+		require.NoError(t, w.Close(), "rank %d: %s", r, w.out)
+	}
+}
+
+// TestPythonUnitTests runs the hdet package's own tests (OneCycleLR parity
+// with torch, state_dict round trip).
+func TestPythonUnitTests(t *testing.T) {
+	needTorch(t)
+	out, err := exec.Command(python, "-m", "unittest", "discover", "-s", "../python/tests").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "OK")
+}

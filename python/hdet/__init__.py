@@ -1,0 +1,29 @@
+"""hdet: run an existing PyTorch training script under hdet.
+
+    from hdet import OneCycleLR          # was: from torch.optim.lr_scheduler import OneCycleLR
+    sched = OneCycleLR(opt, max_lr=0.1, total_steps=steps)
+    ...
+    sched.step(loss)                      # was: sched.step()
+
+Outside hdet the scheduler is torch's OneCycleLR. Launched by
+`mpirun -np N hdet run --worker -- python3 train.py`, each rank trains with
+its own hyperparameter values and hdet averages the replicas every window.
+"""
+
+from ._protocol import PROTOCOL_VERSION, ProtocolError
+from ._session import Stopped, local_rank, rank, sync_mode, under_hdet, world_size
+from .scheduler import OneCycleLR, dropout_setter
+
+__all__ = [
+    "OneCycleLR",
+    "PROTOCOL_VERSION",
+    "ProtocolError",
+    "Stopped",
+    "dropout_setter",
+    "local_rank",
+    "rank",
+    "sync_mode",
+    "under_hdet",
+    "world_size",
+]
+__version__ = "0.1.0"

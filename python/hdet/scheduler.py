@@ -1,0 +1,257 @@
+"""hdet.OneCycleLR: torch's OneCycleLR, plus hdet's per-rank values under hdet."""
+
+import math
+
+import torch
+from torch.optim.lr_scheduler import OneCycleLR as _TorchOneCycleLR
+
+from . import _session
+
+
+def dropout_setter(module):
+    """A callback that sets p on every dropout layer of module, for
+    dropout_callback=."""
+    layers = [m for m in module.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)]
+    if not layers:
+        raise ValueError("hdet: %s has no dropout layer" % type(module).__name__)
+
+    def set_p(p):
+        for m in layers:
+            m.p = p
+
+    return set_p
+
+
+def _group_keys(groups):
+    return [str(g.get("name", i)) for i, g in enumerate(groups)]
+
+
+def _setters(optimizer, callbacks):
+    """name -> function(value) that applies value and returns what the
+    optimizer (or the callback) now holds for the reference group.
+
+    "lr" sets every group, keeping each group's max_lr ratio to the first
+    group; "weight_decay" sets the groups that had a non-zero weight decay
+    (no-decay groups stay at 0); "momentum" is SGD's momentum or Adam's beta1;
+    "lr/KEY" and "weight_decay/KEY" address one group (KEY: its "name" entry,
+    else its index)."""
+    groups = optimizer.param_groups
+    s = {}
+    ref = groups[0].get("max_lr", groups[0]["lr"])
+    ratios = [1.0 if ref == 0 else g.get("max_lr", g["lr"]) / ref for g in groups]
+
+    def set_lr(v):
+        for g, r in zip(groups, ratios):
+            g["lr"] = v * r
+        return groups[0]["lr"]
+
+    s["lr"] = set_lr
+    if "weight_decay" in groups[0]:
+        decayed = [g for g in groups if g["weight_decay"] > 0] or list(groups)
+
+        def set_wd(v):
+            for g in decayed:
+                g["weight_decay"] = v
+            return decayed[0]["weight_decay"]
+
+        s["weight_decay"] = set_wd
+    if "betas" in groups[0]:
+        def set_momentum(v):
+            for g in groups:
+                g["betas"] = (v, g["betas"][1])
+            return groups[0]["betas"][0]
+
+        s["momentum"] = set_momentum
+    elif "momentum" in groups[0]:
+        def set_momentum(v):
+            for g in groups:
+                g["momentum"] = v
+            return groups[0]["momentum"]
+
+        s["momentum"] = set_momentum
+    if len(groups) > 1:
+        for key, g in zip(_group_keys(groups), groups):
+            s["lr/" + key] = _set_key(g, "lr")
+            if "weight_decay" in g:
+                s["weight_decay/" + key] = _set_key(g, "weight_decay")
+    for name, fn in callbacks.items():
+        if name in s:
+            raise ValueError("hdet: callback %r would replace the built-in hyperparameter of that name" % name)
+        if not callable(fn):
+            raise TypeError("hdet: callback for %r is not callable" % name)
+        s[name] = _call(fn)
+    return s
+
+
+def _set_key(group, key):
+    def set_value(v):
+        group[key] = v
+        return group[key]
+
+    return set_value
+
+
+def _call(fn):
+    def set_value(v):
+        fn(v)
+        return v
+
+    return set_value
+
+
+def _per_group(value, n):
+    if isinstance(value, (list, tuple)):
+        return [float(x) for x in value]
+    return [float(value)] * n
+
+
+class OneCycleLR(_TorchOneCycleLR):
+    """torch.optim.lr_scheduler.OneCycleLR, for running under hdet.
+
+    Every OneCycleLR argument means what it means in torch. Outside hdet
+    (no HDET_SOCKET in the environment) this class is torch's OneCycleLR:
+    the same values at every step, the same state_dict. step(loss) is the
+    only call a training loop needs; outside hdet the loss is ignored.
+
+    Under `hdet run --worker`, the constructor connects to this rank's hdet
+    process and waits for the first window's plan; each step(loss) records
+    the loss, lets torch compute the schedule, then overrides the explored
+    hyperparameters with this rank's planned values for the next step; at
+    the end of each window it hands the parameters over (hdet averages them
+    across ranks) and loads the average back before the next step.
+
+    hdet arguments (keyword only; hdet's run configuration may override):
+      hdet_window: the window length T in steps.
+      hdet_alpha, hdet_spread: the spread of each explored hyperparameter.
+      hdet_auto: auto-phase settings (a dict: start, beta, lambda, sigma, decay).
+      explore: hyperparameters to explore: names, or dicts with "name" and
+        settings. Default: "lr", plus "dropout" when dropout_callback is given.
+      dropout_callback: function(p) that sets the model's dropout
+        (hdet.dropout_setter(model) does it for nn.Dropout layers).
+      callbacks: {name: function(value)} for any other scalar.
+      evaluate: function() -> (test loss, accuracy), for hdet's evaluations.
+    """
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
+                 pct_start=0.3, anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85,
+                 max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
+                 last_epoch=-1, verbose=False, *, hdet_window=None, hdet_alpha=None,
+                 hdet_spread=None, hdet_auto=None, explore=None, dropout_callback=None,
+                 callbacks=None, evaluate=None):
+        self._hdet_run = None  # first: torch's constructor calls step()
+        super().__init__(optimizer, max_lr, total_steps=total_steps, epochs=epochs,
+                         steps_per_epoch=steps_per_epoch, pct_start=pct_start,
+                         anneal_strategy=anneal_strategy, cycle_momentum=cycle_momentum,
+                         base_momentum=base_momentum, max_momentum=max_momentum,
+                         div_factor=div_factor, final_div_factor=final_div_factor,
+                         three_phase=three_phase, last_epoch=last_epoch, verbose=verbose)
+        callbacks = dict(callbacks or {})
+        if dropout_callback is not None:
+            callbacks["dropout"] = dropout_callback
+        setters = _setters(optimizer, callbacks)
+        if explore is None:
+            explore = ["lr"] + (["dropout"] if "dropout" in callbacks else [])
+        explore = [dict(e) if isinstance(e, dict) else {"name": e} for e in explore]
+        for e in explore:
+            if e.get("name") not in setters:
+                raise ValueError("hdet: cannot explore %r; this optimizer and these callbacks offer %s"
+                                 % (e.get("name"), sorted(setters)))
+        if hdet_window is not None and (not isinstance(hdet_window, int) or hdet_window < 1):
+            raise ValueError("hdet: hdet_window must be a positive int, got %r" % (hdet_window,))
+        if evaluate is not None and not callable(evaluate):
+            raise TypeError("hdet: evaluate is not callable")
+        if not _session.under_hdet():
+            return
+        n = len(optimizer.param_groups)
+        hello = {
+            "hyperparameters": list(setters),
+            "param_groups": [
+                {"key": k, "size": sum(p.numel() for p in g["params"]), "lr": g["lr"],
+                 "weight_decay": g.get("weight_decay", 0.0)}
+                for k, g in zip(_group_keys(optimizer.param_groups), optimizer.param_groups)],
+            "device": str(optimizer.param_groups[0]["params"][0].device),
+            "schedule": {
+                "max_lr": [g["max_lr"] for g in optimizer.param_groups],
+                "total_steps": self.total_steps, "pct_start": pct_start,
+                "anneal_strategy": anneal_strategy, "cycle_momentum": cycle_momentum,
+                "base_momentum": _per_group(base_momentum, n), "max_momentum": _per_group(max_momentum, n),
+                "div_factor": div_factor, "final_div_factor": final_div_factor, "three_phase": three_phase,
+            },
+            "explore": explore,
+            "options": {k: v for k, v in (("alpha", hdet_alpha), ("spread", hdet_spread), ("auto", hdet_auto))
+                        if v is not None},
+            "evaluate": evaluate is not None,
+        }
+        if hdet_window is not None:
+            hello["hdet_window"] = hdet_window
+        self._hdet_run = _Run(self, _session.Session(optimizer, hello), setters, evaluate)
+
+    def step(self, loss=None):
+        run = self._hdet_run
+        if run is None:
+            super().step()
+            return
+        if loss is None:
+            raise ValueError("hdet: under hdet, call step(loss) with the step's training loss")
+        run.record(loss)
+        super().step()
+        run.advance()
+
+    def state_dict(self):
+        """torch's state_dict: the hdet connection is not part of the state."""
+        return {k: v for k, v in super().state_dict().items() if not k.startswith("_hdet")}
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict({k: v for k, v in state_dict.items() if not k.startswith("_hdet")})
+
+
+class _Run:
+    """The per-step side of a scheduler under hdet."""
+
+    def __init__(self, sched, session, setters, evaluate):
+        self.sched = sched
+        self.session = session
+        self.setters = setters
+        self.evaluate = evaluate
+        self.step_num = max(sched.last_epoch, 0)  # steps completed
+        self.stopped = False
+        self._next_window()
+
+    def record(self, loss):
+        if self.stopped:
+            raise _session.Stopped(self.step_num)
+        self.losses.append(float(loss))
+
+    def advance(self):
+        self.step_num += 1
+        i = self.step_num - self.start
+        if i < self.steps:
+            self._apply(i)
+            return
+        self.session.done(self.window, self.steps, self.losses, self.applied)
+        self._next_window()
+
+    def _next_window(self):
+        msg = self.session.next_message(self.evaluate)
+        if msg is None:
+            self.stopped = True
+            if self.step_num < self.sched.total_steps:
+                raise _session.Stopped(self.step_num)
+            return
+        start, steps = msg.get("start", 0), msg.get("steps", 0)
+        if start != self.step_num:
+            self.session.fail("the plan starts at step %d but the script is at step %d" % (start, self.step_num))
+        values = msg.get("values") or {}
+        for name, vals in values.items():
+            if name not in self.setters or len(vals) != steps:
+                self.session.fail("bad plan for %r (%d values for %d steps)" % (name, len(vals), steps))
+            if not all(math.isfinite(v) for v in vals):
+                self.session.fail("non-finite value planned for %r" % name)
+        self.window, self.start, self.steps, self.values = msg.get("window", 0), start, steps, values
+        self.losses = []
+        self.applied = {name: [] for name in values}
+        self._apply(0)
+
+    def _apply(self, i):
+        for name, vals in self.values.items():
+            self.applied[name].append(self.setters[name](vals[i]))

@@ -1,0 +1,120 @@
+"""Outside hdet, hdet.OneCycleLR must be torch's OneCycleLR step by step."""
+
+import os
+import sys
+import unittest
+import warnings
+
+import torch
+from torch.optim.lr_scheduler import OneCycleLR as TorchOneCycleLR
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
+import hdet  # noqa: E402
+
+# These tests step the scheduler without training; torch warns about the order.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+
+CONFIGS = [
+    dict(max_lr=0.1, total_steps=100),
+    dict(max_lr=0.05, total_steps=37, anneal_strategy="linear"),
+    dict(max_lr=0.1, total_steps=120, three_phase=True),
+    dict(max_lr=0.1, total_steps=120, three_phase=True, anneal_strategy="linear", pct_start=0.2),
+    dict(max_lr=0.3, epochs=3, steps_per_epoch=17, pct_start=0.4, div_factor=10.0, final_div_factor=100.0),
+    dict(max_lr=[0.1, 0.01], total_steps=50, base_momentum=[0.8, 0.85], max_momentum=[0.9, 0.95]),
+    dict(max_lr=0.1, total_steps=40, cycle_momentum=False),
+]
+
+
+def make_optimizer(kind, groups):
+    torch.manual_seed(0)
+    params = [[torch.nn.Parameter(torch.randn(3))] for _ in range(groups)]
+    if kind == "adamw":
+        return torch.optim.AdamW([{"params": p} for p in params], lr=1e-3, weight_decay=0.01)
+    return torch.optim.SGD([{"params": p} for p in params], lr=0.1, momentum=0.9)
+
+
+def momentum_of(group):
+    return group["betas"][0] if "betas" in group else group["momentum"]
+
+
+class OutsideHdetTest(unittest.TestCase):
+    def setUp(self):
+        os.environ.pop("HDET_SOCKET", None)
+
+    def test_matches_torch_step_by_step(self):
+        for cfg in CONFIGS:
+            for kind in ("sgd", "adamw"):
+                with self.subTest(cfg=cfg, optimizer=kind):
+                    groups = len(cfg["max_lr"]) if isinstance(cfg["max_lr"], list) else 1
+                    if not cfg.get("cycle_momentum", True) and kind == "sgd":
+                        continue
+                    o1, o2 = make_optimizer(kind, groups), make_optimizer(kind, groups)
+                    ref, ours = TorchOneCycleLR(o1, **cfg), hdet.OneCycleLR(o2, **cfg)
+                    self.assertIsInstance(ours, TorchOneCycleLR)
+                    for step in range(ref.total_steps):
+                        for g1, g2 in zip(o1.param_groups, o2.param_groups):
+                            self.assertEqual(g1["lr"], g2["lr"], "lr at step %d" % step)
+                            self.assertEqual(momentum_of(g1), momentum_of(g2), "momentum at step %d" % step)
+                        self.assertEqual(ref.get_last_lr(), ours.get_last_lr())
+                        o1.step()
+                        o2.step()
+                        ref.step()
+                        ours.step(loss=torch.tensor(1.0))  # the loss is ignored outside hdet
+
+    def test_too_many_steps_fails_like_torch(self):
+        ref = TorchOneCycleLR(make_optimizer("sgd", 1), max_lr=0.1, total_steps=3)
+        ours = hdet.OneCycleLR(make_optimizer("sgd", 1), max_lr=0.1, total_steps=3)
+        for _ in range(3):
+            ref.step()
+            ours.step()
+        with self.assertRaises(ValueError):
+            ref.step()
+        with self.assertRaises(ValueError):
+            ours.step()
+
+    def test_state_dict_round_trip(self):
+        cfg = dict(max_lr=0.1, total_steps=60, three_phase=True)
+        o_ref, o_a = make_optimizer("sgd", 1), make_optimizer("sgd", 1)
+        ref, a = TorchOneCycleLR(o_ref, **cfg), hdet.OneCycleLR(o_a, **cfg, explore=["lr", "momentum"])
+        for _ in range(23):
+            ref.step()
+            a.step()
+        sd = a.state_dict()
+        self.assertEqual(set(sd), set(ref.state_dict()), "same keys as torch's state_dict")
+        o_b = make_optimizer("sgd", 1)
+        b = hdet.OneCycleLR(o_b, **cfg)
+        b.load_state_dict(sd)
+        o_b.load_state_dict(o_a.state_dict())
+        for step in range(23, 60):
+            self.assertEqual(o_b.param_groups[0]["lr"], o_ref.param_groups[0]["lr"], "lr at step %d" % step)
+            self.assertEqual(o_b.param_groups[0]["momentum"], o_ref.param_groups[0]["momentum"])
+            ref.step()
+            b.step()
+
+    def test_torch_state_dict_loads_into_hdet(self):
+        o1, o2 = make_optimizer("adamw", 1), make_optimizer("adamw", 1)
+        ref = TorchOneCycleLR(o1, max_lr=0.01, total_steps=30)
+        for _ in range(11):
+            ref.step()
+        ours = hdet.OneCycleLR(o2, max_lr=0.01, total_steps=30)
+        ours.load_state_dict(ref.state_dict())
+        ours.step()
+        ref.step()
+        self.assertEqual(ours.get_last_lr(), ref.get_last_lr())
+
+    def test_rejects_unknown_explored_name(self):
+        with self.assertRaisesRegex(ValueError, "cannot explore 'dropout'"):
+            hdet.OneCycleLR(make_optimizer("sgd", 1), max_lr=0.1, total_steps=10, explore=["dropout"])
+
+    def test_helpers_outside_hdet(self):
+        self.assertFalse(hdet.under_hdet())
+        self.assertIsNone(hdet.sync_mode())
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+        hdet.dropout_setter(model)(0.125)
+        self.assertEqual(model[1].p, 0.125)
+        with self.assertRaises(ValueError):
+            hdet.dropout_setter(torch.nn.Linear(2, 2))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -29,7 +29,11 @@ static MPI_Op hdet_op(int op) {
 	default: return MPI_SUM;
 	}
 }
-static void *hdet_in_place(void) { return MPI_IN_PLACE; }
+// MPI_IN_PLACE is (void *)1 in Open MPI: it must never sit in a Go pointer
+// variable, or the runtime finds an invalid pointer when it copies the stack.
+static int hdet_allreduce_in_place(void *buf, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm c) {
+	return MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, c);
+}
 static int hdet_set_errors_return(MPI_Comm c) { return MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN); }
 static int hdet_split_shared(MPI_Comm c, MPI_Comm *out) {
 	return MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, out);
@@ -283,7 +287,7 @@ func (c *Comm) AllreducePtr(ptr unsafe.Pointer, n int, dt Datatype, o Op) error 
 	if !initialized {
 		return ErrNotInitialized
 	}
-	return check("MPI_Allreduce", C.MPI_Allreduce(C.hdet_in_place(), ptr, cn, mdt, mop, c.c))
+	return check("MPI_Allreduce", C.hdet_allreduce_in_place(ptr, cn, mdt, mop, c.c))
 }
 
 // AllreduceFloat32 reduces buf in place across all ranks; MPI reads and

@@ -65,25 +65,24 @@ type Reporter struct {
 	Every    int
 	Interval time.Duration
 
-	w          io.Writer
-	mode       Mode // Plain or None; Auto becomes Plain, or terminal when w is one
-	terminal   bool
-	startStep  int
-	totalSteps int
-	now        func() time.Time
-	started    time.Time
-	lastLine   time.Time
-	sinceLine  int  // windows since the last plain line
-	pending    bool // a plain update not yet printed, for Done
-	last       string
+	w         io.Writer
+	mode      Mode // Plain or None; Auto becomes Plain, or terminal when w is one
+	terminal  bool
+	startStep int
+	now       func() time.Time
+	started   time.Time
+	lastLine  time.Time
+	sinceLine int  // windows since the last plain line
+	pending   bool // a plain update not yet printed, for Done
+	last      string
 }
 
 // New returns a reporter writing to w. startStep is the step training
 // starts from (non-zero when resumed), so the ETA counts only this
 // process's speed.
-func New(w io.Writer, mode Mode, startStep, totalSteps int) *Reporter {
+func New(w io.Writer, mode Mode, startStep int) *Reporter {
 	r := &Reporter{Every: DefaultEvery, Interval: DefaultInterval, w: w, mode: mode,
-		startStep: startStep, totalSteps: totalSteps, now: time.Now}
+		startStep: startStep, now: time.Now}
 	if mode == Auto {
 		r.terminal = isTerminal(w)
 		r.mode = Plain
@@ -98,14 +97,14 @@ func isTerminal(w io.Writer) bool {
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
-// Update reports that step steps are done, with the mean window loss and the
-// base learning rate (NaN when the run explores none).
-func (r *Reporter) Update(step int, loss, lr float64) {
+// Update reports that step of total steps are done, with the mean window
+// loss and the base learning rate (NaN when the run explores none).
+func (r *Reporter) Update(step, total int, loss, lr float64) {
 	if r.mode == None {
 		return
 	}
 	now := r.now()
-	r.last = r.line(step, loss, lr, now)
+	r.last = r.line(step, total, loss, lr, now)
 	if r.terminal {
 		// \r and erase-line redraw the same line.
 		fmt.Fprintf(r.w, "\r\x1b[K%s", r.last)
@@ -113,7 +112,7 @@ func (r *Reporter) Update(step int, loss, lr float64) {
 	}
 	r.sinceLine++
 	r.pending = true
-	if r.sinceLine >= max(r.Every, 1) || now.Sub(r.lastLine) >= r.Interval || step >= r.totalSteps {
+	if r.sinceLine >= max(r.Every, 1) || now.Sub(r.lastLine) >= r.Interval || step >= total {
 		fmt.Fprintln(r.w, r.last)
 		r.sinceLine, r.pending, r.lastLine = 0, false, now
 	}
@@ -132,11 +131,11 @@ func (r *Reporter) Done() {
 	}
 }
 
-func (r *Reporter) line(step int, loss, lr float64, now time.Time) string {
+func (r *Reporter) line(step, total int, loss, lr float64, now time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "step %d/%d", step, r.totalSteps)
-	if r.totalSteps > 0 {
-		fmt.Fprintf(&b, " (%.1f%%)", 100*float64(step)/float64(r.totalSteps))
+	fmt.Fprintf(&b, "step %d/%d", step, total)
+	if total > 0 {
+		fmt.Fprintf(&b, " (%.1f%%)", 100*float64(step)/float64(total))
 	}
 	fmt.Fprintf(&b, "  loss %.4g", loss)
 	if !math.IsNaN(lr) {
@@ -144,8 +143,8 @@ func (r *Reporter) line(step int, loss, lr float64, now time.Time) string {
 	}
 	elapsed := now.Sub(r.started)
 	fmt.Fprintf(&b, "  elapsed %s", clock(elapsed))
-	if done := step - r.startStep; done > 0 && step <= r.totalSteps {
-		eta := time.Duration(float64(elapsed) * float64(r.totalSteps-step) / float64(done))
+	if done := step - r.startStep; done > 0 && step <= total {
+		eta := time.Duration(float64(elapsed) * float64(total-step) / float64(done))
 		fmt.Fprintf(&b, "  eta %s", clock(eta))
 	}
 	return b.String()

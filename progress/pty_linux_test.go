@@ -33,11 +33,11 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 
 func TestAutoOnTerminalRedrawsInPlace(t *testing.T) {
 	master, slave := openPTY(t)
-	r := New(slave, Auto, 0, 300)
+	r := New(slave, Auto, 0)
 	require.True(t, r.terminal)
-	r.Update(100, 1.5, 0.01)
-	r.Update(200, 1.2, 0.01)
-	r.Update(300, 1.0, 0.01)
+	r.Update(100, 300, 1.5, 0.01)
+	r.Update(200, 300, 1.2, 0.01)
+	r.Update(300, 300, 1.0, 0.01)
 	r.Done()
 
 	var got strings.Builder

@@ -70,6 +70,9 @@ func TestLoadWithoutDataNamesMakeData(t *testing.T) {
 var mnistDir = filepath.Join("..", "..", "data", "mnist")
 
 func TestRealMNISTReachesNinetyPercent(t *testing.T) {
+	if raceEnabled {
+		t.Skip("covered without -race; the detector only slows these 400 steps")
+	}
 	data, err := Load(mnistDir)
 	if err != nil {
 		if os.Getenv("CI") != "" {

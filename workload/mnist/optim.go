@@ -38,7 +38,8 @@ func adamWStep(p, g, m, v []float32, segs []segment, h hyper, beta2, eps float64
 			keep = float32(1 - lr*h.weightDecay)
 		}
 		step := float32(lr / bc1)
-		p, g, m, v := p[s.lo:s.hi], g[s.lo:s.hi], m[s.lo:s.hi], v[s.lo:s.hi]
+		p := p[s.lo:s.hi]
+		g, m, v := g[s.lo:s.hi][:len(p)], m[s.lo:s.hi][:len(p)], v[s.lo:s.hi][:len(p)] // lets the compiler drop bounds checks
 		for i := range p {
 			gi := g[i]
 			mi := b1*m[i] + (1-b1)*gi
@@ -60,7 +61,8 @@ func sgdStep(p, g, buf []float32, segs []segment, h hyper) {
 		if s.decay {
 			wd = float32(h.weightDecay)
 		}
-		p, g, buf := p[s.lo:s.hi], g[s.lo:s.hi], buf[s.lo:s.hi]
+		p := p[s.lo:s.hi]
+		g, buf := g[s.lo:s.hi][:len(p)], buf[s.lo:s.hi][:len(p)]
 		for i := range p {
 			b := mu*buf[i] + g[i] + wd*p[i]
 			buf[i] = b

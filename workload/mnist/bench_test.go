@@ -1,0 +1,57 @@
+package mnist
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hdet-dev/hdet/workload/internal/blas"
+)
+
+// benchConfig is the default 784-256-256-10 MLP at batch 64 on a synthetic
+// set of MNIST's shape, so the benchmarks need no download.
+func benchConfig(b *testing.B, opt string) *Replica {
+	cfg := DefaultConfig()
+	cfg.Optimizer = opt
+	cfg.Data = &Data{Train: synthetic(2048, 784, 10, 1, 1)}
+	return newReplica(b, cfg)
+}
+
+// BenchmarkForwardBackward times one forward and backward pass at batch 64
+// (about 0.1 GFLOP) under each BLAS backend; run with -cpu 1, one core per rank.
+func BenchmarkForwardBackward(b *testing.B) {
+	for _, be := range []struct {
+		name string
+		g    blas.Gemm
+	}{{"gonum", blas.Gonum{}}, {"default", blas.Default}} {
+		b.Run(be.name, func(b *testing.B) {
+			old := gemm
+			gemm = be.g
+			defer func() { gemm = old }()
+			r := benchConfig(b, AdamW)
+			idx := r.batchIndices(0)
+			r.train.load(r.cfg.Data.Train, 64, func(k int) int { return int(idx[k]) })
+			drop := func(l int) *stream { return newStream(1, purposeDropout, 0, 0, uint64(l)) }
+			for b.Loop() {
+				forward(r.layers, r.train, 64, 0.1, 0, drop, true)
+				backward(r.layers, r.train, 64, 0.1)
+			}
+		})
+	}
+}
+
+// BenchmarkTrainStep times whole training steps (batch drawing, dropout,
+// forward, backward, optimizer) with the default backend.
+func BenchmarkTrainStep(b *testing.B) {
+	for _, opt := range []string{AdamW, SGD} {
+		b.Run(opt, func(b *testing.B) {
+			r := benchConfig(b, opt)
+			t := 0
+			for b.Loop() {
+				if _, err := r.TrainWindow(context.Background(), t, 1, nil, nil); err != nil {
+					b.Fatal(err)
+				}
+				t++
+			}
+		})
+	}
+}

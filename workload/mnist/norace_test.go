@@ -1,0 +1,5 @@
+//go:build !race
+
+package mnist
+
+const raceEnabled = false

@@ -10,15 +10,14 @@ import (
 // Sentinel errors; every error from a Worker wraps one of them (test with
 // errors.Is) inside a *WorkerError that names the rank.
 var (
-	ErrOptions    = errors.New("invalid bridge options")
-	ErrExited     = errors.New("worker process exited")
-	ErrTimeout    = errors.New("worker did not answer in time")
-	ErrProtocol   = errors.New("bad message from worker")
-	ErrVersion    = errors.New("worker speaks another protocol version")
-	ErrWorker     = errors.New("worker reported an error")
-	ErrBadPlan    = errors.New("invalid window plan")
-	ErrClosed     = errors.New("worker already closed")
-	ErrNoEvaluate = errors.New("worker script registered no evaluate function")
+	ErrOptions  = errors.New("invalid bridge options")
+	ErrExited   = errors.New("worker process exited")
+	ErrTimeout  = errors.New("worker did not answer in time")
+	ErrProtocol = errors.New("bad message from worker")
+	ErrVersion  = errors.New("worker speaks another protocol version")
+	ErrWorker   = errors.New("worker reported an error")
+	ErrBadPlan  = errors.New("invalid window plan")
+	ErrClosed   = errors.New("worker already closed")
 )
 
 // WorkerError is a failure of rank Rank's worker while doing Op.

@@ -89,10 +89,13 @@ type Hello struct {
 	Hyperparameters []string     `json:"hyperparameters"`
 	ParamGroups     []ParamGroup `json:"param_groups"`
 	ParamCount      int          `json:"param_count"`
-	Dtype           string       `json:"dtype"`   // of the sync buffer: always "float32"
-	Device          string       `json:"device"`  // where the parameters live: "cpu", "cuda:0", ...
-	Buffers         []string     `json:"buffers"` // buffer kinds the worker supports
-	Schedule        *Schedule    `json:"schedule,omitempty"`
+	// StateCount is the optimizer-state floats that follow the parameters
+	// in the buffer (`local` mode; 0 in `gradients` mode).
+	StateCount int       `json:"state_count"`
+	Dtype      string    `json:"dtype"`   // of the sync buffer: always "float32"
+	Device     string    `json:"device"`  // where the parameters live: "cpu", "cuda:0", ...
+	Buffers    []string  `json:"buffers"` // buffer kinds the worker supports
+	Schedule   *Schedule `json:"schedule,omitempty"`
 	// Window is the script's hdet_window (T), 0 when it left it to hdet.
 	Window int `json:"hdet_window,omitempty"`
 	// Explore lists what the script asks to explore: each entry has a "name"
@@ -125,14 +128,14 @@ type message struct {
 	Steps  int                  `json:"steps,omitempty"`
 	Values map[string][]float64 `json:"values,omitempty"`
 
-	// plan, eval, stop: copy the buffer back into the model first
+	// plan, eval, stop: copy the buffer back into the model (and the
+	// optimizer state) first. This version always asks: the engine may
+	// change the buffer between any two calls.
 	Load          bool `json:"load,omitempty"`
 	LoadOptimizer bool `json:"load_optimizer,omitempty"`
 
 	// done
-	Applied      map[string][]float64 `json:"applied,omitempty"`
-	StateCount   int                  `json:"state_count,omitempty"`
-	BufferFloats int                  `json:"buffer_floats,omitempty"`
+	Applied map[string][]float64 `json:"applied,omitempty"`
 
 	// result
 	Supported bool `json:"supported,omitempty"`

@@ -100,16 +100,13 @@ type Worker struct {
 	exitState *os.ProcessState
 	done      chan struct{} // closed by Close, stops the reader
 
-	mu         sync.Mutex
-	stateCount int  // optimizer-state floats after the parameters (local mode)
-	window     int  // index of the next window
-	next       int  // global step the next window must start at
-	idle       bool // the worker waits for a message (between windows)
-	handedOut  bool // SyncBuffer was called since the worker last wrote it
-	handedOpt  bool // ... with the optimizer state
-	applied    engine.Values
-	failed     error
-	closed     bool
+	mu      sync.Mutex
+	window  int  // index of the next window
+	next    int  // global step the next window must start at
+	idle    bool // the worker waits for a message (between windows)
+	applied engine.Values
+	failed  error
+	closed  bool
 }
 
 var _ engine.Replica = (*Worker)(nil)
@@ -229,13 +226,13 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.checkHello(m); err != nil {
 		return w.fail("sending HELLO", err)
 	}
-	w.shm, err = newSHM(shmDir(), fmt.Sprintf("hdet-r%d-*.f32", o.Rank), w.hello.ParamCount)
+	w.shm, err = newSHM(shmDir(), fmt.Sprintf("hdet-r%d-*.f32", o.Rank), w.hello.ParamCount+w.hello.StateCount)
 	if err != nil {
 		return w.fail("starting", err)
 	}
 	welcome := &message{
 		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: o.SyncMode,
-		Buffer: &BufferSpec{Kind: BufferSHM, Path: w.shm.path(), Floats: w.hello.ParamCount},
+		Buffer: &BufferSpec{Kind: BufferSHM, Path: w.shm.path(), Floats: len(w.shm.data)},
 	}
 	if err := w.send(welcome, nil); err != nil {
 		return w.fail("starting", err)
@@ -321,8 +318,10 @@ func (w *Worker) checkHello(m *message) error {
 	}
 	h := *m.Hello
 	switch {
-	case h.ParamCount <= 0:
-		return fmt.Errorf("%w: HELLO with %d parameters", ErrProtocol, h.ParamCount)
+	case h.ParamCount <= 0 || h.StateCount < 0:
+		return fmt.Errorf("%w: HELLO with %d parameters and %d floats of optimizer state", ErrProtocol, h.ParamCount, h.StateCount)
+	case h.StateCount > 0 && w.opts.SyncMode != SyncLocal:
+		return fmt.Errorf("%w: HELLO with optimizer state in %s mode", ErrProtocol, w.opts.SyncMode)
 	case h.Dtype != "float32":
 		return fmt.Errorf("%w: HELLO with buffer dtype %q (want float32)", ErrProtocol, h.Dtype)
 	case !slices.Contains(h.Buffers, BufferSHM):
@@ -472,25 +471,28 @@ func (w *Worker) Hyperparameters() []string { return slices.Clone(w.hello.Hyperp
 // ParamCount is the number of parameters at the start of SyncBuffer.
 func (w *Worker) ParamCount() int { return w.hello.ParamCount }
 
-// SyncBuffer returns the shared mapping: the worker's parameters as it left
-// them at its last DONE (or at start), followed in `local` mode, when
-// withOptimizer is set, by its optimizer state. PyTorch creates optimizer
-// state on the first step, so before the first window that part is empty.
-// The worker loads whatever the caller leaves in the buffer at its next
-// PLAN, EVAL or STOP. Nil once the worker is closed.
+// SyncBuffer returns the shared mapping, the same memory for the worker's
+// whole life: its parameters as it left them at its last DONE (or at
+// start), followed in `local` mode, when withOptimizer is set, by its
+// optimizer state (zeros until the first step creates it). The worker loads
+// whatever the caller leaves in it at its next PLAN, EVAL or STOP. Nil once
+// the worker is closed.
 func (w *Worker) SyncBuffer(withOptimizer bool) []float32 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || w.shm == nil {
 		return nil
 	}
-	w.handedOut = true
-	n := w.hello.ParamCount
 	if withOptimizer && w.opts.SyncMode == SyncLocal {
-		w.handedOpt = true
-		n += w.stateCount
+		return w.shm.data
 	}
-	return w.shm.data[:n]
+	return w.shm.data[:w.hello.ParamCount]
+}
+
+// load is the load request of PLAN, EVAL and STOP.
+func (w *Worker) load(m *message) *message {
+	m.Load, m.LoadOptimizer = true, w.opts.SyncMode == SyncLocal
+	return m
 }
 
 // Applied returns the values the worker reported applying at each step of
@@ -525,14 +527,11 @@ func (w *Worker) TrainWindow(ctx context.Context, start, steps int, v engine.Val
 	if err := w.checkPlan(start, steps, v); err != nil {
 		return engine.WindowResult{}, w.wrap(op, err)
 	}
-	plan := &message{
-		Type: msgPlan, Window: w.window, Start: start, Steps: steps, Values: v,
-		Load: w.handedOut, LoadOptimizer: w.handedOpt,
-	}
+	plan := w.load(&message{Type: msgPlan, Window: w.window, Start: start, Steps: steps, Values: v})
 	if err := w.send(plan, nil); err != nil {
 		return engine.WindowResult{}, w.fail(op, err)
 	}
-	w.idle, w.handedOut, w.handedOpt = false, false, false
+	w.idle = false
 	m, payload, err := w.await(ctx, msgDone, w.opts.Timeout)
 	if err != nil {
 		return engine.WindowResult{}, w.fail(op, err)
@@ -570,8 +569,7 @@ func (w *Worker) checkPlan(start, steps int, v engine.Values) error {
 	return nil
 }
 
-// checkDone validates a DONE against the plan, picks up a grown buffer
-// (optimizer state appears after the first step) and returns the losses.
+// checkDone validates a DONE against the plan and returns the losses.
 func (w *Worker) checkDone(m *message, payload []byte, steps int, v engine.Values) ([]float64, error) {
 	if m.Window != w.window || m.Steps != steps {
 		return nil, fmt.Errorf("%w: DONE for window %d of %d steps, expected window %d of %d", ErrProtocol, m.Window, m.Steps, w.window, steps)
@@ -592,21 +590,13 @@ func (w *Worker) checkDone(m *message, payload []byte, steps int, v engine.Value
 		}
 	}
 	w.applied = m.Applied
-	if m.BufferFloats != w.hello.ParamCount+m.StateCount || m.StateCount < 0 {
-		return nil, fmt.Errorf("%w: DONE with buffer of %d floats for %d parameters and %d of optimizer state", ErrProtocol, m.BufferFloats, w.hello.ParamCount, m.StateCount)
-	}
-	if m.BufferFloats > len(w.shm.data) {
-		if err := w.shm.resize(m.BufferFloats); err != nil {
-			return nil, err
-		}
-	}
-	w.stateCount = m.StateCount
 	return losses, nil
 }
 
 // Evaluate asks the worker's registered evaluate function for the test loss
-// and accuracy of the current (averaged) parameters. Without one it returns
-// ErrNoEvaluate and the worker stays usable.
+// and accuracy of the buffer's (averaged) parameters. A script that
+// registered none is not asked: the result is NaN, NaN (metrics.jsonl then
+// shows null), not an error, so the run goes on.
 func (w *Worker) Evaluate(ctx context.Context) (loss, accuracy float64, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -614,13 +604,12 @@ func (w *Worker) Evaluate(ctx context.Context) (loss, accuracy float64, err erro
 		return math.NaN(), math.NaN(), err
 	}
 	if !w.hello.Evaluate {
-		return math.NaN(), math.NaN(), w.wrap("evaluating", ErrNoEvaluate)
+		return math.NaN(), math.NaN(), nil
 	}
 	op := fmt.Sprintf("evaluating after window %d", w.window-1)
-	if err := w.send(&message{Type: msgEval, Load: w.handedOut, LoadOptimizer: w.handedOpt}, nil); err != nil {
+	if err := w.send(w.load(&message{Type: msgEval}), nil); err != nil {
 		return math.NaN(), math.NaN(), w.fail(op, err)
 	}
-	w.handedOut, w.handedOpt = false, false
 	_, payload, err := w.await(ctx, msgResult, w.opts.Timeout)
 	if err != nil {
 		return math.NaN(), math.NaN(), w.fail(op, err)
@@ -656,7 +645,7 @@ func (w *Worker) Close() error {
 
 func (w *Worker) stop() error {
 	const op = "finishing after STOP"
-	if err := w.send(&message{Type: msgStop, Load: w.handedOut, LoadOptimizer: w.handedOpt}, nil); err != nil {
+	if err := w.send(w.load(&message{Type: msgStop}), nil); err != nil {
 		return w.wrap(op, err)
 	}
 	timer := time.NewTimer(w.opts.Timeout)

@@ -110,7 +110,10 @@ func TestWorkerTrainsWindows(t *testing.T) {
 		explored = append(explored, e["name"])
 	}
 	assert.Equal(t, []any{"lr", "weight_decay", "temperature"}, explored)
-	assert.Len(t, w.SyncBuffer(true), params, "no optimizer state before the first step")
+	// SGD with momentum keeps one buffer per parameter; the buffer has room
+	// for it before the first step creates it.
+	assert.Len(t, w.SyncBuffer(true), 2*params)
+	assert.Len(t, w.SyncBuffer(false), params)
 
 	ctx := context.Background()
 	for k := 0; k < 3; k++ {
@@ -122,19 +125,19 @@ func TestWorkerTrainsWindows(t *testing.T) {
 			assert.False(t, math.IsNaN(l) || math.IsInf(l, 0), "loss %v", l)
 		}
 		assert.Equal(t, v, w.Applied(), "the worker applied exactly the plan")
-		// SGD with momentum keeps one buffer per parameter.
-		buf := w.SyncBuffer(true)
-		require.Len(t, buf, 2*params)
-		assert.Len(t, w.SyncBuffer(false), params)
 		if k == 1 {
 			// Stand in for the all-reduce: the worker must load what is left here.
-			for i := range buf[:params] {
+			buf := w.SyncBuffer(true)
+			for i := range buf {
 				buf[i] = 0.5
+				if i >= params {
+					buf[i] = 0.25
+				}
 			}
-			sum, temp, err := w.Evaluate(ctx)
+			sum, state, err := w.Evaluate(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, 0.5*params, sum, "evaluate sees the loaded parameters")
-			assert.Equal(t, v["temperature"][3], temp, "the callback got the planned values")
+			assert.Equal(t, 0.25*params, state, "and the loaded optimizer state")
 		}
 	}
 	require.NoError(t, w.Close())
@@ -171,7 +174,14 @@ func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, res.Losses, 3)
 	// AdamW: exp_avg and exp_avg_sq per parameter, plus one step counter per tensor.
-	assert.Len(t, w.SyncBuffer(true), 3*w.ParamCount()+4)
+	buf := w.SyncBuffer(true)
+	require.Len(t, buf, 3*w.ParamCount()+4)
+	// Per parameter, keys sorted: exp_avg, exp_avg_sq, step.
+	off := w.ParamCount()
+	for _, n := range []int{8 * 4, 4, 4, 1} {
+		assert.Equal(t, float32(3), buf[off+2*n], "step counter after 3 steps")
+		off += 2*n + 1
+	}
 	_, err = w.TrainWindow(ctx, 3, 3, engine.Values{"momentum": {0.9, 0.8, 0.7}}, nil)
 	require.NoError(t, err)
 	assert.NoError(t, w.Close())

@@ -55,42 +55,86 @@ class Stopped(SystemExit):
         return "hdet stopped the run at step %d" % self.step
 
 
+def predict_state(optimizer):
+    """The optimizer state step() will create, as [(param, [(key, floats)])].
+
+    torch creates optimizer state at the first step, but the shared buffer
+    must have its final size from the start (the engine maps it once). So a
+    copy of the optimizer takes one step over 2-element stand-ins: a state
+    tensor of 2 elements is shaped like its parameter, one of 1 is a scalar
+    (Adam's step); anything else is not elementwise and cannot be averaged
+    slot by slot."""
+    stand_ins, groups = [], []
+    for g in optimizer.param_groups:
+        ps = []
+        for _ in g["params"]:
+            s = torch.zeros(2, requires_grad=True)
+            s.grad = torch.zeros(2)
+            ps.append(s)
+        stand_ins.append(ps)
+        groups.append(dict({k: v for k, v in g.items() if k != "params"}, params=ps))
+    try:
+        probe = type(optimizer)(groups, **optimizer.defaults)
+        probe.step()
+    except Exception as e:  # any optimizer of any library: say which one failed, and why
+        raise RuntimeError("hdet: cannot size the state of %s for local sync mode (%s); use sync mode gradients"
+                           % (type(optimizer).__name__, e)) from e
+    layout = []
+    for g, ps in zip(optimizer.param_groups, stand_ins):
+        for p, s in zip(g["params"], ps):
+            entries = []
+            st = probe.state.get(s, {})
+            for k in sorted(st, key=str):
+                t = st[k]
+                if not (torch.is_tensor(t) and t.is_floating_point()):
+                    continue
+                if t.numel() not in (1, 2):
+                    raise RuntimeError("hdet: %s state %r is not elementwise; use sync mode gradients"
+                                       % (type(optimizer).__name__, k))
+                entries.append((k, p.numel() if t.numel() == 2 else 1))
+            layout.append((p, entries))
+    return layout
+
+
 class Session:
     """The connection to this rank's hdet process and the shared buffer.
 
     Layout of the buffer (float32): every parameter of every param group, in
-    order, flattened; then, in local mode once the optimizer has state, every
-    floating-point state tensor of every parameter (keys sorted)."""
+    order, flattened; then, in local mode, one slot per parameter for its
+    optimizer state (floating-point state tensors, keys sorted), sized by
+    predict_state. A parameter without state yet leaves its slot alone."""
 
     def __init__(self, optimizer, hello):
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         self.param_count = sum(p.numel() for p in self.params)
-        self._maps = []  # every mapping stays open: tensors may still view the old ones
-        self._state = []  # the state tensors last written, in buffer order
+        self.local = sync_mode() == "local"
+        self._layout = predict_state(optimizer) if self.local else []
+        state_count = sum(n for _, entries in self._layout for _, n in entries)
         self._trace = None
         self.conn = Connection.connect(os.environ[ENV_SOCKET])
         hello = dict(hello, protocol=PROTOCOL_VERSION, pid=os.getpid(), param_count=self.param_count,
-                     dtype="float32", buffers=["shm"])
+                     state_count=state_count, dtype="float32", buffers=["shm"])
         self.conn.send({"type": "hello", "hello": hello})
         welcome = self.expect("welcome")
         if welcome.get("protocol") != PROTOCOL_VERSION:
             self.fail("hdet speaks protocol %s, this package speaks %d" % (welcome.get("protocol"), PROTOCOL_VERSION))
         self.rank = welcome.get("rank", 0)
-        self.sync_mode = welcome.get("sync_mode")
         buf = welcome.get("buffer") or {}
-        if buf.get("kind") != "shm":
-            self.fail("unsupported buffer kind %r" % buf.get("kind"))
-        self._path = buf["path"]
-        self._map(self.param_count)
+        floats = self.param_count + state_count
+        if buf.get("kind") != "shm" or buf.get("floats") != floats:
+            self.fail("unusable buffer %r for %d floats" % (buf, floats))
+        with open(buf["path"], "r+b") as f:
+            self._mmap = mmap.mmap(f.fileno(), floats * 4)
+        self.buf = torch.frombuffer(self._mmap, dtype=torch.float32, count=floats)
         trace_dir = os.environ.get(ENV_TRACE_DIR)
         if trace_dir:
             self._trace = open(os.path.join(trace_dir, "trace-rank%d.jsonl" % self.rank), "a")
-        self._write(with_state=False)
+        self._copy(out=True, with_state=False)
         self.conn.send({"type": "ready"})
 
     def expect(self, kind):
-        msg, payload = self.conn.recv()
+        msg, _ = self.conn.recv()
         if msg["type"] != kind:
             self.fail("expected %s from hdet, got %s" % (kind, msg["type"]))
         return msg
@@ -103,97 +147,71 @@ class Session:
             pass
         raise ProtocolError("hdet: " + why)
 
-    def _map(self, floats):
-        with open(self._path, "r+b") as f:
-            if os.fstat(f.fileno()).st_size < floats * 4:
-                os.posix_fallocate(f.fileno(), 0, floats * 4)
-            mm = mmap.mmap(f.fileno(), floats * 4)
-        self._maps.append(mm)
-        self.buf = torch.frombuffer(mm, dtype=torch.float32, count=floats)
-
-    def _state_tensors(self):
-        out = []
-        for p in self.params:
-            st = self.optimizer.state.get(p)
-            if not st:
-                continue
-            for k in sorted(st, key=str):
-                t = st[k]
-                if torch.is_tensor(t) and t.is_floating_point():
-                    out.append(t)
-        return out
-
     @torch.no_grad()
-    def _write(self, with_state):
-        """Copy the parameters (and optimizer state) into the buffer; returns
-        the number of state floats."""
+    def _copy(self, out, with_state):
+        """Parameters (and optimizer state) into the buffer (out) or back."""
         off = 0
         for p in self.params:
             n = p.numel()
-            self.buf[off:off + n].copy_(p.detach().reshape(-1))
+            if out:
+                self.buf[off:off + n].copy_(p.detach().reshape(-1))
+            else:
+                p.copy_(self.buf[off:off + n].view_as(p))
             off += n
-        self._state = self._state_tensors() if with_state else []
-        count = sum(t.numel() for t in self._state)
-        if off + count > self.buf.numel():
-            self._map(off + count)
-        for t in self._state:
-            n = t.numel()
-            self.buf[off:off + n].copy_(t.reshape(-1))
-            off += n
-        return count
-
-    @torch.no_grad()
-    def _load(self, msg):
-        """Copy what hdet left in the buffer back into the tensors."""
-        if not msg.get("load"):
+        if not with_state:
             return
-        off = 0
-        for p in self.params:
-            n = p.numel()
-            p.copy_(self.buf[off:off + n].view_as(p))
-            off += n
-        if msg.get("load_optimizer"):
-            for t in self._state:
-                n = t.numel()
-                t.copy_(self.buf[off:off + n].view_as(t))
+        for p, entries in self._layout:
+            st = self.optimizer.state.get(p)
+            for k, n in entries:
+                if st:
+                    t = st.get(k)
+                    if not torch.is_tensor(t) or t.numel() != n:
+                        self.fail("optimizer state %r of a %s parameter is not the predicted %d floats"
+                                  % (k, tuple(p.shape), n))
+                    if out:
+                        self.buf[off:off + n].copy_(t.reshape(-1))
+                    else:
+                        t.copy_(self.buf[off:off + n].view_as(t))
                 off += n
+
+    def _load(self, msg):
+        """Copy what hdet left in the buffer (the average) into the tensors."""
+        if msg.get("load"):
+            self._copy(out=False, with_state=self.local and msg.get("load_optimizer", False))
 
     def next_message(self, evaluate):
         """Serve EVAL requests until a PLAN (returned) or a STOP (None)."""
         while True:
             msg, _ = self.conn.recv()
             kind = msg["type"]
+            if kind not in ("eval", "plan", "stop"):
+                self.fail("unexpected %s from hdet between windows" % kind)
+            self._load(msg)
+            if msg.get("load"):
+                self.trace(event="load", before=kind, window=msg.get("window", 0),
+                           params_sha256=self.params_sha256())
             if kind == "eval":
-                self._load(msg)
-                self.trace(event="load", before="eval", params_sha256=self.params_sha256())
                 if evaluate is None:
-                    self.conn.send({"type": "result", "supported": False}, pack_float64s([float("nan")] * 2))
+                    self.conn.send({"type": "result"}, pack_float64s([float("nan")] * 2))
                 else:
                     loss, acc = evaluate()
                     self.conn.send({"type": "result", "supported": True}, pack_float64s([float(loss), float(acc)]))
-            elif kind in ("plan", "stop"):
-                self._load(msg)
-                if msg.get("load"):
-                    self.trace(event="load", before=kind, window=msg.get("window", 0),
-                               params_sha256=self.params_sha256())
-                if kind == "stop":
-                    self.close()
-                    return None
-                return msg
-            else:
-                self.fail("unexpected %s from hdet between windows" % kind)
+                continue
+            if kind == "stop":
+                self.close()
+                return None
+            return msg
 
     def done(self, window, steps, losses, applied):
         """The window is trained: hand over the parameters, report."""
-        state = self._write(with_state=self.sync_mode == "local")
+        self._copy(out=True, with_state=self.local)
         self.trace(event="done", window=window, steps=steps, applied=applied,
                    loss_mean=sum(losses) / len(losses))
-        self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied,
-                        "state_count": state, "buffer_floats": self.param_count + state},
+        self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied},
                        pack_float64s(losses))
 
     def params_sha256(self):
-        return hashlib.sha256(memoryview(self._maps[-1])[:self.param_count * 4]).hexdigest()
+        return hashlib.sha256(memoryview(self._mmap)[:self.param_count * 4]).hexdigest()
 
     def trace(self, **record):
         """With HDET_TRACE_DIR set, log what this rank loaded and applied

@@ -1,6 +1,7 @@
 #!/bin/bash
 # A single-node Slurm cluster for tests, everything (config, state, logs,
-# munge key and socket, stand-in GPU devices) under one directory. Follows
+# munge key, stand-in GPU devices) under one directory; only munge's socket
+# lives in a directory of its own under /tmp (see write_config). Follows
 # shared/SLURM-NOTES.md: Debian's slurmctld/slurmd/munge, no cgroups, PMIx,
 # 8 GPUs backed by character devices, a partition named "debug".
 #
@@ -48,6 +49,10 @@ down() {
 	stop_pidfile "$DIR/run/slurmd.pid"
 	stop_pidfile "$DIR/run/slurmctld.pid"
 	stop_pidfile "$DIR/run/munged.pid"
+	if [ -s "$DIR/run/munge-socket-dir" ]; then
+		rm -rf "$(cat "$DIR/run/munge-socket-dir")"
+		rm -f "$DIR/run/munge-socket-dir"
+	fi
 }
 
 healthy() {
@@ -92,7 +97,7 @@ wait_for() {
 }
 
 write_config() {
-	local node ctld_port slurmd_port cpus
+	local node ctld_port slurmd_port cpus sockdir
 	# slurmctld insists that SlurmctldHost is this machine's short name.
 	node=$(hostname -s)
 	ctld_port=$(free_port)
@@ -104,6 +109,13 @@ write_config() {
 	[ "$cpus" -ge $NGPUS ] || cpus=$NGPUS
 
 	mkdir -p "$DIR"/{run,log,state,spool,munge,dev}
+	# munged wants every directory above its socket open to all, which a
+	# private temporary DIR (Go's t.TempDir is 0700) is not: the socket gets a
+	# short directory of its own in /tmp, removed by "down".
+	sockdir=$(mktemp -d /tmp/hdet-munge.XXXXXX)
+	chmod 0755 "$sockdir"
+	echo "$sockdir" >"$DIR/run/munge-socket-dir"
+	SOCKET=$sockdir/munge.socket
 	for i in $(seq 0 $((NGPUS - 1))); do
 		# Slurm's gpu plugin wants device files; these are /dev/null's numbers.
 		[ -c "$DIR/dev/nvidia$i" ] || mknod "$DIR/dev/nvidia$i" c 1 3
@@ -117,7 +129,7 @@ SlurmdPort=$slurmd_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+AuthInfo=socket=$SOCKET
 CredType=cred/munge
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
@@ -156,10 +168,9 @@ up() {
 	write_config
 
 	[ -f "$DIR/munge/munge.key" ] || mungekey -c -k "$DIR/munge/munge.key"
-	# munged wants the socket directory open to all (the key stays 0600).
-	chmod 0755 "$DIR/munge"
+	chmod 0700 "$DIR/munge"
 	chmod 0600 "$DIR/munge/munge.key"
-	munged -S "$DIR/munge/munge.socket" --key-file "$DIR/munge/munge.key" \
+	munged -S "$SOCKET" --key-file "$DIR/munge/munge.key" \
 		--pid-file "$DIR/run/munged.pid" --log-file "$DIR/log/munged.log" \
 		--seed-file "$DIR/munge/munged.seed" ||
 		die "munged did not start; see $DIR/log/munged.log"

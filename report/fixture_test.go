@@ -19,6 +19,9 @@ type fixture struct {
 	seed      uint64
 	lrScale   float64 // multiplies the learning rate, to tell two runs apart
 	nanWindow int     // window in which rank 3 diverges (loss NaN, unhealthy)
+	// distinctWeights gives dropout uniform weights, as an explorer with a
+	// very large sigma would, so weights differ between hyperparameters.
+	distinctWeights bool
 }
 
 const (
@@ -126,6 +129,9 @@ func writeRun(t *testing.T, dir string, fx fixture) {
 				norm := make([]metrics.Float, fxRanks)
 				for r := range ws {
 					norm[r] = ws[r] / metrics.Float(z)
+					if fx.distinctWeights && p.Name == "dropout" {
+						norm[r] = 1.0 / fxRanks
+					}
 				}
 				rec.Weights[p.Name] = norm
 			}

@@ -405,8 +405,10 @@ func plotWeights(r *Run, dir string, figs *[]Figure) error {
 		title, name, caption := "softmax weights", "weights", "Softmax weight of each rank per window (all hyperparameters)"
 		if n.name != "" {
 			title += ": " + n.name
-			name += "-" + fileStem(n.name)
 			caption = "Softmax weight of each rank per window for " + n.name
+			if len(grids) > 1 {
+				name += "-" + fileStem(n.name)
+			}
 		}
 		p, lo, hi := heatMap(n.g, r.Ranks)
 		p.Title.Text = fmt.Sprintf("%s (dark %.3g … bright %.3g, grey: no meta-update)", title, lo, hi)

@@ -116,6 +116,21 @@ func TestWriteReport(t *testing.T) {
 	assert.NoError(t, err)
 }
 
+func TestWeightsPerHyperparameterWhenTheyDiffer(t *testing.T) {
+	run := t.TempDir()
+	fx := defaultFixture()
+	fx.distinctWeights = true
+	writeRun(t, run, fx)
+	out := t.TempDir()
+	_, err := Write(run, out, Options{})
+	require.NoError(t, err)
+	for _, name := range []string{"weights-lr", "weights-dropout", "weights-weight_decay"} {
+		checkPNG(t, filepath.Join(out, name+".png"))
+	}
+	_, err = os.Stat(filepath.Join(out, "weights.png"))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
 func TestWriteDefaultOutDir(t *testing.T) {
 	run := t.TempDir()
 	writeRun(t, run, defaultFixture())

@@ -48,6 +48,7 @@ var commands = map[string]command{
 	"devices": {"list this node's NVIDIA GPUs (CPU mode without a driver)", runDevices},
 	"bench":   {"measure the converge allreduce (bench allreduce)", runBench},
 	"sbatch":  {"print an sbatch script that runs a config under Slurm", runSbatch},
+	"report":  {"plots, summary.md and index.html of a run (or --compare runs)", runReport},
 }
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=...".

@@ -2,7 +2,9 @@ package mnist
 
 import (
 	"context"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hdet-dev/hdet/workload/internal/blas"
 )
@@ -14,6 +16,21 @@ func benchConfig(b *testing.B, opt string) *Replica {
 	cfg.Optimizer = opt
 	cfg.Data = &Data{Train: synthetic(2048, 784, 10, 1, 1)}
 	return newReplica(b, cfg)
+}
+
+// cpuTime is the process's user+system CPU time. Benchmarks report it per
+// op beside wall time because the shared dev box is often oversubscribed,
+// which inflates wall time but not the CPU a step costs.
+func cpuTime(b *testing.B) time.Duration {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/1e6/float64(b.N), "cpu-ms/op")
 }
 
 // BenchmarkForwardBackward times one forward and backward pass at batch 64
@@ -31,10 +48,12 @@ func BenchmarkForwardBackward(b *testing.B) {
 			idx := r.batchIndices(0)
 			r.train.load(r.cfg.Data.Train, 64, func(k int) int { return int(idx[k]) })
 			drop := func(l int) *stream { return newStream(1, purposeDropout, 0, 0, uint64(l)) }
+			c0 := cpuTime(b)
 			for b.Loop() {
 				forward(r.layers, r.train, 64, 0.1, 0, drop, true)
 				backward(r.layers, r.train, 64, 0.1)
 			}
+			reportCPU(b, c0)
 		})
 	}
 }
@@ -46,12 +65,14 @@ func BenchmarkTrainStep(b *testing.B) {
 		b.Run(opt, func(b *testing.B) {
 			r := benchConfig(b, opt)
 			t := 0
+			c0 := cpuTime(b)
 			for b.Loop() {
 				if _, err := r.TrainWindow(context.Background(), t, 1, nil, nil); err != nil {
 					b.Fatal(err)
 				}
 				t++
 			}
+			reportCPU(b, c0)
 		})
 	}
 }

@@ -64,19 +64,20 @@ func runRun(s Streams, args []string) error {
 	fs.BoolVar(&f.debug, "debug", false, "debug logging (per-window checksums and values)")
 	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
 	fs.Usage = func() { fmt.Fprint(s.Err, runHelp); fs.PrintDefaults() }
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 1 {
-		return Usagef("run takes at most one CONFIG.yaml, got %q", fs.Args())
+	if len(pos) > 1 {
+		return Usagef("run takes at most one CONFIG.yaml, got %q", pos)
 	}
 	data, source := examples.MNIST, "embedded examples/mnist.yaml"
-	if fs.NArg() == 1 {
-		b, err := os.ReadFile(fs.Arg(0))
+	if len(pos) == 1 {
+		b, err := os.ReadFile(pos[0])
 		if err != nil {
 			return Usagef("read config: %v", err)
 		}
-		data, source = b, fs.Arg(0)
+		data, source = b, pos[0]
 	}
 	if f.runDir != "" {
 		f.sets = append(f.sets, "run.dir="+f.runDir)
@@ -94,7 +95,7 @@ func runRun(s Streams, args []string) error {
 		err := selfCheck(s, w)
 		return errors.Join(err, mpi.Finalize())
 	}
-	err := runWorld(s, w, log, f, data, source)
+	err = runWorld(s, w, log, f, data, source)
 	if err != nil {
 		log.Error().Err(err).Msg("run failed")
 		var ue *UsageError
@@ -273,7 +274,7 @@ func (st *setup) build(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f r
 	if err := st.openExplorers(ctx, w, log, f); err != nil {
 		return err
 	}
-	return st.openRunDir(w)
+	return st.openRunDir(ctx, w)
 }
 
 func (st *setup) openExplorers(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f runFlags) error {
@@ -321,7 +322,7 @@ func (st *setup) openExplorers(ctx context.Context, w *mpi.Comm, log zerolog.Log
 	return nil
 }
 
-func (st *setup) openRunDir(w *mpi.Comm) error {
+func (st *setup) openRunDir(ctx context.Context, w *mpi.Comm) error {
 	cfg := st.cfg
 	if err := os.MkdirAll(cfg.Run.Dir, 0o755); err != nil {
 		return Usagef("run.dir: %v", err)
@@ -343,10 +344,17 @@ func (st *setup) openRunDir(w *mpi.Comm) error {
 	}
 	st.mw = mw
 	st.closers = append(st.closers, func() { _ = mw.Close() })
+	// The spreads and bounds in force are the configured ones, which the
+	// first plan carries (the controller hands the same plan to the loop).
+	plan, _, err := st.ctrl.Plan(ctx)
+	if err != nil {
+		return Usagef("explorers: plan of window 0: %v", err)
+	}
 	var params []metrics.Param
-	names := st.ctrl.Names()
 	for i, d := range st.ctrl.Descriptors() {
-		params = append(params, metrics.Param{Name: names[i], Scale: string(d.Scale), Spread: string(d.Spread.Kind), Alpha: d.Spread.Alpha, Lower: d.Bounds.Lower, Upper: d.Bounds.Upper})
+		pp := plan.Params[i]
+		params = append(params, metrics.Param{Name: pp.Name, Scale: string(d.Scale), Spread: string(pp.Spread.Kind),
+			Alpha: pp.Spread.Alpha, Lower: pp.Bounds.Lower, Upper: pp.Bounds.Upper})
 	}
 	return mw.Write(metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: w.Size(), TotalSteps: st.steps,
 		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash})

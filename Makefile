@@ -1,0 +1,58 @@
+# hdet — build, test, run. `make test` and `make run` install what they need
+# (Open MPI, OpenBLAS, Slurm, PyTorch, Chromium from Debian's packages) when it
+# is missing, or say what to install where they cannot.
+GO      ?= go
+BIN     := bin
+DATA    := data/mnist
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+export CGO_CFLAGS ?= -Wno-deprecated-declarations
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+NP      ?= 4
+MPIRUN  ?= mpirun -np $(NP) --oversubscribe --bind-to none
+EXPLORERS := lr dropout weight-decay
+# Packages without cgo, tested with the race detector.
+PURE    := ./config/... ./hparam/... ./metrics/... ./report/... ./progress/... ./slurm/... ./internal/logging/... ./plugins/...
+
+.PHONY: all build deps test test-go test-python run data bench bench-quick bench-allreduce lint proto clean
+
+all: build
+
+deps:
+	scripts/deps.sh mpi blas
+
+build: deps
+	$(GO) build -ldflags "-X github.com/hdet-dev/hdet/internal/cli.Version=$(VERSION)" -o $(BIN)/hdet ./cmd/hdet
+	@mkdir -p $(BIN)/plugins
+	for e in $(EXPLORERS); do $(GO) build -o $(BIN)/plugins/hdet-explorer-$$e ./cmd/hdet-explorer-$$e || exit 1; done
+
+data: $(DATA)/t10k-labels-idx1-ubyte.gz
+
+$(DATA)/t10k-labels-idx1-ubyte.gz:
+	scripts/mnist-data.sh $(DATA)
+
+# The embedded default: 4 replicas on MNIST, lr + dropout + weight decay explored.
+run: build data
+	$(MPIRUN) $(BIN)/hdet run
+
+test: deps data
+	scripts/deps.sh slurm torch chromium
+	$(MAKE) lint
+	$(MAKE) test-go
+
+test-go:
+	$(GO) test -race -count=1 $(PURE)
+	$(GO) test -count=1 -timeout 25m ./...
+
+bench-allreduce: deps
+	@mkdir -p $(BIN)
+	mpicc -O2 -o $(BIN)/allreduce-c bench/allreduce-c/allreduce.c
+	$(GO) build -o $(BIN)/allreduce-go ./bench/allreduce-go
+	scripts/bench-allreduce.sh $(BIN)
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN) runs

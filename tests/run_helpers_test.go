@@ -1,0 +1,83 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/metrics"
+)
+
+// hdetBinaries builds hdet and the built-in explorers into one folder, which
+// is then both the binary's folder and the plugin directory.
+func hdetBinaries(t testing.TB) (hdet, pluginDir string) {
+	t.Helper()
+	for _, e := range []string{"lr", "dropout", "weight-decay"} {
+		buildBinary(t, "./cmd/hdet-explorer-"+e)
+	}
+	hdet = buildBinary(t, "./cmd/hdet")
+	return hdet, filepath.Dir(hdet)
+}
+
+// mnistDir is the MNIST folder `make data` fills; tests that train on it
+// skip without it on a developer box and fail under CI.
+func mnistDir(t testing.TB) string {
+	t.Helper()
+	d := filepath.Join(repoRoot(t), "data", "mnist")
+	if _, err := os.Stat(filepath.Join(d, "t10k-labels-idx1-ubyte.gz")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("MNIST is missing in %s: `make test` runs `make data` first", d)
+		}
+		t.Skipf("MNIST is missing in %s (run `make data`)", d)
+	}
+	return d
+}
+
+// hdetRun is one `mpirun -np n hdet run` with its outputs.
+type hdetRun struct {
+	dir            string
+	stdout, stderr string
+	err            error
+}
+
+// runHDET writes cfg to a file and runs it on n ranks with the extra flags.
+func runHDET(t testing.TB, n int, cfg string, args ...string) hdetRun {
+	t.Helper()
+	hdet, plugins := hdetBinaries(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.in.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	runDir := filepath.Join(dir, "run")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	full := append([]string{hdet, "run", path, "--run-dir", runDir, "--plugin-dir", plugins, "--set", "workload.data=" + mnistDir(t)}, args...)
+	cmd := mpirunCmd(ctx, t, n, full...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return hdetRun{dir: runDir, stdout: out.String(), stderr: errb.String(), err: err}
+}
+
+// records reads the run's metrics.jsonl.
+func (r hdetRun) records(t testing.TB) []metrics.Record {
+	t.Helper()
+	recs, truncated, err := metrics.ReadFile(filepath.Join(r.dir, "metrics.jsonl"))
+	require.NoError(t, err)
+	require.False(t, truncated)
+	return recs
+}
+
+// end is the run's end record.
+func (r hdetRun) end(t testing.TB) metrics.Record {
+	t.Helper()
+	recs := r.records(t)
+	require.NotEmpty(t, recs)
+	last := recs[len(recs)-1]
+	require.Equal(t, metrics.TypeEnd, last.Type, "the run did not finish:\n%s", r.stderr)
+	return last
+}

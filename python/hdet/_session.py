@@ -130,6 +130,7 @@ class Session:
         trace_dir = os.environ.get(ENV_TRACE_DIR)
         if trace_dir:
             self._trace = open(os.path.join(trace_dir, "trace-rank%d.jsonl" % self.rank), "a")
+            self.trace(event="start", rank=self.rank, pid=os.getpid())
         self._copy(out=True, with_state=False)
         self.conn.send({"type": "ready"})
 

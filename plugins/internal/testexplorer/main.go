@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 
 	"github.com/hdet-dev/hdet/hparam"
@@ -25,8 +26,9 @@ type config struct {
 // state counts observed windows; Feedback.Base reports it so a test can see
 // a restart restored it.
 type state struct {
-	Observed int     `json:"observed"`
-	LossSum  float64 `json:"loss_sum"`
+	Observed  int     `json:"observed"`
+	LossSum   float64 `json:"loss_sum"`  // over finite losses
+	Unhealthy int     `json:"unhealthy"` // NaN or Inf losses seen
 }
 
 type explorer struct {
@@ -99,7 +101,11 @@ func (x *explorer) Observe(ctx context.Context, o hparam.Observation) (hparam.Fe
 	}
 	x.st.Observed++
 	for _, l := range o.Losses {
-		x.st.LossSum += l // NaN propagates: the tests check NaN crosses the wire
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			x.st.Unhealthy++
+			continue
+		}
+		x.st.LossSum += l
 	}
 	return hparam.Feedback{Base: float64(x.st.Observed)}, nil
 }

@@ -1,0 +1,360 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/plugins"
+)
+
+// pluginDir builds the built-in explorers, the worked example and the test
+// explorer (which never goes to bin/plugins) into a fresh plugin directory,
+// named as `make build` names them.
+func pluginDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, pkg := range map[string]string{
+		"lr":              "./cmd/hdet-explorer-lr",
+		"dropout":         "./cmd/hdet-explorer-dropout",
+		"weight-decay":    "./cmd/hdet-explorer-weight-decay",
+		"label-smoothing": "./examples/explorer-label-smoothing",
+		"test":            "./plugins/internal/testexplorer",
+	} {
+		copyExecutable(t, buildBinary(t, pkg), filepath.Join(dir, plugins.BinaryPrefix+name))
+	}
+	return dir
+}
+
+func copyExecutable(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o755))
+}
+
+// explorerPIDs lists live (non-zombie) processes whose executable is in dir.
+func explorerPIDs(t *testing.T, dir string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || filepath.Dir(exe) != dir {
+			continue // gone, a zombie (no exe link), or not ours
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// alive reports whether pid is a running (non-zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// requireGone waits up to 10 s for every pid to be gone, and for no process
+// of dir to be left.
+func requireGone(t *testing.T, dir string, pids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := map[int]bool{}
+		for _, p := range append(pids, explorerPIDs(t, dir)...) {
+			if alive(p) {
+				left[p] = true
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for p := range left {
+				_ = syscall.Kill(p, syscall.SIGKILL) // leave no orphan behind a failed test
+			}
+			t.Fatalf("explorer processes still running: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// eventLog collects the explorer's events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []plugins.Event
+}
+
+func (l *eventLog) add(e plugins.Event) { l.mu.Lock(); l.events = append(l.events, e); l.mu.Unlock() }
+
+func (l *eventLog) kinds() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var k []string
+	for _, e := range l.events {
+		k = append(k, e.Kind+":"+e.Op)
+	}
+	return k
+}
+
+func openTest(t *testing.T, dir string, cfg string, timeout time.Duration) (*plugins.Explorer, *eventLog) {
+	t.Helper()
+	ev := &eventLog{}
+	x, err := plugins.Open(context.Background(), plugins.Spec{Name: "test", Binary: filepath.Join(dir, "hdet-explorer-test"), Timeout: timeout}, zerolog.Nop(), ev.add)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = x.Close() })
+	require.NoError(t, x.Init(context.Background(), hparam.Setup{Name: "test", Config: []byte(cfg), Ranks: 2, TotalSteps: 20, WindowSteps: 2, Seed: 1}))
+	return x, ev
+}
+
+// window runs Plan and Observe for window k (losses include a NaN) and
+// returns the explorer's next base, which the test explorer sets to the
+// number of windows it has observed.
+func window(x hparam.Explorer, k int) (float64, error) {
+	ctx := context.Background()
+	if _, err := x.Plan(ctx, hparam.WindowRequest{Window: k, Start: 2 * k, Steps: 2}); err != nil {
+		return 0, err
+	}
+	f, err := x.Observe(ctx, hparam.Observation{Window: k, Values: []float64{1, 2}, Losses: []float64{0.5, math.NaN()}})
+	return f.Base, err
+}
+
+func TestExplorerCrashOnceIsRestartedWithItsState(t *testing.T) {
+	dir := pluginDir(t)
+	for _, tc := range []struct{ name, failIn, mode string }{
+		{"exit in plan", "plan", "exit"},
+		{"exit in observe", "observe", "exit"},
+		{"error in observe", "observe", "error"},
+		{"hang in plan", "plan", "hang"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			once := filepath.Join(t.TempDir(), "failed-once")
+			cfg := fmt.Sprintf(`{"fail_at_window":3,"fail_in":%q,"mode":%q,"once_file":%q}`, tc.failIn, tc.mode, once)
+			x, ev := openTest(t, dir, cfg, 2*time.Second)
+			first := x.Pid()
+			for k := 0; k < 6; k++ {
+				base, err := window(x, k)
+				require.NoError(t, err, "window %d", k)
+				assert.Equal(t, float64(k+1), base, "window %d: the restarted explorer must continue from its saved state", k)
+			}
+			assert.Equal(t, 1, x.Restarts())
+			assert.Equal(t, []string{"restarted:" + tc.failIn}, ev.kinds())
+			assert.NotEqual(t, first, x.Pid())
+			assert.False(t, alive(first), "the crashed or stuck process is gone")
+			require.NoError(t, x.Close())
+			requireGone(t, dir, first)
+		})
+	}
+}
+
+func TestExplorerCrashingTwiceFailsForGood(t *testing.T) {
+	dir := pluginDir(t)
+	x, ev := openTest(t, dir, `{"fail_at_window":3}`, 5*time.Second)
+	first := x.Pid()
+	for k := 0; k < 3; k++ {
+		_, err := window(x, k)
+		require.NoError(t, err)
+	}
+	_, err := window(x, 3)
+	require.ErrorIs(t, err, plugins.ErrExplorerFailed)
+	assert.Contains(t, err.Error(), "test: plan")
+	assert.Equal(t, []string{"restarted:plan", "failed:plan"}, ev.kinds())
+
+	// It stays failed, without starting anything.
+	_, err = x.Plan(context.Background(), hparam.WindowRequest{Window: 4, Steps: 2})
+	assert.ErrorIs(t, err, plugins.ErrExplorerFailed)
+	_, err = x.SaveState(context.Background())
+	assert.ErrorIs(t, err, plugins.ErrExplorerFailed)
+	assert.Equal(t, 0, x.Pid())
+	requireGone(t, dir, first)
+}
+
+func TestTamperedExplorerIsRefused(t *testing.T) {
+	dir := pluginDir(t)
+	good := filepath.Join(dir, "hdet-explorer-label-smoothing")
+	sum, err := plugins.FileSHA256(good)
+	require.NoError(t, err)
+
+	x, err := plugins.Open(context.Background(), plugins.Spec{Binary: good, Checksum: "sha256:" + sum}, zerolog.Nop(), nil)
+	require.NoError(t, err, "the pinned binary starts")
+	require.NoError(t, x.Close())
+
+	tampered := filepath.Join(dir, "hdet-explorer-tampered")
+	copyExecutable(t, good, tampered)
+	f, err := os.OpenFile(tampered, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.Write([]byte{0})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	_, err = plugins.Open(context.Background(), plugins.Spec{Binary: tampered, Checksum: sum}, zerolog.Nop(), nil)
+	require.ErrorIs(t, err, plugins.ErrChecksumMismatch)
+	assert.True(t, plugins.IsConfigError(err))
+	assert.Contains(t, err.Error(), sum)
+
+	hdet := buildBinary(t, "./cmd/hdet")
+	out, code := runHdet(t, hdet, "plugins", "check", "--sha256", sum, tampered)
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "does not match its pinned SHA-256")
+	requireGone(t, dir)
+}
+
+func TestSeveralInstancesOfOneExplorerAreSeparateProcesses(t *testing.T) {
+	dir := pluginDir(t)
+	ctx := context.Background()
+	cfg := map[string]string{"lr/hidden": `{"schedule":{"max_lr":0.01}}`, "lr/output": `{"schedule":{"max_lr":0.001}}`}
+	pids := map[int]bool{}
+	bases := map[string]float64{}
+	for _, name := range []string{"lr/hidden", "lr/output"} {
+		x, err := plugins.Open(ctx, plugins.Spec{Name: name, Binary: filepath.Join(dir, "hdet-explorer-lr")}, zerolog.Nop(), nil)
+		require.NoError(t, err)
+		defer x.Close()
+		require.NoError(t, x.Init(ctx, hparam.Setup{Name: name, Config: []byte(cfg[name]), Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 7}))
+		p, err := x.Plan(ctx, hparam.WindowRequest{Window: 0, Start: 0, Steps: 10})
+		require.NoError(t, err)
+		pids[x.Pid()] = true
+		bases[name] = p.Base[9]
+	}
+	assert.Len(t, pids, 2, "one process per instance")
+	assert.InDelta(t, 10, bases["lr/hidden"]/bases["lr/output"], 1e-9, "each instance follows its own config")
+}
+
+func TestExplorerIgnoresGroupSignals(t *testing.T) {
+	dir := pluginDir(t)
+	x, ev := openTest(t, dir, `{}`, 5*time.Second)
+	pid := x.Pid()
+	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		require.NoError(t, syscall.Kill(pid, sig))
+	}
+	time.Sleep(300 * time.Millisecond) // let a default action (death) happen if it were going to
+	require.True(t, alive(pid), "SIGUSR1/SIGTERM/SIGINT/SIGHUP must not stop an explorer; hdet decides")
+	base, err := window(x, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, base)
+	assert.Empty(t, ev.kinds())
+	assert.Equal(t, pid, x.Pid())
+}
+
+func TestNoExplorerOutlivesItsHost(t *testing.T) {
+	dir := pluginDir(t)
+	host := buildBinary(t, "./plugins/internal/testhost")
+	explorer := filepath.Join(dir, "hdet-explorer-test")
+
+	// start runs the host in its own process group, as a shell runs a job,
+	// and returns it with its explorer's pid.
+	start := func(t *testing.T) (*exec.Cmd, int) {
+		cmd := exec.Command(host, explorer)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		require.NoError(t, err, "host stderr: %s", stderr.String())
+		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "pid ")))
+		require.NoError(t, err, line)
+		require.True(t, alive(pid))
+		return cmd, pid
+	}
+
+	t.Run("normal end", func(t *testing.T) {
+		x, _ := openTest(t, dir, `{}`, 5*time.Second)
+		pid := x.Pid()
+		require.NoError(t, x.Close())
+		requireGone(t, dir, pid)
+	})
+	t.Run("Ctrl-C to the process group", func(t *testing.T) {
+		cmd, pid := start(t)
+		require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
+		require.NoError(t, cmd.Wait(), "the host closes its explorer and exits 0")
+		requireGone(t, dir, pid)
+	})
+	t.Run("SIGKILL of the host", func(t *testing.T) {
+		cmd, pid := start(t)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		var exit *exec.ExitError
+		require.True(t, errors.As(cmd.Wait(), &exit))
+		requireGone(t, dir, pid)
+	})
+}
+
+func TestPluginsListAndCheck(t *testing.T) {
+	dir := pluginDir(t)
+	hdet := buildBinary(t, "./cmd/hdet")
+
+	out, code := runHdet(t, hdet, "plugins", "list", "--plugin-dir", dir)
+	require.Equal(t, 0, code, out)
+	for _, name := range []string{"lr", "dropout", "weight-decay", "label-smoothing", "test"} {
+		path := filepath.Join(dir, plugins.BinaryPrefix+name)
+		sum, err := plugins.FileSHA256(path)
+		require.NoError(t, err)
+		assert.Regexp(t, fmt.Sprintf(`(?m)^%s +\S+ +\S+ +%s +%s$`, name, sum, path), out)
+	}
+
+	configs := map[string]string{
+		"lr":              `{"schedule":{"max_lr":0.01}}`,
+		"dropout":         `{"schedule":0.1}`,
+		"weight-decay":    `{"schedule":0.01}`,
+		"label-smoothing": `{}`,
+	}
+	for name, cfg := range configs {
+		out, code := runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", cfg, name)
+		assert.Equal(t, 0, code, "%s:\n%s", name, out)
+		assert.Contains(t, out, "PASS:", name)
+	}
+
+	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"fail_at_window":0,"fail_in":"observe","mode":"error"}`, "test")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "FAIL:")
+
+	out, code = runHdet(t, hdet, "plugins", "check", filepath.Join(dir, "nothing-here"))
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "not an executable")
+	requireGone(t, dir)
+}
+
+// runHdet runs hdet and returns its combined output and exit code.
+func runHdet(t *testing.T, hdet string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hdet, args...)
+	cmd.Env = append(os.Environ(), plugins.EnvPluginDir+"=")
+	b, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(b), exit.ExitCode()
+	}
+	require.NoError(t, err)
+	return string(b), 0
+}

@@ -290,13 +290,20 @@ func TestSlurmMpirunInsideAllocation(t *testing.T) {
 // submit; `scancel --signal=USR1 --batch` reaches the script, whose trap
 // passes it to every task; rank 0 requeues the job (slurm.Requeue); the job
 // runs again under the same id with SLURM_RESTART_COUNT=1 in the same run
-// directory, appending to the same output file, and completes.
+// directory, appending to the same output file, and completes. Both
+// launchers pass the signal on: srun and mpirun inside the allocation.
 func TestSlurmBatchSignalRequeueResume(t *testing.T) {
+	for _, launcher := range []string{"srun", "mpirun"} {
+		t.Run(launcher, func(t *testing.T) { testSignalRequeueResume(t, launcher) })
+	}
+}
+
+func testSignalRequeueResume(t *testing.T, launcher string) {
 	c := startSlurm(t)
 	probe := buildBinary(t, "./tests/slurmprobe")
 	dir := t.TempDir()
 	script := sbatchScript(t, dir, "job.sbatch", mnistConfig(t), "--gpus-per-node", "4", "--time", "10:00",
-		"--signal-lead", "60", "--partition", "debug", "--job-name", "probe",
+		"--signal-lead", "60", "--partition", "debug", "--job-name", "probe", "--launcher", launcher,
 		"--hdet", probe, "--run-root", filepath.Join(dir, "runs"))
 	id := strings.TrimSpace(c.run(t, dir, "sbatch", "--parsable", script))
 	runDir := filepath.Join(dir, "runs", id)
@@ -327,9 +334,13 @@ func TestSlurmBatchSignalRequeueResume(t *testing.T) {
 	assert.Equal(t, "0:0", f["ExitCode"])
 
 	for r := range 4 {
+		procid := strconv.Itoa(r)
+		if launcher == "mpirun" {
+			procid = "0" // the batch script's, inherited
+		}
 		for name, want := range map[string]string{
-			"signal":  "restart=0 procid=" + strconv.Itoa(r) + " cuda=0,1,2,3\n",
-			"resumed": "restart=1 procid=" + strconv.Itoa(r) + " cuda=0,1,2,3\n",
+			"signal":  "restart=0 procid=" + procid + " cuda=0,1,2,3\n",
+			"resumed": "restart=1 procid=" + procid + " cuda=0,1,2,3\n",
 		} {
 			got, err := os.ReadFile(filepath.Join(runDir, fmt.Sprintf("%s.%d", name, r)))
 			if assert.NoError(t, err) {

@@ -27,7 +27,7 @@ const DefaultSignalLead = 300
 // the job runs wherever Slurm puts it.
 type Job struct {
 	Config        string // hdet config file
-	Hdet          string // hdet binary
+	Hdet          string // hdet binary: absolute, or a bare name looked up on PATH
 	RunRoot       string // run directories are RunRoot/$SLURM_JOB_ID
 	JobName       string
 	Partition     string // empty: the cluster's default
@@ -125,8 +125,11 @@ func (j Job) Validate() error {
 	if j.JobName == "" {
 		bad("--job-name: must not be empty")
 	}
+	if j.Hdet == "" || strings.Contains(j.Hdet, "/") && !strings.HasPrefix(j.Hdet, "/") {
+		bad("--hdet %q: want an absolute path, or a bare name to look up on the nodes' PATH", j.Hdet)
+	}
 	for _, p := range []struct{ flag, v string }{{"CONFIG", j.Config}, {"--hdet", j.Hdet}, {"--run-root", j.RunRoot}} {
-		if !strings.HasPrefix(p.v, "/") {
+		if p.flag != "--hdet" && !strings.HasPrefix(p.v, "/") {
 			bad("%s %q: must be an absolute path", p.flag, p.v)
 		}
 		if strings.ContainsAny(p.v, "\n\r") {

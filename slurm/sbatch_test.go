@@ -126,7 +126,7 @@ func TestValidateNamesEveryBadOption(t *testing.T) {
 		{func(j *Job) { j.Account = "a\n#SBATCH --x" }, "--account"},
 		{func(j *Job) { j.JobName = "" }, "--job-name"},
 		{func(j *Job) { j.Config = "mnist.yaml" }, `CONFIG "mnist.yaml": must be an absolute path`},
-		{func(j *Job) { j.Hdet = "hdet" }, "--hdet"},
+		{func(j *Job) { j.Hdet = "bin/hdet" }, `--hdet "bin/hdet"`},
 		{func(j *Job) { j.RunRoot = "/runs\n" }, "--run-root"},
 	}
 	for _, c := range cases {
@@ -150,6 +150,8 @@ func TestValidateNamesEveryBadOption(t *testing.T) {
 	assert.NoError(t, j.Validate(), "no limit: any signal lead")
 	j.NTasksPerNode = 8
 	assert.NoError(t, j.Validate(), "--ntasks-per-node equal to the GPUs is fine")
+	j.Hdet = "hdet"
+	assert.NoError(t, j.Validate(), "a bare name is looked up on PATH")
 }
 
 // bashSyntax checks s with bash -n.

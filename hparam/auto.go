@@ -84,6 +84,9 @@ func NewAuto(cfg AutoConfig, bounds Bounds, final float64) (*Auto, error) {
 // rank's is exactly 0, so nothing overflows and the sum is >= 1, whatever
 // the scores (±1e6 and beyond).
 func SoftmaxWeights(losses []float64, sigma float64, w []float64) []float64 {
+	if cap(w) < len(losses) {
+		w = make([]float64, 0, len(losses))
+	}
 	w = w[:0]
 	lmin := math.Inf(1)
 	for _, l := range losses {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 )
 
 // ErrExplorer marks an explorer failure the controller cannot absorb by
@@ -63,13 +64,18 @@ type param struct {
 	base    float64 // the current base: the last plan's base at its last step
 	spread  Spread
 	bounds  Bounds
+
+	// Scratch for Observe, reused every window: the value of each slot and
+	// of each rank (explorers must not keep Observation.Values).
+	bySlot, values []float64
 }
 
 // Controller is rank 0's meta-controller: it asks each explorer for its
 // window plan, draws one permutation per hyperparameter per window, and
 // feeds the window's values and losses back. An explorer that errs or
 // answers nonsense is frozen (Event) and never called again; training goes on.
-// A Controller is not safe for concurrent use.
+// A Controller is not safe for concurrent use; it calls different
+// explorers concurrently, never one explorer concurrently with itself.
 type Controller struct {
 	shape     RunShape
 	params    []*param
@@ -202,24 +208,29 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 		return nil, nil, err
 	}
 	plan := &Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Params: make([]ParamPlan, len(c.params))}
+	for _, p := range c.params {
+		if p.frozen && !p.hasBase {
+			return nil, nil, fmt.Errorf("%w: %s was frozen before it planned a window, so it has no base", ErrExplorer, p.name)
+		}
+	}
+	wps := make([]WindowPlan, len(c.params))
+	errs := c.each(func(i int, p *param) error {
+		wp, err := p.ex.Plan(ctx, req)
+		if err == nil {
+			err = checkWindowPlan(wp, req.Steps)
+		}
+		wps[i] = wp
+		return err
+	})
 	var events []Event
 	for i, p := range c.params {
-		if p.frozen && !p.hasBase {
-			return nil, events, fmt.Errorf("%w: %s was frozen before it planned a window, so it has no base", ErrExplorer, p.name)
-		}
-		var wp WindowPlan
-		if !p.frozen {
-			wp, err = p.ex.Plan(ctx, req)
-			if err == nil {
-				err = checkWindowPlan(wp, req.Steps)
+		if err := errs[i]; err != nil {
+			if !p.hasBase {
+				return nil, events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, req.Window, err)
 			}
-			if err != nil {
-				if !p.hasBase {
-					return nil, events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, req.Window, err)
-				}
-				events = append(events, c.freeze(p, "plan", err))
-			}
+			events = append(events, c.freeze(p, "plan", err))
 		}
+		wp := wps[i]
 		if p.frozen {
 			wp = WindowPlan{Base: make([]float64, req.Steps), Spread: p.spread, Bounds: p.bounds}
 			for j := range wp.Base {
@@ -250,20 +261,20 @@ func (c *Controller) Observe(ctx context.Context, losses []float64) ([]ParamFeed
 		return nil, nil, fmt.Errorf("%w: %d losses for %d ranks", ErrInvalid, len(losses), n)
 	}
 	out := make([]ParamFeedback, len(c.params))
+	errs := c.each(func(i int, p *param) error {
+		fb, err := p.ex.Observe(ctx, Observation{Window: plan.Window, Values: p.lastValues(&plan.Params[i]), Losses: losses})
+		if err == nil && len(fb.Weights) != 0 && len(fb.Weights) != n {
+			err = fmt.Errorf("%w: %d weights for %d ranks", ErrInvalid, len(fb.Weights), n)
+		}
+		out[i].Feedback = fb
+		return err
+	})
 	var events []Event
 	for i, p := range c.params {
-		pp := &plan.Params[i]
-		out[i] = ParamFeedback{Name: p.name}
-		if !p.frozen {
-			fb, err := p.ex.Observe(ctx, Observation{Window: plan.Window, Values: lastValues(pp), Losses: losses})
-			if err == nil && len(fb.Weights) != 0 && len(fb.Weights) != n {
-				err = fmt.Errorf("%w: %d weights for %d ranks", ErrInvalid, len(fb.Weights), n)
-			}
-			if err == nil {
-				out[i].Feedback = fb
-			} else {
-				events = append(events, c.freeze(p, "observe", err))
-			}
+		out[i].Name = p.name
+		if errs[i] != nil {
+			out[i].Feedback = Feedback{}
+			events = append(events, c.freeze(p, "observe", errs[i]))
 		}
 		if p.frozen {
 			out[i].Base, out[i].Frozen = p.base, true
@@ -274,17 +285,36 @@ func (c *Controller) Observe(ctx context.Context, losses []float64) ([]ParamFeed
 	return out, events, nil
 }
 
-// lastValues is the value each rank used at the window's last step:
-// the slot values are computed once and looked up by each rank's slot,
-// with the same arithmetic as ParamPlan.Value.
-func lastValues(pp *ParamPlan) []float64 {
-	n := len(pp.Slots)
-	bySlot := pp.Spread.Values(pp.Base[len(pp.Base)-1], n, pp.Bounds)
-	v := make([]float64, n)
-	for r, s := range pp.Slots {
-		v[r] = bySlot[s]
+// each calls fn for every live (not frozen) explorer, concurrently: the
+// explorers are independent (plugins are separate processes), so a window
+// costs the slowest explorer rather than their sum. No explorer is ever
+// called concurrently with itself. It returns fn's errors by index.
+func (c *Controller) each(fn func(i int, p *param) error) []error {
+	errs := make([]error, len(c.params))
+	var wg sync.WaitGroup
+	for i, p := range c.params {
+		if p.frozen {
+			continue
+		}
+		wg.Go(func() { errs[i] = fn(i, p) })
 	}
-	return v
+	wg.Wait()
+	return errs
+}
+
+// lastValues is the value each rank used at the window's last step, with
+// the arithmetic of ParamPlan.Value: each slot's value once, then looked up
+// by rank.
+func (p *param) lastValues(pp *ParamPlan) []float64 {
+	n := len(pp.Slots)
+	if len(p.values) != n {
+		p.bySlot, p.values = make([]float64, n), make([]float64, n)
+	}
+	pp.Spread.ValuesTo(p.bySlot, pp.Base[len(pp.Base)-1], pp.Bounds)
+	for r, s := range pp.Slots {
+		p.values[r] = p.bySlot[s]
+	}
+	return p.values
 }
 
 // Controller state encoding (version controllerStateVersion):

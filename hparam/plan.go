@@ -132,7 +132,7 @@ func (p *Plan) Validate() error {
 //	  float64 alpha, lower, upper
 //	  byte flags (bit 0 frozen, bit 1 constant base: one float64 instead of steps)
 //	  float64 base values
-//	  uvarint slot of each rank
+//	  slot of each rank, 1, 2 or 4 bytes each as N <= 256, <= 65536 or more
 const planVersion = 1
 
 const (
@@ -182,11 +182,63 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 		for _, f := range base {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 		}
-		for _, s := range pp.Slots {
-			b = binary.AppendUvarint(b, uint64(s))
-		}
+		b = appendSlots(b, pp.Slots)
 	}
 	return b, nil
+}
+
+// slotWidth is the bytes per slot for n ranks.
+func slotWidth(n int) int {
+	switch {
+	case n <= 1<<8:
+		return 1
+	case n <= 1<<16:
+		return 2
+	}
+	return 4
+}
+
+func appendSlots(b []byte, slots []uint32) []byte {
+	switch slotWidth(len(slots)) {
+	case 1:
+		for _, s := range slots {
+			b = append(b, byte(s))
+		}
+	case 2:
+		for _, s := range slots {
+			b = binary.LittleEndian.AppendUint16(b, uint16(s))
+		}
+	default:
+		for _, s := range slots {
+			b = binary.LittleEndian.AppendUint32(b, s)
+		}
+	}
+	return b
+}
+
+// slots reads n slots (Validate checks they permute 0..n-1).
+func (d *planDecoder) slots(n int) []uint32 {
+	w := slotWidth(n)
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b)/w {
+		d.fail("truncated slots")
+		return nil
+	}
+	out := make([]uint32, n)
+	for r := range out {
+		switch w {
+		case 1:
+			out[r] = uint32(d.b[r])
+		case 2:
+			out[r] = uint32(binary.LittleEndian.Uint16(d.b[2*r:]))
+		default:
+			out[r] = binary.LittleEndian.Uint32(d.b[4*r:])
+		}
+	}
+	d.b = d.b[n*w:]
+	return out
 }
 
 // constant reports whether every value is bit-identical to the first
@@ -272,12 +324,7 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 	q.Params = make([]ParamPlan, np)
 	for i := range q.Params {
 		pp := &q.Params[i]
-		nl := d.uvarint("name length", uint64(len(d.b)))
-		if d.err != nil {
-			return d.err
-		}
-		pp.Name = string(d.b[:nl])
-		d.b = d.b[nl:]
+		pp.Name = string(d.bytes("name"))
 		code := d.byte1("spread kind")
 		if int(code) >= len(spreadCodes) || code == 0 {
 			d.fail(fmt.Sprintf("unknown spread kind code %d", code))
@@ -314,14 +361,7 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 				pp.Base[s] = d.float("base")
 			}
 		}
-		if n > len(d.b) {
-			d.fail("truncated slots")
-			return d.err
-		}
-		pp.Slots = make([]uint32, n)
-		for r := range pp.Slots {
-			pp.Slots[r] = uint32(d.uvarint("slot", uint64(n)))
-		}
+		pp.Slots = d.slots(n)
 		if d.err != nil {
 			return d.err
 		}
@@ -336,9 +376,18 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
+// length reads a uvarint byte count that must fit in what remains.
+func (d *planDecoder) length(what string) int {
+	n := d.uvarint(what+" length", math.MaxInt32)
+	if d.err == nil && n > len(d.b) {
+		d.fail("truncated " + what)
+	}
+	return n
+}
+
 // bytes reads a uvarint length and that many bytes.
 func (d *planDecoder) bytes(what string) []byte {
-	n := d.uvarint(what+" length", uint64(len(d.b)))
+	n := d.length(what)
 	if d.err != nil {
 		return nil
 	}

@@ -42,7 +42,13 @@ func (b Bounds) Validate() error {
 
 // Clamp returns v limited to [Lower, Upper].
 func (b Bounds) Clamp(v float64) float64 {
-	return math.Min(math.Max(v, b.Lower), b.Upper)
+	if v < b.Lower {
+		return b.Lower
+	}
+	if v > b.Upper {
+		return b.Upper
+	}
+	return v
 }
 
 // offset is slot j's signed position (j-(N-1)/2)/d in [-1, 1], with
@@ -74,7 +80,7 @@ func (s Spread) Value(base float64, j, n int) float64 {
 	case Additive:
 		return base + float64(s.Alpha*offset(j, n))
 	case Geometric:
-		return base * math.Pow(1+s.Alpha, offset(j, n))
+		return base * geometric(math.Log1p(s.Alpha), j, n)
 	default:
 		hi := j // same operations as Multipliers, so the result is identical
 		if j < n/2 {
@@ -88,20 +94,51 @@ func (s Spread) Value(base float64, j, n int) float64 {
 	}
 }
 
+// geometric is slot j's multiplier (1+alpha)^offset, computed as
+// exp(offset*log1p(alpha)) for the upper half and as the reciprocal of the
+// mirror slot's for the lower half: half the exps of a population, with
+// log1p(alpha) computed once (Pow costs several times more, and the
+// controller computes N of these per window).
+func geometric(log1pAlpha float64, j, n int) float64 {
+	if j < n/2 {
+		return 1 / math.Exp(offset(n-1-j, n)*log1pAlpha)
+	}
+	return math.Exp(offset(j, n) * log1pAlpha)
+}
+
 // Values returns the clamped value of every slot 0..n-1 for base b.
 func (s Spread) Values(base float64, n int, b Bounds) []float64 {
 	out := make([]float64, n)
+	s.ValuesTo(out, base, b)
+	return out
+}
+
+// ValuesTo is Values into dst, for n = len(dst) slots, without allocating.
+// Each value is bit-identical to b.Clamp(s.Value(base, j, n)); mirrored
+// slots share one multiplier computation.
+func (s Spread) ValuesTo(dst []float64, base float64, b Bounds) {
+	n := len(dst)
 	switch s.Kind {
 	case Multiplicative:
-		for j, rho := range s.Multipliers(n) {
-			out[j] = b.Clamp(base * rho)
+		for j := n - 1; j >= n/2; j-- {
+			rho := 1 + float64(s.Alpha*offset(j, n)) // as Multipliers
+			dst[j] = b.Clamp(base * rho)
+			dst[n-1-j] = b.Clamp(base * (2 - rho))
+		}
+	case Geometric:
+		l := math.Log1p(s.Alpha)
+		for j := n - 1; j >= n/2; j-- {
+			m := math.Exp(offset(j, n) * l) // as geometric
+			dst[j] = b.Clamp(base * m)
+			if k := n - 1 - j; k != j {
+				dst[k] = b.Clamp(base * (1 / m))
+			}
 		}
 	default:
-		for j := range out {
-			out[j] = b.Clamp(s.Value(base, j, n))
+		for j := range dst {
+			dst[j] = b.Clamp(s.Value(base, j, n))
 		}
 	}
-	return out
 }
 
 func (s Spread) String() string { return fmt.Sprintf("%s(alpha=%g)", s.Kind, s.Alpha) }

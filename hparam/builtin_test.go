@@ -1,0 +1,172 @@
+package hparam
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func initBuiltin(t *testing.T, kind, cfg string, s Setup) (Explorer, error) {
+	t.Helper()
+	e, err := NewBuiltinExplorer(kind)
+	require.NoError(t, err)
+	s.Config = []byte(cfg)
+	return e, e.Init(context.Background(), s)
+}
+
+var setup4 = Setup{Name: "x", Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 1}
+
+func TestBuiltinDescribe(t *testing.T) {
+	ctx := context.Background()
+	for kind, want := range map[string]SpreadKind{BuiltinLR: Multiplicative, BuiltinDropout: Additive, BuiltinWeightDecay: Geometric} {
+		e, err := NewBuiltinExplorer(kind)
+		require.NoError(t, err)
+		d, err := e.Describe(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, kind, d.Name)
+		assert.Equal(t, want, d.Spread.Kind)
+		assert.InDelta(t, 1.0/9, d.Spread.Alpha, 1e-17)
+	}
+	_, err := NewBuiltinExplorer("momentum")
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestBuiltinConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		kind, cfg, field string
+	}{
+		{BuiltinLR, `{}`, "schedule.max_lr"},
+		{BuiltinLR, `{"schedul": {}}`, "schedul"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1, "maxlr": 1}}`, "schedule.maxlr"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1, "value": 1}}`, "schedule.max_lr"}, // a value without a kind means constant
+		{BuiltinLR, `{"schedule": {"kind": "onecycle", "max_lr": 0.1, "value": 1}}`, "schedule.value"},
+		{BuiltinLR, `{"schedule": {"max_lr": "big"}}`, "schedule.max_lr"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1, "pct_start": 2}}`, "schedule.pct_start"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1, "total_steps": 0}}`, "schedule.total_steps"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1, "total_steps": 20}, "auto": {"start": 50}}`, "schedule.total_steps"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"alpha": 1}}`, "spread.alpha"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"kind": "log"}}`, "spread.kind"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"alpah": 0.1}}`, "spread.alpah"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "bounds": {"lower": 1, "upper": 0.5}}`, "bounds.upper"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"sigma": 0}}`, "auto.sigma"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"beta": 1}}`, "auto.beta"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"lambda": -1}}`, "auto.lambda"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"decay": "exp"}}`, "auto.decay"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": -1}}`, "auto.start"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": 1.5}}`, "auto.start"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"stat": 1}}`, "auto.stat"},
+		{BuiltinLR, `{"schedule": {"kind": "cosine", "peak": 0.1}}`, "auto.decay"}, // floor towards final 0
+		{BuiltinDropout, `{}`, "schedule.value"},
+		{BuiltinDropout, `{"schedule": "high"}`, "schedule"},
+		{BuiltinDropout, `{"schedule": 0.1} x`, "config"},
+	} {
+		_, err := initBuiltin(t, tc.kind, tc.cfg, setup4)
+		require.ErrorIs(t, err, ErrInvalid, "%s", tc.cfg)
+		var fe *FieldError
+		require.True(t, errors.As(err, &fe), "%v", err)
+		assert.Equal(t, tc.field, fe.Field, "%s: %v", tc.cfg, err)
+	}
+	_, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.1}}`, Setup{Ranks: 0, TotalSteps: 10, WindowSteps: 1})
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestBuiltinUnknownKeyListsAllowed(t *testing.T) {
+	_, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"alpah": 0.1}}`, setup4)
+	assert.ErrorContains(t, err, "spread.alpah: unknown key (allowed: kind, alpha)")
+}
+
+func TestBuiltinScheduleThenAuto(t *testing.T) {
+	ctx := context.Background()
+	// auto.start 35: windows 0..3 follow the schedule, the first update is
+	// at step 40, after window 3.
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": 35}}`, setup4)
+	require.NoError(t, err)
+	oc, err := NewOneCycle(DefaultOneCycleConfig(0.1, 100))
+	require.NoError(t, err)
+	losses := []float64{1, 0.9, 0.8, 0.7}
+	for k := range 10 {
+		wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+		require.NoError(t, err)
+		if k < 4 {
+			for i, b := range wp.Base {
+				want, _ := oc.At(10*k + i)
+				require.Equal(t, want, b, "window %d step %d follows OneCycle", k, i)
+			}
+		} else {
+			for _, b := range wp.Base {
+				require.Equal(t, wp.Base[0], b, "window %d: constant base in the auto phase", k)
+			}
+		}
+		last := wp.Base[9]
+		values := wp.Spread.Values(last, 4, wp.Bounds)
+		fb, err := e.Observe(ctx, Observation{Window: k, Values: values, Losses: losses})
+		require.NoError(t, err)
+		if k < 3 {
+			assert.Empty(t, fb.Weights, "window %d", k)
+		} else {
+			assert.Len(t, fb.Weights, 4, "window %d", k)
+		}
+	}
+	_, err = e.Plan(ctx, WindowRequest{Window: 10, Start: 100, Steps: 10})
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = e.Observe(ctx, Observation{Window: 3, Values: make([]float64, 4), Losses: make([]float64, 4)})
+	assert.ErrorIs(t, err, ErrOrder)
+}
+
+func TestBuiltinOrderErrors(t *testing.T) {
+	ctx := context.Background()
+	e, err := NewBuiltinExplorer(BuiltinDropout)
+	require.NoError(t, err)
+	_, err = e.Plan(ctx, WindowRequest{Steps: 10})
+	assert.ErrorIs(t, err, ErrOrder, "Plan before Init")
+	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1, "auto": {"start": 0}}`, setup4)
+	require.NoError(t, err)
+	_, err = e.Plan(ctx, WindowRequest{Window: 2, Start: 20, Steps: 10})
+	assert.ErrorIs(t, err, ErrOrder, "an auto window before its predecessor was observed")
+	_, err = e.Plan(ctx, WindowRequest{Window: 0, Start: 0, Steps: 9})
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = e.Observe(ctx, Observation{Window: 0, Values: []float64{1}, Losses: []float64{1}})
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestBuiltinStateRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	cfg := `{"schedule": {"max_lr": 0.05, "pct_start": 0.2}, "auto": {"sigma": 0.05}}`
+	s := Setup{Name: "lr", Ranks: 5, TotalSteps: 200, WindowSteps: 7}
+	a, err := initBuiltin(t, BuiltinLR, cfg, s)
+	require.NoError(t, err)
+	step := func(e Explorer, k int) (WindowPlan, Feedback) {
+		req := WindowRequest{Window: k, Start: 7 * k, Steps: min(7, 200-7*k)}
+		wp, err := e.Plan(ctx, req)
+		require.NoError(t, err)
+		losses := make([]float64, 5)
+		for r := range losses {
+			losses[r] = 1 + 0.1*math.Sin(float64(k*5+r))
+		}
+		fb, err := e.Observe(ctx, Observation{Window: k, Values: wp.Spread.Values(wp.Base[len(wp.Base)-1], 5, wp.Bounds), Losses: losses})
+		require.NoError(t, err)
+		return wp, fb
+	}
+	for k := range 12 {
+		step(a, k)
+	}
+	st, err := a.SaveState(ctx)
+	require.NoError(t, err)
+	b, err := initBuiltin(t, BuiltinLR, cfg, s)
+	require.NoError(t, err)
+	require.NoError(t, b.LoadState(ctx, st))
+	for k := 12; k < 29; k++ {
+		pa, fa := step(a, k)
+		pb, fb := step(b, k)
+		require.Equal(t, pa, pb, "window %d", k)
+		require.Equal(t, math.Float64bits(fa.Base), math.Float64bits(fb.Base), "window %d", k)
+		require.Equal(t, fa.Weights, fb.Weights)
+	}
+	assert.ErrorIs(t, b.LoadState(ctx, []byte{1}), ErrDecode)
+	assert.ErrorIs(t, b.LoadState(ctx, nil), ErrDecode)
+	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{1, 99}, st[2:]...)), ErrDecode, "window count past the run")
+}

@@ -1,0 +1,330 @@
+package hparam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// threeExplorers is the default trio with the given spread width.
+func threeExplorers(t testing.TB, alpha float64, autoStart int) []NamedExplorer {
+	mk := func(kind, name, cfg string) NamedExplorer {
+		e, err := NewBuiltinExplorer(kind)
+		require.NoError(t, err)
+		return NamedExplorer{Name: name, Explorer: e, Config: []byte(cfg)}
+	}
+	auto := fmt.Sprintf(`"spread": {"alpha": %v}, "auto": {"start": %d}`, alpha, autoStart)
+	return []NamedExplorer{
+		mk(BuiltinLR, "lr", `{"schedule": {"max_lr": 0.1}, `+auto+`}`),
+		mk(BuiltinDropout, "dropout", `{"schedule": 0.2, `+auto+`}`),
+		mk(BuiltinWeightDecay, "weight_decay", `{"schedule": 0.01, `+auto+`}`),
+	}
+}
+
+// lossesFor makes window losses that favour larger values of the first
+// hyperparameter, so the auto phase has a signal to follow.
+func lossesFor(p *Plan) []float64 {
+	n := p.Ranks()
+	out := make([]float64, n)
+	for r := range out {
+		out[r] = 2 - 10*p.Params[0].Value(r, p.Steps-1) + 0.01*math.Sin(float64(r+p.Window))
+	}
+	return out
+}
+
+func runWindows(t testing.TB, c *Controller, from, to int, losses func(*Plan) []float64) ([][]byte, [][]ParamFeedback) {
+	ctx := context.Background()
+	var plans [][]byte
+	var fbs [][]ParamFeedback
+	for k := from; k < to; k++ {
+		p, ev, err := c.Plan(ctx)
+		require.NoError(t, err)
+		require.Empty(t, ev)
+		require.Equal(t, k, p.Window)
+		b, err := p.MarshalBinary()
+		require.NoError(t, err)
+		plans = append(plans, b)
+		fb, ev, err := c.Observe(ctx, losses(p))
+		require.NoError(t, err)
+		require.Empty(t, ev)
+		fbs = append(fbs, fb)
+	}
+	return plans, fbs
+}
+
+func TestControllerDeterministic(t *testing.T) {
+	ctx := context.Background()
+	shape := RunShape{Ranks: 6, TotalSteps: 95, WindowSteps: 10, Seed: 99}
+	a, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
+	require.NoError(t, err)
+	b, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
+	require.NoError(t, err)
+	require.Equal(t, 10, a.Windows())
+	pa, fa := runWindows(t, a, 0, 10, lossesFor)
+	pb, fb := runWindows(t, b, 0, 10, lossesFor)
+	assert.Equal(t, pa, pb)
+	assert.Equal(t, fa, fb)
+	_, _, err = a.Plan(ctx)
+	assert.ErrorIs(t, err, ErrOrder, "past the last window")
+
+	shape.Seed = 100
+	c, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
+	require.NoError(t, err)
+	p1, _, err := c.Plan(ctx)
+	require.NoError(t, err)
+	var p0 Plan
+	require.NoError(t, p0.UnmarshalBinary(pa[0]))
+	assert.Equal(t, p0.Params[0].Base, p1.Params[0].Base)
+	assert.NotEqual(t, p0.Params[0].Slots, p1.Params[0].Slots, "another seed, other permutations")
+	assert.NotEqual(t, p0.Params[0].Slots, p0.Params[1].Slots, "independent permutations per hyperparameter")
+
+	// Plan is idempotent until Observe; Observe needs a plan.
+	p2, _, err := c.Plan(ctx)
+	require.NoError(t, err)
+	assert.Same(t, p1, p2)
+	_, _, err = c.Observe(ctx, []float64{1})
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, _, err = c.Observe(ctx, make([]float64, 6))
+	require.NoError(t, err)
+	d, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
+	require.NoError(t, err)
+	_, _, err = d.Observe(ctx, make([]float64, 6))
+	assert.ErrorIs(t, err, ErrOrder)
+}
+
+// Property: alpha = 0 gives every rank the base value at every step.
+func TestControllerAlphaZero(t *testing.T) {
+	ctx := context.Background()
+	c, err := NewController(ctx, RunShape{Ranks: 5, TotalSteps: 60, WindowSteps: 7, Seed: 1}, threeExplorers(t, 0, 20))
+	require.NoError(t, err)
+	for k := 0; k < c.Windows(); k++ {
+		p, _, err := c.Plan(ctx)
+		require.NoError(t, err)
+		for _, pp := range p.Params {
+			for r := range 5 {
+				for i, b := range pp.Base {
+					v, err := p.Value(pp.Name, r, i)
+					require.NoError(t, err)
+					require.Equal(t, b, v, "%s window %d rank %d step %d", pp.Name, k, r, i)
+				}
+			}
+		}
+		_, _, err = c.Observe(ctx, lossesFor(p))
+		require.NoError(t, err)
+	}
+}
+
+// Property: with equal losses, decay floor lands on the schedule's final
+// value at the last step.
+func TestControllerDecayFloorLandsOnFinal(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ n, s, t, start int }{
+		{4, 1000, 10, 300}, {7, 1003, 25, 0}, {2, 500, 100, 150}, {16, 120, 1, 40},
+	} {
+		e, err := NewBuiltinExplorer(BuiltinLR)
+		require.NoError(t, err)
+		cfg := fmt.Sprintf(`{"schedule": {"max_lr": 0.3, "div_factor": 20, "final_div_factor": 500}, "auto": {"start": %d}}`, tc.start)
+		c, err := NewController(ctx, RunShape{Ranks: tc.n, TotalSteps: tc.s, WindowSteps: tc.t}, []NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(cfg)}})
+		require.NoError(t, err)
+		equal := func(p *Plan) []float64 {
+			l := make([]float64, tc.n)
+			for r := range l {
+				l[r] = 0.7
+			}
+			return l
+		}
+		var last *Plan
+		for range c.Windows() {
+			p, _, err := c.Plan(ctx)
+			require.NoError(t, err)
+			last = p
+			_, _, err = c.Observe(ctx, equal(p))
+			require.NoError(t, err)
+		}
+		final := 0.3 / 20 / 500
+		assert.InEpsilon(t, final, last.Params[0].Base[last.Steps-1], 1e-9, "%+v", tc)
+	}
+}
+
+// flaky wraps an explorer and fails one call at one window.
+type flaky struct {
+	Explorer
+	failOp     string
+	failWindow int
+	calls      int
+	nanBase    bool
+}
+
+var errBoom = errors.New("boom")
+
+func (f *flaky) Plan(ctx context.Context, r WindowRequest) (WindowPlan, error) {
+	f.calls++
+	wp, err := f.Explorer.Plan(ctx, r)
+	if f.failOp == "plan" && r.Window == f.failWindow {
+		if f.nanBase {
+			wp.Base[0] = math.NaN()
+			return wp, err
+		}
+		return WindowPlan{}, errBoom
+	}
+	return wp, err
+}
+
+func (f *flaky) Observe(ctx context.Context, o Observation) (Feedback, error) {
+	f.calls++
+	if f.failOp == "observe" && o.Window == f.failWindow {
+		return Feedback{}, errBoom
+	}
+	return f.Explorer.Observe(ctx, o)
+}
+
+func (f *flaky) SaveState(ctx context.Context) ([]byte, error) {
+	if f.failOp == "save_state" {
+		return nil, errBoom
+	}
+	return f.Explorer.SaveState(ctx)
+}
+
+func TestControllerFreezesFailingExplorer(t *testing.T) {
+	ctx := context.Background()
+	for _, f := range []*flaky{
+		{failOp: "observe", failWindow: 3},
+		{failOp: "plan", failWindow: 4},
+		{failOp: "plan", failWindow: 4, nanBase: true},
+	} {
+		ex := threeExplorers(t, 0.1, 20)
+		f.Explorer = ex[0].Explorer
+		ex[0].Explorer = f
+		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 5}, ex)
+		require.NoError(t, err)
+		var frozenAt float64
+		var spread Spread
+		var events []Event
+		for k := range 10 {
+			p, ev, err := c.Plan(ctx)
+			require.NoError(t, err)
+			events = append(events, ev...)
+			if len(ev) == 1 {
+				frozenAt, spread = ev[0].Base, ev[0].Spread
+			}
+			fb, ev, err := c.Observe(ctx, lossesFor(p))
+			require.NoError(t, err)
+			events = append(events, ev...)
+			if len(ev) == 1 {
+				frozenAt, spread = ev[0].Base, ev[0].Spread
+				assert.Equal(t, p.Params[0].Base[9], frozenAt, "frozen at the base it had")
+			}
+			if c.Frozen("lr") {
+				assert.True(t, fb[0].Frozen)
+				assert.Equal(t, frozenAt, fb[0].Base)
+			}
+			if p.Params[0].Frozen {
+				for _, b := range p.Params[0].Base {
+					require.Equal(t, frozenAt, b, "window %d", k)
+				}
+				assert.Equal(t, spread, p.Params[0].Spread)
+			}
+			assert.False(t, p.Params[1].Frozen || p.Params[2].Frozen)
+		}
+		require.Len(t, events, 1, "%s", f.failOp)
+		assert.Equal(t, f.failOp, events[0].Op)
+		assert.Equal(t, "lr", events[0].Param)
+		assert.Equal(t, f.failWindow, events[0].Window)
+		assert.Equal(t, Spread{Multiplicative, 0.1}, spread)
+		assert.Contains(t, events[0].String(), "frozen at")
+		if !f.nanBase {
+			assert.ErrorIs(t, events[0].Err, errBoom)
+		}
+		calls := 2*f.failWindow + 1 // plans 0..w, observations 0..w-1
+		if f.failOp == "observe" {
+			calls++
+		}
+		assert.Equal(t, calls, f.calls, "never called after it failed")
+	}
+
+	// Failing the very first plan leaves nothing to freeze at.
+	ex := threeExplorers(t, 0.1, 20)
+	ex[1].Explorer = &flaky{Explorer: ex[1].Explorer, failOp: "plan", failWindow: 0}
+	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10}, ex)
+	require.NoError(t, err)
+	_, _, err = c.Plan(ctx)
+	assert.ErrorIs(t, err, ErrExplorer)
+	assert.ErrorIs(t, err, errBoom)
+}
+
+func TestControllerInitErrors(t *testing.T) {
+	ctx := context.Background()
+	ex := threeExplorers(t, 0.1, 20)
+	ex[2].Config = []byte(`{"schedule": 0.01, "spread": {"alpha": -1}}`)
+	_, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10}, ex)
+	assert.ErrorIs(t, err, ErrExplorer)
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "weight_decay: init: spread.alpha")
+
+	ex = threeExplorers(t, 0.1, 20)
+	ex[1].Name = "lr"
+	_, err = NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10}, ex)
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 0}, nil)
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestControllerStateRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	shape := RunShape{Ranks: 8, TotalSteps: 200, WindowSteps: 10, Seed: 3}
+	newC := func(failSave bool) *Controller {
+		ex := threeExplorers(t, 0.1, 50)
+		if failSave {
+			ex[2].Explorer = &flaky{Explorer: ex[2].Explorer, failOp: "save_state"}
+		}
+		c, err := NewController(ctx, shape, ex)
+		require.NoError(t, err)
+		return c
+	}
+	a := newC(true)
+	runWindows(t, a, 0, 7, lossesFor)
+	// A checkpoint with window 7 already planned restores to the same plan.
+	pending, _, err := a.Plan(ctx)
+	require.NoError(t, err)
+	st, ev, err := a.SaveState(ctx)
+	require.NoError(t, err)
+	require.Len(t, ev, 1, "weight_decay's SaveState fails and it is frozen")
+	assert.True(t, a.Frozen("weight_decay"))
+
+	b := newC(false)
+	ev, err = b.LoadState(ctx, st)
+	require.NoError(t, err)
+	require.Empty(t, ev)
+	assert.True(t, b.Frozen("weight_decay"))
+	assert.Equal(t, 7, b.Next())
+	restored, _, err := b.Plan(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, pending.Params[:2], restored.Params[:2])
+	assert.Equal(t, pending.Params[2].Slots, restored.Params[2].Slots)
+
+	_, _, err = a.Observe(ctx, lossesFor(pending))
+	require.NoError(t, err)
+	_, _, err = b.Observe(ctx, lossesFor(restored))
+	require.NoError(t, err)
+	pa, fa := runWindows(t, a, 8, 20, lossesFor)
+	pb, fb := runWindows(t, b, 8, 20, lossesFor)
+	assert.Equal(t, pa, pb, "bit-identical plans after the restore")
+	assert.Equal(t, fa, fb)
+
+	// Garbage never panics; every truncation is an error.
+	for i := range st {
+		c := newC(false)
+		_, err := c.LoadState(ctx, st[:i])
+		require.ErrorIs(t, err, ErrDecode, "prefix %d", i)
+	}
+	ex := threeExplorers(t, 0.1, 50)[:2]
+	c, err := NewController(ctx, shape, ex)
+	require.NoError(t, err)
+	_, err = c.LoadState(ctx, st)
+	assert.ErrorIs(t, err, ErrDecode, "other explorers")
+}

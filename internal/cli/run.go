@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hdet-dev/hdet/checkpoint"
 	"github.com/hdet-dev/hdet/config"
 	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/examples"
@@ -24,6 +25,7 @@ import (
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi"
 	"github.com/hdet-dev/hdet/plugins"
+	"github.com/hdet-dev/hdet/slurm"
 	"github.com/hdet-dev/hdet/workload/mnist"
 )
 
@@ -51,6 +53,7 @@ type runFlags struct {
 	logAllRanks bool
 	debug       bool
 	selfCheck   bool
+	noRequeue   bool
 }
 
 func runRun(s Streams, args []string) error {
@@ -63,6 +66,7 @@ func runRun(s Streams, args []string) error {
 	fs.BoolVar(&f.logAllRanks, "log-all-ranks", false, "log info-level events on every rank, not only rank 0")
 	fs.BoolVar(&f.debug, "debug", false, "debug logging (per-window checksums and values)")
 	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
+	fs.BoolVar(&f.noRequeue, "no-requeue", false, "under Slurm, do not requeue the job after a signal made the run checkpoint and stop")
 	fs.Usage = func() { fmt.Fprint(s.Err, runHelp); fs.PrintDefaults() }
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -167,11 +171,13 @@ func selfCheck(s Streams, w *mpi.Comm) error {
 // setup is what every rank builds before the window loop.
 type setup struct {
 	cfg     *config.Config
+	slurm   slurm.Env
 	replica *mnist.Replica
 	steps   int
 	ctrl    *hparam.Controller // rank 0
 	closers []func()
-	mw      *metrics.Writer // rank 0
+	mw      *metrics.Writer   // rank 0
+	resume  *checkpoint.State // rank 0 while setting up, then every rank; nil for a fresh run
 }
 
 func (st *setup) close() {
@@ -183,12 +189,6 @@ func (st *setup) close() {
 func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byte, source string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	st := &setup{}
-	defer st.close()
-	err := agree(w, st.build(ctx, w, log, f, data))
-	if err != nil {
-		return err
-	}
 	// SIGUSR1/SIGTERM (Slurm's warning, preemption) raise a flag; the ranks
 	// agree on it at the next converge, checkpoint and stop.
 	var preempt atomic.Bool
@@ -200,18 +200,63 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 			preempt.Store(true)
 		}
 	}()
+	st := &setup{}
+	defer st.close()
+	if err := agree(w, st.build(ctx, w, log, f, data)); err != nil {
+		return err
+	}
+	if err := st.shareResume(w); err != nil {
+		return err
+	}
+	if err := agree(w, st.start(ctx, w, log)); err != nil {
+		return err
+	}
+	startStep := 0
+	if st.resume != nil {
+		startStep = st.resume.Step
+	}
 	if w.Rank() == 0 {
 		log.Info().Str("config", source).Int("ranks", w.Size()).Int("steps", st.steps).Int("window", st.cfg.Train.Window).
-			Str("sync", st.cfg.Train.Sync).Strs("explored", st.ctrl.Names()).Str("run_dir", st.cfg.Run.Dir).Msg("starting HDET run")
+			Str("sync", st.cfg.Train.Sync).Strs("explored", st.ctrl.Names()).Str("run_dir", st.cfg.Run.Dir).
+			Int("start_step", startStep).Fields(st.slurm.Fields()).Msg("starting HDET run")
+	}
+	cfgYAML, err := st.cfg.YAML()
+	if err != nil {
+		return err
+	}
+	saver := &checkpoint.Saver{
+		Dir: filepath.Join(st.cfg.Run.Dir, "checkpoints"), Every: st.cfg.Run.CheckpointEvery,
+		Interval: time.Duration(st.cfg.Run.CheckpointMinutes * float64(time.Minute)), Keep: st.cfg.Run.Keep,
+		Rank: w.Rank(), Ranks: w.Size(), Config: cfgYAML, ParamCount: st.replica.ParamCount(),
+		Buffer: func() []float32 { return st.replica.SyncBuffer(true) }, Log: log,
+	}
+	if w.Rank() == 0 {
+		saver.Controller = func(ctx context.Context) ([]byte, error) {
+			b, evs, err := st.ctrl.SaveState(ctx)
+			for _, e := range evs {
+				log.Warn().Str("param", e.Param).Msg(e.String())
+			}
+			return b, err
+		}
 	}
 	start := time.Now()
 	res, err := engine.Run(ctx, engine.Options{
 		Comm: w, Replica: st.replica, Controller: st.ctrl,
 		Steps: st.steps, Window: st.cfg.Train.Window, Sync: st.cfg.Train.Sync, EvalEvery: st.cfg.Train.EvalEvery,
-		Metrics: st.mw, Stop: preempt.Load,
+		StartStep: startStep, Metrics: st.mw, Checkpoint: saver, Stop: preempt.Load,
 		Fault: engine.Fault{NaNRank: st.cfg.Train.FaultNaNRank, NaNWindow: st.cfg.Train.FaultNaNWindow},
 		Log:   log,
 	})
+	if errors.Is(err, engine.ErrStopped) && w.Rank() == 0 {
+		log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
+		if st.slurm.InSlurm() && !f.noRequeue {
+			if rerr := slurm.Requeue(context.Background(), st.slurm.JobID); rerr != nil {
+				log.Error().Err(rerr).Msg("requeue failed")
+			} else {
+				log.Info().Str("job", st.slurm.JobID).Msg("job requeued")
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -239,6 +284,12 @@ func (st *setup) build(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f r
 		return &UsageError{Err: err}
 	}
 	st.cfg = cfg
+	if st.slurm, err = slurm.FromOS(); err != nil {
+		return err
+	}
+	if err := st.slurm.Check(w.Rank(), w.Size(), w.LocalRank()); err != nil {
+		return err
+	}
 	ds, err := mnist.Load(cfg.Workload.Data)
 	if err != nil {
 		return &UsageError{Err: fmt.Errorf("workload.data: %w", err)}
@@ -273,6 +324,106 @@ func (st *setup) build(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f r
 	}
 	if err := st.openExplorers(ctx, w, log, f); err != nil {
 		return err
+	}
+	return st.findResume(ctx, w, log)
+}
+
+// findResume loads the newest valid checkpoint of the run directory, if any,
+// into the controller (rank 0), after checking it belongs to this run.
+func (st *setup) findResume(ctx context.Context, w *mpi.Comm, log zerolog.Logger) error {
+	dir := filepath.Join(st.cfg.Run.Dir, "checkpoints")
+	ck, path, skipped, err := checkpoint.Latest(dir)
+	for _, sk := range skipped {
+		log.Warn().Str("path", sk.Path).AnErr("cause", sk.Err).Msg("skipping a damaged checkpoint; falling back to the one before")
+	}
+	if errors.Is(err, checkpoint.ErrNone) {
+		if len(skipped) > 0 {
+			return fmt.Errorf("run.dir %s: every checkpoint is damaged (newest: %v); move them away to start afresh", st.cfg.Run.Dir, skipped[0].Err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("run.dir: %w", err)
+	}
+	if err := st.compatible(ck, path); err != nil {
+		return err
+	}
+	if ck.Ranks != w.Size() {
+		log.Warn().Int("checkpoint_ranks", ck.Ranks).Int("ranks", w.Size()).Msg("resuming with a different number of ranks: parameters are shared, the spread is recomputed")
+	}
+	evs, err := st.ctrl.LoadState(ctx, ck.Controller)
+	if err != nil {
+		return Usagef("checkpoint %s: controller state: %v", path, err)
+	}
+	for _, e := range evs {
+		log.Warn().Str("param", e.Param).Msg(e.String())
+	}
+	log.Info().Str("path", path).Int("step", ck.Step).Msg("resuming from checkpoint")
+	st.resume = ck
+	return nil
+}
+
+// compatible refuses a checkpoint written by another run or for another
+// model shape, naming what differs.
+func (st *setup) compatible(ck *checkpoint.State, path string) error {
+	old, err := config.Load(ck.Config, nil)
+	if err != nil {
+		return Usagef("checkpoint %s: its config does not load: %v", path, err)
+	}
+	cur, why := st.cfg, []string{}
+	if fmt.Sprint(old.Workload.Hidden) != fmt.Sprint(cur.Workload.Hidden) || old.Workload.Kind != cur.Workload.Kind {
+		why = append(why, fmt.Sprintf("the model's shape (workload %s %v in the checkpoint, %s %v now)", old.Workload.Kind, old.Workload.Hidden, cur.Workload.Kind, cur.Workload.Hidden))
+	}
+	if old.Workload.Optimizer != cur.Workload.Optimizer {
+		why = append(why, fmt.Sprintf("workload.optimizer (%s in the checkpoint, %s now)", old.Workload.Optimizer, cur.Workload.Optimizer))
+	}
+	if old.Train.Seed != cur.Train.Seed {
+		why = append(why, fmt.Sprintf("train.seed (%d in the checkpoint, %d now): it is another run's", old.Train.Seed, cur.Train.Seed))
+	}
+	if ck.ParamCount != st.replica.ParamCount() || len(ck.Buffer) != len(st.replica.SyncBuffer(true)) {
+		why = append(why, fmt.Sprintf("the parameter count (%d in the checkpoint, %d now)", ck.ParamCount, st.replica.ParamCount()))
+	}
+	if ck.Step > st.steps {
+		why = append(why, fmt.Sprintf("the run length (the checkpoint is at step %d, the run has %d steps)", ck.Step, st.steps))
+	}
+	if len(why) > 0 {
+		return Usagef("run.dir %s holds a checkpoint (%s) that does not fit this config: %s; use another run.dir to start afresh",
+			st.cfg.Run.Dir, filepath.Base(path), strings.Join(why, "; "))
+	}
+	return nil
+}
+
+// shareResume sends rank 0's checkpoint to every rank and loads it.
+func (st *setup) shareResume(w *mpi.Comm) error {
+	var msg []byte
+	if w.Rank() == 0 && st.resume != nil {
+		msg = checkpoint.Encode(st.resume)
+	}
+	msg, err := w.BcastMessage(msg, 0)
+	if err != nil || len(msg) == 0 {
+		return err
+	}
+	if st.resume, err = checkpoint.Decode(msg); err != nil {
+		return err
+	}
+	copy(st.replica.SyncBuffer(true), st.resume.Buffer)
+	return nil
+}
+
+// start opens the run directory (rank 0) and applies a warm start (every rank).
+func (st *setup) start(ctx context.Context, w *mpi.Comm, log zerolog.Logger) error {
+	if st.resume == nil && st.cfg.Train.WarmStart != "" {
+		theta0, err := readModel(st.cfg.Train.WarmStart, st.replica.ParamCount())
+		if err != nil {
+			return Usagef("train.warm_start: %v", err)
+		}
+		engine.WarmStart(st.replica.SyncBuffer(false)[:st.replica.ParamCount()], theta0, st.cfg.Train.WarmNoise, st.cfg.Train.Seed, w.Rank())
+		if w.Rank() == 0 {
+			log.Info().Str("model", st.cfg.Train.WarmStart).Float64("nu", st.cfg.Train.WarmNoise).Msg("warm noisy start")
+		}
+	}
+	if w.Rank() != 0 {
+		return nil
 	}
 	return st.openRunDir(ctx, w)
 }
@@ -338,7 +489,16 @@ func (st *setup) openRunDir(ctx context.Context, w *mpi.Comm) error {
 	if err != nil {
 		return err
 	}
-	mw, err := metrics.OpenWriter(filepath.Join(cfg.Run.Dir, "metrics.jsonl"))
+	mpath := filepath.Join(cfg.Run.Dir, "metrics.jsonl")
+	resumed := 0
+	if st.resume != nil {
+		// Windows after the checkpoint will run again: drop their records.
+		resumed = st.resume.Step
+		if err := metrics.TruncateAfter(mpath, resumed); err != nil {
+			return fmt.Errorf("metrics.jsonl: %w", err)
+		}
+	}
+	mw, err := metrics.OpenWriter(mpath)
 	if err != nil {
 		return Usagef("run.dir: %v", err)
 	}
@@ -357,7 +517,23 @@ func (st *setup) openRunDir(ctx context.Context, w *mpi.Comm) error {
 			Alpha: pp.Spread.Alpha, Lower: pp.Bounds.Lower, Upper: pp.Bounds.Upper})
 	}
 	return mw.Write(metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: w.Size(), TotalSteps: st.steps,
-		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash})
+		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash, ResumedFrom: resumed})
+}
+
+// readModel loads a model.bin written by writeModel, which must hold n parameters.
+func readModel(path string, n int) ([]float32, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != 4*n {
+		return nil, fmt.Errorf("%s holds %d bytes, this workload's %d parameters need %d", path, len(b), n, 4*n)
+	}
+	p := make([]float32, n)
+	for i := range p {
+		p[i] = math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+	}
+	return p, nil
 }
 
 // writeModel saves the final parameters as little-endian float32.

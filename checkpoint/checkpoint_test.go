@@ -1,0 +1,72 @@
+package checkpoint
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func sample(step int) *State {
+	return &State{Config: []byte("train: {steps: 10}\n"), Step: step, Window: step / 5, Ranks: 4, ParamCount: 3,
+		Buffer: []float32{1.5, -2, 3e-9, 0.25, 7}, Controller: []byte{1, 2, 3}}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	s := sample(10)
+	got, err := Decode(Encode(s))
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+}
+
+func TestDecodeRejectsDamage(t *testing.T) {
+	b := Encode(sample(10))
+	for name, data := range map[string][]byte{
+		"empty":     nil,
+		"truncated": b[:len(b)-5],
+		"flipped":   append(append([]byte{}, b[:20]...), append([]byte{b[20] ^ 1}, b[21:]...)...),
+		"not ours":  []byte("hello world, this is not a checkpoint at all......"),
+	} {
+		_, err := Decode(data)
+		assert.ErrorIs(t, err, ErrCorrupt, name)
+	}
+}
+
+func TestWriteKeepsNewestAndLatestSkipsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	for _, step := range []int{5, 10, 15, 20} {
+		_, err := Write(dir, sample(step), 3)
+		require.NoError(t, err)
+	}
+	names, err := list(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{fileName(10), fileName(15), fileName(20)}, names)
+
+	// A torn newest checkpoint falls back to the one before.
+	newest := filepath.Join(dir, fileName(20))
+	data, err := os.ReadFile(newest)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(newest, data[:len(data)/2], 0o644))
+	s, path, skipped, err := Latest(dir)
+	require.NoError(t, err)
+	assert.Equal(t, 15, s.Step)
+	assert.Equal(t, filepath.Join(dir, fileName(15)), path)
+	require.Len(t, skipped, 1)
+	assert.ErrorIs(t, skipped[0].Err, ErrCorrupt)
+
+	_, _, _, err = Latest(t.TempDir())
+	assert.ErrorIs(t, err, ErrNone)
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(Encode(sample(10)))
+	f.Add([]byte(magic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Decode(data)
+		if err == nil {
+			assert.LessOrEqual(t, s.ParamCount, len(s.Buffer))
+		}
+	})
+}

@@ -1,0 +1,67 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Saver writes checkpoints on a cadence after converges; it implements
+// engine.Checkpointer. Only rank 0 writes: after a converge every rank holds
+// the same buffer.
+type Saver struct {
+	Dir        string
+	Every      int           // windows between checkpoints; 0: no window cadence
+	Interval   time.Duration // time between checkpoints; 0: no time cadence
+	Keep       int
+	MaxFailing time.Duration // stop the run when no checkpoint could be written for this long
+	Rank       int
+	Ranks      int
+	Config     []byte
+	ParamCount int
+	Buffer     func() []float32                          // parameters then optimizer state
+	Controller func(ctx context.Context) ([]byte, error) // rank 0's controller state
+	Log        zerolog.Logger
+
+	last      time.Time // last successful write (or the start)
+	failingAt time.Time // first failure since the last success
+}
+
+// AfterConverge writes a checkpoint when one is due (or force is set).
+func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool) error {
+	if s.Rank != 0 {
+		return nil
+	}
+	if s.last.IsZero() {
+		s.last = time.Now()
+	}
+	due := force || (s.Every > 0 && (window+1)%s.Every == 0) || (s.Interval > 0 && time.Since(s.last) >= s.Interval)
+	if !due {
+		return nil
+	}
+	path, err := s.write(ctx, window, step)
+	if err == nil {
+		s.last, s.failingAt = time.Now(), time.Time{}
+		s.Log.Info().Int("step", step).Str("path", path).Msg("checkpoint written")
+		return nil
+	}
+	if s.failingAt.IsZero() {
+		s.failingAt = time.Now()
+	}
+	if force || (s.MaxFailing > 0 && time.Since(s.failingAt) >= s.MaxFailing) {
+		return fmt.Errorf("checkpoint at step %d: %w (no checkpoint written since %s)", step, err, s.last.Format(time.RFC3339))
+	}
+	s.Log.Warn().Err(err).Int("step", step).Msg("checkpoint failed; the previous one stays valid; retrying at the next cadence")
+	return nil
+}
+
+func (s *Saver) write(ctx context.Context, window, step int) (string, error) {
+	ctrl, err := s.Controller(ctx)
+	if err != nil {
+		return "", fmt.Errorf("controller state: %w", err)
+	}
+	return Write(s.Dir, &State{Config: s.Config, Step: step, Window: window + 1, Ranks: s.Ranks,
+		ParamCount: s.ParamCount, Buffer: s.Buffer(), Controller: ctrl}, s.Keep)
+}

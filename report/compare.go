@@ -40,9 +40,9 @@ func Compare(runDirs []string, outDir string) (indexPath string, err error) {
 	for _, r := range runs {
 		for _, w := range r.Windows {
 			sp.add(MeanLoss(w))
-			if w.Eval != nil {
-				sp.add(float64(w.Eval.Loss))
-			}
+		}
+		for _, e := range r.Evals() {
+			sp.add(float64(e.Loss))
 		}
 	}
 	c := newChart("loss of each run", "step", "loss", sp.wide())
@@ -56,7 +56,7 @@ func Compare(runDirs []string, outDir string) (indexPath string, err error) {
 		if err := c.series(xs, mean, cols[i], vg.Points(2), 0, false, labels[i]+" (train)"); err != nil {
 			return "", err
 		}
-		tx, test := evalSeries(r, func(e *metrics.Eval) metrics.Float { return e.Loss })
+		tx, test := evalSeries(r, func(e metrics.Eval) metrics.Float { return e.Loss })
 		if err := c.series(tx, test, cols[i], vg.Points(1.2), vg.Points(2.5), true, labels[i]+" (test)"); err != nil {
 			return "", err
 		}

@@ -22,6 +22,7 @@ type fixture struct {
 	// distinctWeights gives dropout uniform weights, as an explorer with a
 	// very large sigma would, so weights differ between hyperparameters.
 	distinctWeights bool
+	endEval         *metrics.Eval // the end record's final evaluation
 }
 
 const (
@@ -151,6 +152,7 @@ func writeRun(t *testing.T, dir string, fx fixture) {
 		require.NoError(t, w.Write(rec))
 	}
 	if fx.finished {
-		require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: now + 0.5, WallSeconds: now + 0.5 - t0}))
+		require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: now + 0.5, Step: fx.windows * fxT,
+			WallSeconds: now + 0.5 - t0, Eval: fx.endEval}))
 	}
 }

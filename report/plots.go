@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,6 +36,8 @@ const maxLegendRanks = 8
 // the data range, which a log axis needs to be set by hand.
 type chart struct {
 	p          *plot.Plot
+	legend     plot.Legend // drawn beside the plot, not over the data
+	entries    int
 	logY       bool
 	points     int
 	ymin, ymax float64
@@ -46,12 +49,13 @@ func newChart(title, xlabel, ylabel string, logY bool) *chart {
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = ylabel
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
 	if logY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = logTicks{}
 	}
-	return &chart{p: p, logY: logY, ymin: math.Inf(1), ymax: math.Inf(-1)}
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
+	return &chart{p: p, legend: legend, logY: logY, ymin: math.Inf(1), ymax: math.Inf(-1)}
 }
 
 // segments splits (xs, ys) where a point cannot be drawn (NaN, ±Inf, or not
@@ -97,7 +101,8 @@ func (c *chart) series(xs, ys []float64, col color.Color, width, glyph vg.Length
 		}
 		c.p.Add(line, points)
 		if i == 0 && label != "" {
-			c.p.Legend.Add(label, line, points)
+			c.legend.Add(label, line, points)
+			c.entries++
 		}
 		for _, pt := range seg {
 			c.ymin, c.ymax = math.Min(c.ymin, pt.Y), math.Max(c.ymax, pt.Y)
@@ -123,13 +128,37 @@ func (c *chart) save(dir, name string) (bool, error) {
 		pad := math.Pow(hi/lo, 0.05)
 		c.p.Y.Min, c.p.Y.Max = lo/pad, hi*pad
 	}
-	return true, savePlot(c.p, dir, name)
+	var legend *plot.Legend
+	if c.entries > 0 {
+		legend = &c.legend
+	}
+	return true, savePlot(c.p, legend, dir, name)
 }
 
-func savePlot(p *plot.Plot, dir, name string) error {
-	for _, ext := range []string{".png", ".svg"} {
-		if err := p.Save(figW, figH, filepath.Join(dir, name+ext)); err != nil {
-			return fmt.Errorf("report: write %s%s: %w", name, ext, err)
+// savePlot writes p, with legend (if not nil) in a column on its right, as
+// dir/name.png and dir/name.svg.
+func savePlot(p *plot.Plot, legend *plot.Legend, dir, name string) error {
+	for _, format := range []string{"png", "svg"} {
+		cw, err := draw.NewFormattedCanvas(figW, figH, format)
+		if err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+		dc := draw.New(cw)
+		if legend == nil {
+			p.Draw(dc)
+		} else {
+			pad := vg.Points(8)
+			w := legend.Rectangle(dc).Size().X + 2*pad
+			p.Draw(draw.Crop(dc, 0, -w, 0, 0))
+			legend.Draw(draw.Crop(dc, figW-w+pad, 0, 0, -3*pad))
+		}
+		if err := writeFile(filepath.Join(dir, name+"."+format), func(f *os.File) error {
+			if _, err := cw.WriteTo(f); err != nil {
+				return fmt.Errorf("report: write %s.%s: %w", name, format, err)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -208,14 +237,12 @@ func column(r *Run, f func(metrics.Record) (metrics.Float, bool)) []float64 {
 	return ys
 }
 
-// evalSeries is one evaluation metric at the windows that have an
+// evalSeries is one evaluation metric at the steps that have an
 // evaluation; windows without one are skipped, not gaps, so the points join.
-func evalSeries(r *Run, f func(*metrics.Eval) metrics.Float) (xs, ys []float64) {
-	for _, w := range r.Windows {
-		if w.Eval != nil {
-			xs = append(xs, float64(w.Step))
-			ys = append(ys, float64(f(w.Eval)))
-		}
+func evalSeries(r *Run, f func(metrics.Eval) metrics.Float) (xs, ys []float64) {
+	for _, e := range r.Evals() {
+		xs = append(xs, float64(e.Step))
+		ys = append(ys, float64(f(e.Eval)))
 	}
 	return xs, ys
 }
@@ -310,7 +337,7 @@ func plotLoss(r *Run, xs []float64, cols []color.Color, legend func(int) string,
 	if err := c.series(xs, mean, black, vg.Points(2.5), 0, false, "mean (healthy ranks)"); err != nil {
 		return err
 	}
-	tx, test := evalSeries(r, func(e *metrics.Eval) metrics.Float { return e.Loss })
+	tx, test := evalSeries(r, func(e metrics.Eval) metrics.Float { return e.Loss })
 	if err := c.series(tx, test, black, vg.Points(1.5), vg.Points(2.5), true, "test loss"); err != nil {
 		return err
 	}
@@ -318,7 +345,7 @@ func plotLoss(r *Run, xs []float64, cols []color.Color, legend func(int) string,
 		return err
 	}
 
-	ax, acc := evalSeries(r, func(e *metrics.Eval) metrics.Float { return e.Accuracy })
+	ax, acc := evalSeries(r, func(e metrics.Eval) metrics.Float { return e.Accuracy })
 	c = newChart("test accuracy", "step", "accuracy", false)
 	if err := c.series(ax, acc, black, vg.Points(1.5), vg.Points(2.5), false, ""); err != nil {
 		return err
@@ -412,7 +439,7 @@ func plotWeights(r *Run, dir string, figs *[]Figure) error {
 		}
 		p, lo, hi := heatMap(n.g, r.Ranks)
 		p.Title.Text = fmt.Sprintf("%s (dark %.3g … bright %.3g, grey: no meta-update)", title, lo, hi)
-		if err := savePlot(p, dir, name); err != nil {
+		if err := savePlot(p, nil, dir, name); err != nil {
 			return err
 		}
 		*figs = append(*figs, Figure{Name: name, Caption: caption + "; windows before the auto phase are grey"})

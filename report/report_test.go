@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image"
 	_ "image/png"
 	"io"
@@ -38,7 +39,7 @@ var blankSizes = sync.OnceValues(func() (png, svg int) {
 	p := plot.New()
 	p.Title.Text = "an empty plot of the same size"
 	p.Add(plotter.NewGrid())
-	if err := savePlot(p, dir, "blank"); err != nil {
+	if err := savePlot(p, nil, dir, "blank"); err != nil {
 		panic(err)
 	}
 	size := func(name string) int {
@@ -143,143 +144,217 @@ func TestWriteDefaultOutDir(t *testing.T) {
 	assert.ErrorIs(t, err, fs.ErrNotExist, "no CSV unless asked")
 }
 
-// rawWindow is a window line read without the metrics package, so the
-// summary is checked against an independent reading of the file.
-type rawWindow struct {
+// rawRecord is a metrics.jsonl line read without the metrics package, so
+// the summary is checked against an independent reading of the file.
+type rawRecord struct {
+	Type            string                            `json:"type"`
 	Step            int                               `json:"step"`
+	TotalSteps      int                               `json:"total_steps"`
+	WallSeconds     float64                           `json:"wall_seconds"`
 	Losses          []*float64                        `json:"losses"`
 	Healthy         []bool                            `json:"healthy"`
 	Base            map[string]float64                `json:"base"`
 	Eval            *struct{ Loss, Accuracy float64 } `json:"eval"`
 	ConvergeSeconds float64                           `json:"converge_seconds"`
-	FanoutSeconds   float64                           `json:"fanout_seconds"`
 	Events          []struct{ Kind, Param string }    `json:"events"`
 }
 
-func readRaw(t *testing.T, path string) (windows []rawWindow, wall float64, total int) {
+// expected is what summary.md must say, computed straight from the file.
+type expected struct {
+	windows                      []rawRecord
+	total, steps, bestStep       int
+	finalLoss, bestLoss          float64
+	finalAcc, bestAcc, finalTest float64
+	wall, converge               float64
+	baseMin, baseMax             map[string]float64
+	nullLosses                   int
+}
+
+func readExpected(t *testing.T, path string) expected {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
+	ex := expected{bestLoss: math.Inf(1), bestAcc: math.Inf(-1), finalAcc: math.NaN(), finalTest: math.NaN(),
+		baseMin: map[string]float64{}, baseMax: map[string]float64{}}
+	lastEvalStep := -1
 	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
+	sc.Buffer(nil, 1<<24)
 	for sc.Scan() {
-		var head struct {
-			Type        string  `json:"type"`
-			WallSeconds float64 `json:"wall_seconds"`
-			TotalSteps  int     `json:"total_steps"`
-		}
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &head))
-		switch head.Type {
-		case "window":
-			var w rawWindow
-			require.NoError(t, json.Unmarshal(sc.Bytes(), &w))
-			windows = append(windows, w)
-		case "end":
-			wall = head.WallSeconds
+		var rec rawRecord
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &rec))
+		switch rec.Type {
 		case "start":
-			total = head.TotalSteps
+			ex.total = rec.TotalSteps
+		case "end":
+			ex.wall = rec.WallSeconds
+			if rec.Eval != nil && rec.Step > lastEvalStep {
+				ex.finalAcc, ex.finalTest = rec.Eval.Accuracy, rec.Eval.Loss
+				ex.bestAcc = math.Max(ex.bestAcc, rec.Eval.Accuracy)
+			}
+		case "window":
+			ex.windows = append(ex.windows, rec)
+			ex.steps = rec.Step
+			sum, n := 0.0, 0
+			for r, l := range rec.Losses {
+				if l == nil {
+					ex.nullLosses++
+				} else if rec.Healthy[r] {
+					sum += *l
+					n++
+				}
+			}
+			ex.finalLoss = sum / float64(n)
+			if ex.finalLoss < ex.bestLoss {
+				ex.bestLoss, ex.bestStep = ex.finalLoss, rec.Step
+			}
+			if rec.Eval != nil {
+				ex.finalAcc, ex.finalTest = rec.Eval.Accuracy, rec.Eval.Loss
+				ex.bestAcc = math.Max(ex.bestAcc, rec.Eval.Accuracy)
+				lastEvalStep = rec.Step
+			}
+			ex.converge += rec.ConvergeSeconds
+			for name, b := range rec.Base {
+				if _, ok := ex.baseMin[name]; !ok {
+					ex.baseMin[name], ex.baseMax[name] = b, b
+				}
+				ex.baseMin[name], ex.baseMax[name] = math.Min(ex.baseMin[name], b), math.Max(ex.baseMax[name], b)
+			}
 		}
 	}
 	require.NoError(t, sc.Err())
-	return windows, wall, total
+	return ex
 }
 
-func TestSummaryMatchesFile(t *testing.T) {
-	run := t.TempDir()
-	writeRun(t, run, defaultFixture())
-	raw, wall, total := readRaw(t, filepath.Join(run, MetricsFile))
-	require.Len(t, raw, 20)
-
-	// Independent computation.
-	var finalLoss, bestLoss, finalAcc, bestAcc, finalTest, converge float64
-	bestLoss, bestAcc = math.Inf(1), math.Inf(-1)
-	bestStep := 0
-	nullLosses := 0
-	lrMin, lrMax := math.Inf(1), math.Inf(-1)
-	var frozenStep, clampedCount int
-	for _, w := range raw {
-		sum, n := 0.0, 0
-		for r, l := range w.Losses {
-			if l == nil {
-				nullLosses++
-				continue
-			}
-			if w.Healthy[r] {
-				sum += *l
-				n++
-			}
-		}
-		finalLoss = sum / float64(n)
-		if finalLoss < bestLoss {
-			bestLoss, bestStep = finalLoss, w.Step
-		}
-		if w.Eval != nil {
-			finalAcc, finalTest = w.Eval.Accuracy, w.Eval.Loss
-			bestAcc = math.Max(bestAcc, w.Eval.Accuracy)
-		}
-		converge += w.ConvergeSeconds
-		lrMin, lrMax = math.Min(lrMin, w.Base["lr"]), math.Max(lrMax, w.Base["lr"])
-		for _, e := range w.Events {
-			if e.Kind == "frozen" {
-				frozenStep = w.Step
-			}
-			if e.Kind == "clamped" {
-				clampedCount++
-			}
-		}
-	}
-	require.Equal(t, 1, nullLosses, "the fixture's NaN loss is written as null")
-
-	r, err := Load(run)
-	require.NoError(t, err)
-	s := Summarize(r)
-	assert.Equal(t, 1000, s.Steps)
-	assert.Equal(t, total, s.TotalSteps)
+// checkSummary compares Summarize and summary.md for the finished run in
+// dir with an independent reading of its metrics.jsonl.
+func checkSummary(t *testing.T, dir string) Summary {
+	t.Helper()
+	ex := readExpected(t, filepath.Join(dir, MetricsFile))
+	require.NotEmpty(t, ex.windows)
+	s := summaryOf(t, dir)
+	assert.Equal(t, ex.steps, s.Steps)
+	assert.Equal(t, ex.total, s.TotalSteps)
+	assert.Equal(t, len(ex.windows), s.Windows)
 	assert.True(t, s.Finished)
-	assert.InDelta(t, finalLoss, s.FinalLoss, 1e-12)
-	assert.InDelta(t, bestLoss, s.BestLoss, 1e-12)
-	assert.Equal(t, bestStep, s.BestLossStep)
-	assert.InDelta(t, finalAcc, s.FinalAccuracy, 1e-12)
-	assert.InDelta(t, bestAcc, s.BestAccuracy, 1e-12)
-	assert.InDelta(t, finalTest, s.FinalTestLoss, 1e-12)
-	assert.InDelta(t, wall, s.WallSeconds, 1e-9)
-	assert.InDelta(t, 100*converge/wall, s.ConvergePercent, 1e-9)
-
-	require.Len(t, s.Bases, 3)
-	lr := s.Bases[0]
-	assert.Equal(t, "lr", lr.Name)
-	assert.Equal(t, raw[0].Base["lr"], lr.Start)
-	assert.Equal(t, raw[len(raw)-1].Base["lr"], lr.End)
-	assert.Equal(t, lrMin, lr.Min)
-	assert.Equal(t, lrMax, lr.Max)
-
-	require.Len(t, s.Events, 2)
-	assert.Equal(t, EventGroup{Kind: "frozen", Param: "dropout", Count: 1, FirstStep: frozenStep, LastStep: frozenStep,
-		FirstMessage: "explorer dropout failed twice; frozen at 0.1"}, s.Events[0])
-	assert.Equal(t, "clamped", s.Events[1].Kind)
-	assert.Equal(t, clampedCount, s.Events[1].Count)
-	assert.Equal(t, []RankHealth{{Rank: 3, Windows: []int{7}}}, s.Unhealthy)
+	assert.InDelta(t, ex.finalLoss, s.FinalLoss, 1e-12)
+	assert.InDelta(t, ex.bestLoss, s.BestLoss, 1e-12)
+	assert.Equal(t, ex.bestStep, s.BestLossStep)
+	if !math.IsNaN(ex.finalAcc) {
+		assert.InDelta(t, ex.finalAcc, s.FinalAccuracy, 1e-12)
+		assert.InDelta(t, ex.bestAcc, s.BestAccuracy, 1e-12)
+		assert.InDelta(t, ex.finalTest, s.FinalTestLoss, 1e-12)
+	}
+	assert.InDelta(t, ex.wall, s.WallSeconds, 1e-9)
+	assert.InDelta(t, 100*ex.converge/ex.wall, s.ConvergePercent, 1e-9)
+	for _, b := range s.Bases {
+		assert.Equal(t, ex.windows[0].Base[b.Name], b.Start, b.Name)
+		assert.Equal(t, ex.windows[len(ex.windows)-1].Base[b.Name], b.End, b.Name)
+		assert.Equal(t, ex.baseMin[b.Name], b.Min, b.Name)
+		assert.Equal(t, ex.baseMax[b.Name], b.Max, b.Name)
+	}
+	assert.Len(t, s.Bases, len(ex.baseMin))
 
 	// summary.md shows these same numbers.
 	out := t.TempDir()
-	_, err = Write(run, out, Options{})
+	_, err := Write(dir, out, Options{})
 	require.NoError(t, err)
 	md, err := os.ReadFile(filepath.Join(out, SummaryFile))
 	require.NoError(t, err)
 	text := string(md)
 	for _, want := range []string{
-		"| final training loss (mean over healthy ranks) | " + num(finalLoss) + " |",
-		"| best training loss | " + num(bestLoss) + " (step " + strconv.Itoa(bestStep) + ") |",
-		"| final test accuracy | " + num(finalAcc) + " |",
-		"| converge overhead (of wall time) | " + pct(100*converge/wall) + " |",
-		"| lr | log | " + num(raw[0].Base["lr"]) + " |",
-		"| frozen | dropout | 1 | " + strconv.Itoa(frozenStep) + " |",
-		"| 3 | 1 | 7 |",
-		"step 1000 of 1000 (100.0%), 20 windows, finished",
+		"| final training loss (mean over healthy ranks) | " + num(ex.finalLoss) + " |",
+		"| best training loss | " + num(ex.bestLoss) + " (step " + strconv.Itoa(ex.bestStep) + ") |",
+		"| converge overhead (of wall time) | " + pct(100*ex.converge/ex.wall) + " |",
+		fmt.Sprintf("step %d of %d (%.1f%%), %d windows, finished", ex.steps, ex.total, 100*float64(ex.steps)/float64(ex.total), len(ex.windows)),
 	} {
 		assert.Contains(t, text, want)
 	}
+	if !math.IsNaN(ex.finalAcc) {
+		assert.Contains(t, text, "| final test accuracy | "+num(ex.finalAcc)+" |")
+	}
+	for _, b := range s.Bases {
+		assert.Contains(t, text, "| "+b.Name+" | "+b.Scale+" | "+num(ex.windows[0].Base[b.Name])+" |")
+	}
+	return s
+}
+
+func TestSummaryMatchesFile(t *testing.T) {
+	run := t.TempDir()
+	writeRun(t, run, defaultFixture())
+	ex := readExpected(t, filepath.Join(run, MetricsFile))
+	require.Len(t, ex.windows, 20)
+	require.Equal(t, 1, ex.nullLosses, "the fixture's NaN loss is written as null")
+	s := checkSummary(t, run)
+	require.Len(t, s.Bases, 3)
+
+	frozenStep, clamped := 0, 0
+	for _, w := range ex.windows {
+		for _, e := range w.Events {
+			switch e.Kind {
+			case "frozen":
+				frozenStep = w.Step
+			case "clamped":
+				clamped++
+			}
+		}
+	}
+	require.Len(t, s.Events, 2)
+	assert.Equal(t, EventGroup{Kind: "frozen", Param: "dropout", Count: 1, FirstStep: frozenStep, LastStep: frozenStep,
+		FirstMessage: "explorer dropout failed twice; frozen at 0.1"}, s.Events[0])
+	assert.Equal(t, "clamped", s.Events[1].Kind)
+	assert.Equal(t, clamped, s.Events[1].Count)
+	assert.Equal(t, []RankHealth{{Rank: 3, Windows: []int{7}}}, s.Unhealthy)
+}
+
+// TestSummaryMatchesRealRun checks the report of a run the engine wrote,
+// named by HDET_REPORT_RUN (make test points it at a short real run).
+func TestSummaryMatchesRealRun(t *testing.T) {
+	dir := os.Getenv("HDET_REPORT_RUN")
+	if dir == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI is set but HDET_REPORT_RUN does not name a run directory")
+		}
+		t.Skip("HDET_REPORT_RUN not set")
+	}
+	checkSummary(t, dir)
+	out := t.TempDir()
+	_, err := Write(dir, out, Options{CSV: true})
+	require.NoError(t, err)
+	for _, name := range []string{"loss", "timing"} {
+		checkPNG(t, filepath.Join(out, name+".png"))
+		checkSVG(t, filepath.Join(out, name+".svg"))
+	}
+	r, err := Load(dir)
+	require.NoError(t, err)
+	for _, p := range r.Params {
+		checkPNG(t, filepath.Join(out, "hparam-"+fileStem(p.Name)+".png"))
+	}
+}
+
+func TestEndRecordEval(t *testing.T) {
+	run := t.TempDir()
+	fx := defaultFixture()
+	fx.windows, fx.total = 18, 18 // last window evaluation at step 750
+	fx.endEval = &metrics.Eval{Loss: 0.05, Accuracy: 0.99}
+	writeRun(t, run, fx)
+	s := summaryOf(t, run)
+	assert.Equal(t, 0.99, s.FinalAccuracy)
+	assert.Equal(t, 0.99, s.BestAccuracy)
+	assert.Equal(t, 900, s.BestAccuracyStep)
+	assert.Equal(t, 0.05, s.FinalTestLoss)
+
+	// With a window evaluation at the same step, the end record's is a repeat.
+	run = t.TempDir()
+	fx = defaultFixture()
+	fx.endEval = &metrics.Eval{Loss: 0.05, Accuracy: 0.99}
+	writeRun(t, run, fx)
+	r, err := Load(run)
+	require.NoError(t, err)
+	evs := r.Evals()
+	require.Len(t, evs, 4)
+	assert.Equal(t, 1000, evs[3].Step)
+	assert.NotEqual(t, metrics.Float(0.99), evs[3].Accuracy)
 }
 
 func TestUnfinishedAndTruncatedRun(t *testing.T) {

@@ -148,3 +148,31 @@ func (r *Run) WallSeconds() float64 {
 	}
 	return last - r.FirstStart.Time
 }
+
+// EvalAt is a test-set evaluation and the step it was made at.
+type EvalAt struct {
+	Step int
+	metrics.Eval
+}
+
+// Evals lists the run's evaluations in step order: those of the windows,
+// then the end record's final one unless a window already evaluated at
+// that step.
+func (r *Run) Evals() []EvalAt {
+	var evs []EvalAt
+	for _, w := range r.Windows {
+		if w.Eval != nil {
+			evs = append(evs, EvalAt{w.Step, *w.Eval})
+		}
+	}
+	if r.End != nil && r.End.Eval != nil {
+		step := r.End.Step
+		if step == 0 {
+			step = r.Steps()
+		}
+		if len(evs) == 0 || evs[len(evs)-1].Step < step {
+			evs = append(evs, EvalAt{step, *r.End.Eval})
+		}
+	}
+	return evs
+}

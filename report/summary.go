@@ -84,20 +84,6 @@ func Summarize(r *Run) Summary {
 				s.BestLoss, s.BestLossStep = m, w.Step
 			}
 		}
-		if w.Eval != nil {
-			if l := float64(w.Eval.Loss); finite(l) {
-				s.FinalTestLoss = l
-				if math.IsNaN(s.BestTestLoss) || l < s.BestTestLoss {
-					s.BestTestLoss, s.BestTestLossStep = l, w.Step
-				}
-			}
-			if a := float64(w.Eval.Accuracy); finite(a) {
-				s.FinalAccuracy = a
-				if math.IsNaN(s.BestAccuracy) || a > s.BestAccuracy {
-					s.BestAccuracy, s.BestAccuracyStep = a, w.Step
-				}
-			}
-		}
 		s.FanoutSeconds += w.FanoutSeconds
 		s.ConvergeSeconds += w.ConvergeSeconds
 		for rank, ok := range w.Healthy {
@@ -122,6 +108,20 @@ func Summarize(r *Run) Summary {
 				}
 				g.Count++
 				g.LastStep = w.Step
+			}
+		}
+	}
+	for _, e := range r.Evals() {
+		if l := float64(e.Loss); finite(l) {
+			s.FinalTestLoss = l
+			if math.IsNaN(s.BestTestLoss) || l < s.BestTestLoss {
+				s.BestTestLoss, s.BestTestLossStep = l, e.Step
+			}
+		}
+		if a := float64(e.Accuracy); finite(a) {
+			s.FinalAccuracy = a
+			if math.IsNaN(s.BestAccuracy) || a > s.BestAccuracy {
+				s.BestAccuracy, s.BestAccuracyStep = a, e.Step
 			}
 		}
 	}

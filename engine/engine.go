@@ -62,8 +62,8 @@ type Options struct {
 	Steps      int                // S
 	Window     int                // T
 	Sync       string
-	EvalEvery  int // windows between evaluations; 0: at the end only
-	StartStep  int // > 0 when resuming
+	EvalEvery  int             // windows between evaluations; 0: at the end only
+	StartStep  int             // > 0 when resuming
 	Metrics    *metrics.Writer // rank 0 only
 	Progress   Progress        // rank 0 only; may be nil
 	Checkpoint Checkpointer    // may be nil

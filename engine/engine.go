@@ -150,6 +150,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		steps := min(o.Window, o.Steps-step)
 
 		// Plan: rank 0 decides, everyone receives the same bytes.
+		tPlan := time.Now()
 		var msg []byte
 		var events []metrics.Event
 		if rank == 0 {
@@ -181,6 +182,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 			values[pp.Name] = pp.RankValues(rank)
 		}
+
+		planSeconds := time.Since(tPlan).Seconds()
 
 		// Fan-out.
 		t0 := time.Now()
@@ -265,7 +268,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 			events = append(events, frozenEvents(evs)...)
 			rec := windowRecord(&plan, fb, losses, healthyRanks, fanout, converge, sum, eval, events)
-			rec.Step = step
+			rec.Step, rec.PlanSeconds = step, planSeconds
 			for _, e := range events {
 				o.Log.Warn().Str("event", e.Kind).Str("param", e.Param).Msg(e.Message)
 			}

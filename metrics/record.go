@@ -57,13 +57,14 @@ type Record struct {
 
 	// window
 	Window          int                `json:"window"`
-	Step            int                `json:"step"`                // steps done at the end of this window
-	Losses          []Float            `json:"losses,omitempty"`    // per rank, mean over the window
-	Healthy         []bool             `json:"healthy,omitempty"`   // per rank
-	Values          map[string][]Float `json:"values,omitempty"`    // per hyperparameter, per rank, at the window's last step
-	Base            map[string]Float   `json:"base,omitempty"`      // per hyperparameter, base at the window's last step
-	NextBase        map[string]Float   `json:"next_base,omitempty"` // per hyperparameter, base for the next window
-	Weights         map[string][]Float `json:"weights,omitempty"`   // per hyperparameter, softmax weight per rank (auto phase)
+	Step            int                `json:"step"`                   // steps done at the end of this window
+	Losses          []Float            `json:"losses,omitempty"`       // per rank, mean over the window
+	Healthy         []bool             `json:"healthy,omitempty"`      // per rank
+	Values          map[string][]Float `json:"values,omitempty"`       // per hyperparameter, per rank, at the window's last step
+	Base            map[string]Float   `json:"base,omitempty"`         // per hyperparameter, base at the window's last step
+	NextBase        map[string]Float   `json:"next_base,omitempty"`    // per hyperparameter, base for the next window
+	Weights         map[string][]Float `json:"weights,omitempty"`      // per hyperparameter, softmax weight per rank (auto phase)
+	PlanSeconds     float64            `json:"plan_seconds,omitempty"` // rank 0's controller plan + the plan broadcast
 	FanoutSeconds   float64            `json:"fanout_seconds,omitempty"`
 	ConvergeSeconds float64            `json:"converge_seconds,omitempty"`
 	Checksum        string             `json:"checksum,omitempty"` // of the parameters after converge

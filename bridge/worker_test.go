@@ -3,6 +3,8 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -296,4 +298,36 @@ func TestPythonUnitTests(t *testing.T) {
 	out, err := exec.Command(python, "-m", "unittest", "discover", "-s", "../python/tests").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "OK")
+}
+
+// BenchmarkWindow measures the cost per training step of the tiny test
+// model through the bridge, with windows of T steps: the difference between
+// T=1 and T=100 is the per-window exchange (PLAN, DONE, the buffer copies).
+func BenchmarkWindow(b *testing.B) {
+	for _, T := range []int{1, 100} {
+		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
+			if err := torchCheck(); err != nil {
+				b.Skip("no torch")
+			}
+			pkg, err := filepath.Abs("../python")
+			require.NoError(b, err)
+			w, err := Start(context.Background(), Options{
+				Command:   []string{python, "testdata/worker.py", "--steps", "100000000"},
+				WorldSize: 1, SyncMode: SyncLocal, Env: []string{"PYTHONPATH=" + pkg}, Stdout: io.Discard, Stderr: io.Discard,
+			})
+			require.NoError(b, err)
+			defer w.Close()
+			v := engine.Values{"lr": make([]float64, T)}
+			for i := range v["lr"] {
+				v["lr"][i] = 0.01
+			}
+			start := 0
+			for b.Loop() {
+				_, err := w.TrainWindow(context.Background(), start, T, v, nil)
+				require.NoError(b, err)
+				start += T
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(start), "ns/step")
+		})
+	}
 }

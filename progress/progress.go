@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"time"
 
@@ -94,7 +95,24 @@ func New(w io.Writer, mode Mode, startStep int) *Reporter {
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(interface{ Fd() uintptr })
-	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+	if !ok || !(isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
+		return false
+	}
+	// Open MPI gives each local rank a pseudo-terminal as stdout and
+	// forwards it, whatever mpirun's own output is (a log file, a pipe). So
+	// under mpirun ask whether the launcher, the parent process, writes to
+	// a terminal; a remote rank's parent is a daemon that does not.
+	if os.Getenv("OMPI_COMM_WORLD_RANK") != "" {
+		return writesToTerminal(os.Getppid())
+	}
+	return true
+}
+
+// writesToTerminal reports whether process pid's stdout is a terminal
+// device (Linux /proc; false where it cannot tell).
+func writesToTerminal(pid int) bool {
+	target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/1", pid))
+	return err == nil && (strings.HasPrefix(target, "/dev/pts/") || strings.HasPrefix(target, "/dev/tty"))
 }
 
 // Update reports that step of total steps are done, with the mean window

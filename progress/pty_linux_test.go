@@ -3,6 +3,8 @@ package progress
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,7 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 
 func TestAutoOnTerminalRedrawsInPlace(t *testing.T) {
 	master, slave := openPTY(t)
+	t.Setenv("OMPI_COMM_WORLD_RANK", "") // not launched by mpirun
 	r := New(slave, Auto, 0)
 	require.True(t, r.terminal)
 	r.Update(100, 300, 1.5, 0.01)
@@ -53,4 +56,36 @@ func TestAutoOnTerminalRedrawsInPlace(t *testing.T) {
 	assert.Contains(t, out, "\r\x1b[Kstep 300/300 (100.0%)  loss 1")
 	// One line in all: only Done ends it (the terminal turns \n into \r\n).
 	assert.Equal(t, 1, strings.Count(out, "\n"), out)
+}
+
+// TestWritesToTerminal checks the mpirun launcher test on real processes:
+// one whose stdout is a pseudo-terminal, one whose stdout is a file.
+func TestWritesToTerminal(t *testing.T) {
+	_, slave := openPTY(t)
+	file, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	require.NoError(t, err)
+	defer file.Close()
+	for _, tc := range []struct {
+		stdout *os.File
+		want   bool
+	}{{slave, true}, {file, false}} {
+		cmd := exec.Command("sleep", "30")
+		cmd.Stdout = tc.stdout
+		require.NoError(t, cmd.Start())
+		got := writesToTerminal(cmd.Process.Pid)
+		require.NoError(t, cmd.Process.Kill())
+		_ = cmd.Wait()
+		assert.Equal(t, tc.want, got, "stdout %s", tc.stdout.Name())
+	}
+}
+
+func TestAutoUnderMPIFollowsTheLauncher(t *testing.T) {
+	_, slave := openPTY(t)
+	t.Setenv("OMPI_COMM_WORLD_RANK", "0")
+	// The test's parent (go test) writes to a pipe or file, not a terminal
+	// here, so a rank's pseudo-terminal stdout must not count as one.
+	if writesToTerminal(os.Getppid()) {
+		t.Skip("the test runner's parent writes to a terminal")
+	}
+	assert.False(t, New(slave, Auto, 0).terminal)
 }

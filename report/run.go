@@ -38,10 +38,14 @@ type Run struct {
 // Errors wrap metrics.ErrCorrupt, metrics.ErrNoStart or fs.ErrNotExist when
 // the input is not a readable run.
 func Load(runDir string) (*Run, error) {
+	fi, err := os.Stat(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("report: run directory: %w", err)
+	}
 	path := runDir
-	if fi, err := os.Stat(runDir); err == nil && fi.IsDir() {
+	if fi.IsDir() {
 		path = filepath.Join(runDir, MetricsFile)
-	} else if err == nil {
+	} else {
 		runDir = filepath.Dir(runDir)
 	}
 	recs, truncated, err := metrics.ReadFile(path)

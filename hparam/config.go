@@ -81,6 +81,16 @@ var scheduleKeys = map[string][]string{
 	KindStep:     {"initial", "step_size", "gamma"},
 }
 
+// ScheduleKeys returns the keys a schedule kind takes besides "kind", in
+// the order of ScheduleSpec's doc; nil for an unknown kind.
+func ScheduleKeys(kind string) []string {
+	keys, ok := scheduleKeys[kind]
+	if !ok {
+		return nil
+	}
+	return append([]string{"total_steps"}, keys...)
+}
+
 // Keys returns the JSON names of the fields that are set.
 func (s ScheduleSpec) Keys() []string {
 	var keys []string

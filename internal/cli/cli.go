@@ -42,13 +42,14 @@ type Streams struct {
 }
 
 var commands = map[string]command{
-	"version": {"print the version", runVersion},
-	"run":     {"run HDET training under mpirun or srun (or --self-check MPI)", runRun},
-	"plugins": {"list explorer plugins or check one", runPlugins},
-	"devices": {"list this node's NVIDIA GPUs (CPU mode without a driver)", runDevices},
-	"bench":   {"measure the converge allreduce (bench allreduce)", runBench},
-	"sbatch":  {"print an sbatch script that runs a config under Slurm", runSbatch},
-	"report":  {"plots, summary.md and index.html of a run (or --compare runs)", runReport},
+	"version":  {"print the version", runVersion},
+	"schedule": {"print a schedule step by step (onecycle: PyTorch's OneCycleLR)", runSchedule},
+	"run":      {"run HDET training under mpirun or srun (or --self-check MPI)", runRun},
+	"plugins":  {"list explorer plugins or check one", runPlugins},
+	"devices":  {"list this node's NVIDIA GPUs (CPU mode without a driver)", runDevices},
+	"bench":    {"measure the converge allreduce (bench allreduce)", runBench},
+	"sbatch":   {"print an sbatch script that runs a config under Slurm", runSbatch},
+	"report":   {"plots, summary.md and index.html of a run (or --compare runs)", runReport},
 }
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=...".

@@ -43,13 +43,14 @@ type CheckStep struct {
 // checker runs steps against one explorer process, without restarts: Check
 // must see an explorer's faults, not hide them.
 type checker struct {
+	ctx     context.Context
 	x       hparam.Explorer
 	timeout time.Duration
 	steps   []CheckStep
 }
 
 func (c *checker) step(name string, f func(context.Context) (string, error)) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
 	t0 := time.Now()
 	detail, err := f(ctx)
@@ -77,9 +78,9 @@ func check(ctx context.Context, spec Spec, log zerolog.Logger, round func(*check
 	if spec.Timeout <= 0 {
 		spec.Timeout = DefaultTimeout
 	}
-	c := &checker{timeout: spec.Timeout}
+	c := &checker{ctx: ctx, timeout: spec.Timeout}
 	var p *process
-	err := c.step("start", func(context.Context) (string, error) {
+	err := c.step("start", func(ctx context.Context) (string, error) {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}

@@ -358,3 +358,39 @@ func runHdet(t *testing.T, hdet string, args ...string) (string, int) {
 	require.NoError(t, err)
 	return string(b), 0
 }
+
+// benchExplorer is the built-in lr explorer binary, built once.
+func benchExplorer(b *testing.B) string {
+	b.Helper()
+	return buildBinary(b, "./cmd/hdet-explorer-lr")
+}
+
+// BenchmarkExplorerStart measures launching an explorer process through the
+// handshake and mutual TLS, and closing it.
+func BenchmarkExplorerStart(b *testing.B) {
+	bin := benchExplorer(b)
+	for b.Loop() {
+		x, err := plugins.Open(context.Background(), plugins.Spec{Binary: bin}, zerolog.Nop(), nil)
+		require.NoError(b, err)
+		require.NoError(b, x.Close())
+	}
+}
+
+// BenchmarkExplorerPlanObserve measures one window's round trip with a
+// running explorer: Plan, then Observe (with the state save it implies), for
+// 4 ranks and 100-step windows.
+func BenchmarkExplorerPlanObserve(b *testing.B) {
+	ctx := context.Background()
+	x, err := plugins.Open(ctx, plugins.Spec{Binary: benchExplorer(b)}, zerolog.Nop(), nil)
+	require.NoError(b, err)
+	defer x.Close()
+	require.NoError(b, x.Init(ctx, hparam.Setup{Name: "lr", Config: []byte(`{"schedule":{"max_lr":0.01}}`), Ranks: 4, TotalSteps: 1 << 30, WindowSteps: 100, Seed: 1}))
+	k := 0
+	for b.Loop() {
+		_, err := x.Plan(ctx, hparam.WindowRequest{Window: k, Start: 100 * k, Steps: 100})
+		require.NoError(b, err)
+		_, err = x.Observe(ctx, hparam.Observation{Window: k, Values: []float64{1e-3, 2e-3, 3e-3, 4e-3}, Losses: []float64{1, 0.9, 1.1, math.NaN()}})
+		require.NoError(b, err)
+		k++
+	}
+}

@@ -17,7 +17,7 @@ import (
 
 // config is the explorer's JSON config block.
 type config struct {
-	FailAt   int    `json:"fail_at_window"` // 0: never
+	FailAt   *int   `json:"fail_at_window"` // nil: never
 	FailIn   string `json:"fail_in"`        // "plan" (default) or "observe"
 	Mode     string `json:"mode"`           // "exit" (default), "error" or "hang"
 	OnceFile string `json:"once_file"`      // when set, fail only if this file does not exist yet, then create it
@@ -60,7 +60,7 @@ func (x *explorer) maybeFail(ctx context.Context, op string, window int) error {
 	if in == "" {
 		in = "plan"
 	}
-	if x.cfg.FailAt == 0 || window != x.cfg.FailAt || in != op {
+	if x.cfg.FailAt == nil || window != *x.cfg.FailAt || in != op {
 		return nil
 	}
 	if x.cfg.OnceFile != "" {

@@ -16,7 +16,7 @@ const CSVFile = "windows.csv"
 // WriteCSV writes one row per window: window, step, loss_r<k> per rank,
 // loss_mean, healthy_r<k> (1 or 0), <hp>_base and <hp>_r<k> per
 // hyperparameter, weight_<hp>_r<k>, fanout_seconds, converge_seconds,
-// eval_loss, eval_accuracy. Missing and non-finite values are empty cells,
+// plan_seconds, eval_loss, eval_accuracy. Missing and non-finite values are empty cells,
 // which pandas reads as NaN.
 func WriteCSV(w io.Writer, r *Run) error {
 	cw := csv.NewWriter(w)
@@ -39,7 +39,7 @@ func WriteCSV(w io.Writer, r *Run) error {
 			header = append(header, fmt.Sprintf("weight_%s_r%d", p.Name, k))
 		}
 	}
-	header = append(header, "fanout_seconds", "converge_seconds", "eval_loss", "eval_accuracy")
+	header = append(header, "fanout_seconds", "converge_seconds", "plan_seconds", "eval_loss", "eval_accuracy")
 	if err := cw.Write(header); err != nil {
 		return fmt.Errorf("report: csv: %w", err)
 	}
@@ -72,7 +72,8 @@ func WriteCSV(w io.Writer, r *Run) error {
 				row = append(row, cell(at(win.Weights[p.Name], k)))
 			}
 		}
-		row = append(row, cell(metrics.Float(win.FanoutSeconds), true), cell(metrics.Float(win.ConvergeSeconds), true))
+		row = append(row, cell(metrics.Float(win.FanoutSeconds), true), cell(metrics.Float(win.ConvergeSeconds), true),
+			cell(metrics.Float(win.PlanSeconds), true))
 		if win.Eval != nil {
 			row = append(row, cell(win.Eval.Loss, true), cell(win.Eval.Accuracy, true))
 		} else {

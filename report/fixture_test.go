@@ -147,6 +147,7 @@ func writeRun(t *testing.T, dir string, fx fixture) {
 		}
 		rec.FanoutSeconds = 1.2 + 0.1*rng.Float64()
 		rec.ConvergeSeconds = 0.05 + 0.01*rng.Float64()
+		rec.PlanSeconds = 0.002 + 0.001*rng.Float64()
 		now += rec.FanoutSeconds + rec.ConvergeSeconds + 0.02
 		rec.Time = now
 		require.NoError(t, w.Write(rec))

@@ -311,7 +311,11 @@ func plotRun(r *Run, dir string) ([]Figure, error) {
 	if err := c.series(xs, conv, color.RGBA{R: 214, G: 39, B: 40, A: 255}, vg.Points(1.5), vg.Points(2), false, "converge (all-reduce)"); err != nil {
 		return nil, err
 	}
-	if err := add(c, "timing", "Fan-out (training) and converge (parameter averaging) seconds per window"); err != nil {
+	plan := column(r, func(w metrics.Record) (metrics.Float, bool) { return metrics.Float(w.PlanSeconds), true })
+	if err := c.series(xs, plan, color.RGBA{R: 44, G: 160, B: 44, A: 255}, vg.Points(1.5), vg.Points(2), false, "plan (controller + broadcast)"); err != nil {
+		return nil, err
+	}
+	if err := add(c, "timing", "Fan-out (training), converge (parameter averaging) and plan (rank 0's controller and the plan broadcast) seconds per window"); err != nil {
 		return nil, err
 	}
 	return figs, nil

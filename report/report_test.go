@@ -456,14 +456,14 @@ func TestCSV(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rows, 21, "header and one row per window")
 	header := rows[0]
-	// window, step, 4 losses, mean, 4 healthy, 3×(base+4 values), 3×4 weights, 2 seconds, 2 eval
-	assert.Len(t, header, 2+4+1+4+3*5+3*4+2+2)
+	// window, step, 4 losses, mean, 4 healthy, 3×(base+4 values), 3×4 weights, 3 seconds, 2 eval
+	assert.Len(t, header, 2+4+1+4+3*5+3*4+3+2)
 	col := map[string]int{}
 	for i, h := range header {
 		col[h] = i
 	}
 	for _, name := range []string{"window", "step", "loss_r0", "loss_r3", "loss_mean", "healthy_r3", "lr_base", "lr_r0",
-		"dropout_base", "weight_decay_r3", "weight_lr_r0", "fanout_seconds", "converge_seconds", "eval_loss", "eval_accuracy"} {
+		"dropout_base", "weight_decay_r3", "weight_lr_r0", "fanout_seconds", "converge_seconds", "plan_seconds", "eval_loss", "eval_accuracy"} {
 		assert.Contains(t, col, name)
 	}
 

@@ -31,6 +31,7 @@ type Summary struct {
 	WallSeconds         float64
 	FanoutSeconds       float64
 	ConvergeSeconds     float64
+	PlanSeconds         float64
 	ConvergePercent     float64 // converge seconds in percent of wall time, NaN when wall time is unknown
 }
 
@@ -86,6 +87,7 @@ func Summarize(r *Run) Summary {
 		}
 		s.FanoutSeconds += w.FanoutSeconds
 		s.ConvergeSeconds += w.ConvergeSeconds
+		s.PlanSeconds += w.PlanSeconds
 		for rank, ok := range w.Healthy {
 			if !ok {
 				markUnhealthy(rank, w.Window)
@@ -240,6 +242,7 @@ func (s Summary) tables() []table {
 		{"wall time", fmt.Sprintf("%.1f s", s.WallSeconds)},
 		{"fan-out time", fmt.Sprintf("%.1f s", s.FanoutSeconds)},
 		{"converge time", fmt.Sprintf("%.1f s", s.ConvergeSeconds)},
+		{"plan time (controller + broadcast)", fmt.Sprintf("%.1f s", s.PlanSeconds)},
 		{"converge overhead (of wall time)", pct(s.ConvergePercent)},
 	}}
 	bases := table{Title: "Base values", Header: []string{"hyperparameter", "scale", "start", "min", "max", "end"}}

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hdet-dev/hdet/bridge"
 	"github.com/hdet-dev/hdet/checkpoint"
 	"github.com/hdet-dev/hdet/config"
 	"github.com/hdet-dev/hdet/engine"
@@ -25,6 +29,8 @@ import (
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi"
 	"github.com/hdet-dev/hdet/plugins"
+	"github.com/hdet-dev/hdet/progress"
+	"github.com/hdet-dev/hdet/report"
 	"github.com/hdet-dev/hdet/slurm"
 	"github.com/hdet-dev/hdet/workload/mnist"
 )
@@ -54,6 +60,8 @@ type runFlags struct {
 	debug       bool
 	selfCheck   bool
 	noRequeue   bool
+	worker      bool
+	command     []string // after --, with --worker
 }
 
 func runRun(s Streams, args []string) error {
@@ -66,11 +74,18 @@ func runRun(s Streams, args []string) error {
 	fs.BoolVar(&f.logAllRanks, "log-all-ranks", false, "log info-level events on every rank, not only rank 0")
 	fs.BoolVar(&f.debug, "debug", false, "debug logging (per-window checksums and values)")
 	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
+	fs.BoolVar(&f.worker, "worker", false, "train an external process instead of the built-in workload: hdet run [CONFIG] --worker -- CMD ARGS...")
 	fs.BoolVar(&f.noRequeue, "no-requeue", false, "under Slurm, do not requeue the job after a signal made the run checkpoint and stop")
 	fs.Usage = func() { fmt.Fprint(s.Err, runHelp); fs.PrintDefaults() }
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, f.command = args[:i], args[i+1:]
+	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	if f.worker != (len(f.command) > 0) {
+		return Usagef("--worker needs the worker's command after --, and a command after -- needs --worker (hdet run [CONFIG] --worker -- python3 train.py ...)")
 	}
 	if len(pos) > 1 {
 		return Usagef("run takes at most one CONFIG.yaml, got %q", pos)
@@ -172,7 +187,8 @@ func selfCheck(s Streams, w *mpi.Comm) error {
 type setup struct {
 	cfg     *config.Config
 	slurm   slurm.Env
-	replica *mnist.Replica
+	replica engine.Replica
+	worker  *bridge.Worker // --worker mode
 	steps   int
 	ctrl    *hparam.Controller // rank 0
 	closers []func()
@@ -202,7 +218,19 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	}()
 	st := &setup{}
 	defer st.close()
-	if err := agree(w, st.build(ctx, w, log, f, data)); err != nil {
+	// Setup runs in phases that every rank enters together: after each one
+	// the ranks agree whether any failed, so none waits in a collective for
+	// a rank that already gave up.
+	if err := agree(w, st.loadConfig(w, f, data)); err != nil {
+		return err
+	}
+	if err := agree(w, st.makeReplica(ctx, w, f)); err != nil {
+		return err
+	}
+	if err := agree(w, st.checkReplica(w)); err != nil {
+		return err
+	}
+	if err := agree(w, st.rankZero(ctx, w, log, f)); err != nil {
 		return err
 	}
 	if err := st.shareResume(w); err != nil {
@@ -239,11 +267,19 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 			return b, err
 		}
 	}
+	var prog engine.Progress
+	if w.Rank() == 0 {
+		mode, err := progress.ParseMode(st.cfg.Run.Progress)
+		if err != nil {
+			return err
+		}
+		prog = progress.New(s.Out, mode, startStep) // under mpirun a rank's stdout is a pty when mpirun's is
+	}
 	start := time.Now()
 	res, err := engine.Run(ctx, engine.Options{
 		Comm: w, Replica: st.replica, Controller: st.ctrl,
 		Steps: st.steps, Window: st.cfg.Train.Window, Sync: st.cfg.Train.Sync, EvalEvery: st.cfg.Train.EvalEvery,
-		StartStep: startStep, Metrics: st.mw, Checkpoint: saver, Stop: preempt.Load,
+		StartStep: startStep, Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: preempt.Load,
 		Fault: engine.Fault{NaNRank: st.cfg.Train.FaultNaNRank, NaNWindow: st.cfg.Train.FaultNaNWindow},
 		Log:   log,
 	})
@@ -273,12 +309,19 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	}
 	fmt.Fprintf(s.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
 		res.TestAccuracy, res.TestLoss, res.Steps, w.Size(), st.cfg.Run.Dir)
+	index, err := report.Write(st.cfg.Run.Dir, "", report.Options{CSV: true})
+	if err != nil {
+		// The run itself succeeded; `hdet report` can be run again later.
+		log.Warn().Err(err).Msg("writing the report failed")
+		return nil
+	}
+	fmt.Fprintf(s.Out, "report: %s\n", index)
 	return nil
 }
 
 func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }
 
-func (st *setup) build(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byte) error {
+func (st *setup) loadConfig(w *mpi.Comm, f runFlags, data []byte) error {
 	cfg, err := config.Load(data, f.sets)
 	if err != nil {
 		return &UsageError{Err: err}
@@ -287,8 +330,15 @@ func (st *setup) build(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f r
 	if st.slurm, err = slurm.FromOS(); err != nil {
 		return err
 	}
-	if err := st.slurm.Check(w.Rank(), w.Size(), w.LocalRank()); err != nil {
-		return err
+	return st.slurm.Check(w.Rank(), w.Size(), w.LocalRank())
+}
+
+// makeReplica builds this rank's replica: the built-in MNIST MLP, or the
+// external worker process of --worker, and the run's length.
+func (st *setup) makeReplica(ctx context.Context, w *mpi.Comm, f runFlags) error {
+	cfg := st.cfg
+	if f.worker {
+		return st.startWorker(ctx, w, f.command)
 	}
 	ds, err := mnist.Load(cfg.Workload.Data)
 	if err != nil {
@@ -300,30 +350,110 @@ func (st *setup) build(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f r
 	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
 	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
 	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
-	if st.replica, err = mnist.New(mc); err != nil {
+	r, err := mnist.New(mc)
+	if err != nil {
 		return &UsageError{Err: fmt.Errorf("workload: %w", err)}
 	}
+	st.replica = r
 	st.steps = cfg.Train.Steps
 	if st.steps == 0 {
-		st.steps = cfg.Train.Epochs * st.replica.StepsPerEpoch()
+		st.steps = cfg.Train.Epochs * r.StepsPerEpoch()
 		if cfg.Train.Window > st.steps {
 			return Usagef("train.window: got %d, want at most the run's %d steps (%d epochs)", cfg.Train.Window, st.steps, cfg.Train.Epochs)
 		}
 	}
-	accepted := map[string]bool{}
-	for _, h := range st.replica.Hyperparameters() {
-		accepted[h] = true
-	}
-	for i, e := range cfg.Explorers {
-		if !accepted[e.Name] {
-			return Usagef("explorers[%d].name: the %s workload does not accept %q (it accepts %s)", i, wl.Kind, e.Name, strings.Join(st.replica.Hyperparameters(), ", "))
+	return nil
+}
+
+// startWorker launches the --worker command on this rank. Rank 0 picks the
+// torch.distributed rendezvous port and broadcasts it, since every rank's
+// script must use the same one.
+func (st *setup) startWorker(ctx context.Context, w *mpi.Comm, command []string) error {
+	var msg []byte
+	var perr error
+	if w.Rank() == 0 {
+		host, err := mpi.ProcessorName()
+		port, lerr := freePort()
+		if perr = errors.Join(err, lerr); perr == nil {
+			msg = []byte(net.JoinHostPort(host, strconv.Itoa(port)))
 		}
 	}
+	msg, err := w.BcastMessage(msg, 0)
+	if err != nil || perr != nil {
+		return errors.Join(perr, err)
+	}
+	host, portStr, err := net.SplitHostPort(string(msg))
+	if err != nil {
+		return fmt.Errorf("rendezvous address %q: %w", msg, err)
+	}
+	port, _ := strconv.Atoi(portStr)
+	wk, err := bridge.Start(ctx, bridge.Options{
+		Command: command, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(),
+		MasterAddr: host, MasterPort: port, GPU: os.Getenv("CUDA_VISIBLE_DEVICES"), SyncMode: st.cfg.Train.Sync,
+	})
+	if err != nil {
+		return err
+	}
+	st.worker, st.replica = wk, wk
+	st.closers = append(st.closers, func() { _ = wk.Close() })
+	st.steps = st.cfg.Train.Steps
+	if sched := wk.Hello().Schedule; sched != nil {
+		if st.steps == 0 {
+			st.steps = sched.TotalSteps
+		} else if st.steps != sched.TotalSteps {
+			return Usagef("train.steps: got %d, but the worker's OneCycleLR has total_steps %d; give the same length (or leave train.steps 0)", st.steps, sched.TotalSteps)
+		}
+	}
+	if st.steps == 0 {
+		return Usagef("train.steps: the worker's scheduler does not say how long the run is; set train.steps")
+	}
+	if st.cfg.Train.Window > st.steps {
+		return Usagef("train.window: got %d, want at most the run's %d steps", st.cfg.Train.Window, st.steps)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// checkReplica makes sure every rank's replica has the same shape (an
+// external script could differ per rank) and accepts every explored name.
+func (st *setup) checkReplica(w *mpi.Comm) error {
+	shape := []float64{float64(st.replica.ParamCount()), float64(len(st.replica.SyncBuffer(true))), float64(st.steps)}
+	lo, hi := slices.Clone(shape), slices.Clone(shape)
+	if err := errors.Join(w.AllreduceFloat64(lo, mpi.Min), w.AllreduceFloat64(hi, mpi.Max)); err != nil {
+		return err
+	}
+	if !slices.Equal(lo, hi) {
+		return fmt.Errorf("the ranks' replicas differ: parameters %g..%g, sync buffer %g..%g floats, steps %g..%g", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
+	}
+	accepted := st.replica.Hyperparameters()
+	for i, e := range st.cfg.Explorers {
+		if !slices.Contains(accepted, e.Name) {
+			return Usagef("explorers[%d].name: the workload does not accept %q (it accepts %s)", i, e.Name, strings.Join(accepted, ", "))
+		}
+	}
+	return nil
+}
+
+// rankZero starts the explorers and finds a checkpoint to resume from.
+func (st *setup) rankZero(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f runFlags) error {
 	if w.Rank() != 0 {
 		return nil
 	}
 	if err := st.openExplorers(ctx, w, log, f); err != nil {
 		return err
+	}
+	if st.worker != nil {
+		// The script's own state (data position, RNG) is not in hdet's
+		// checkpoints, so a worker run always starts from the beginning.
+		return nil
 	}
 	return st.findResume(ctx, w, log)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi"
@@ -22,6 +23,7 @@ type Comm interface {
 	Rank() int
 	Size() int
 	AllreduceFloat32(buf []float32, op mpi.Op) error
+	AllreducePtr(ptr unsafe.Pointer, n int, dt mpi.Datatype, op mpi.Op) error
 	AllreduceFloat64(buf []float64, op mpi.Op) error
 	AllgatherFloat64(send, recv []float64) error
 	BcastMessage(msg []byte, root int) ([]byte, error)
@@ -67,6 +69,8 @@ type Options struct {
 	Metrics    *metrics.Writer // rank 0 only
 	Progress   Progress        // rank 0 only; may be nil
 	Checkpoint Checkpointer    // may be nil
+	// Converge all-reduces the sync buffer; nil means MPI on the host slice.
+	Converge device.Allreducer
 	// Stop is polled at each converge; when any rank's Stop returns true the
 	// ranks checkpoint together and Run returns ErrStopped.
 	Stop  func() bool
@@ -135,6 +139,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var grads GradReducer
 	if o.Sync == SyncGradients {
 		grads = reducer{comm: c, inv: 1 / float32(n)}
+	}
+	conv := o.Converge
+	if conv == nil {
+		var err error
+		if conv, err = device.NewAllreducer(device.PathHost, c, nil); err != nil {
+			return Result{}, err
+		}
 	}
 	buf := o.Replica.SyncBuffer(o.Sync == SyncLocal)
 	params := buf[:o.Replica.ParamCount()]
@@ -231,7 +242,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if !healthy {
 			clear(buf)
 		}
-		if err := c.AllreduceFloat32(buf, mpi.Sum); err != nil {
+		if err := conv.Allreduce(device.HostBuffer(buf), mpi.Sum); err != nil {
 			return res, fmt.Errorf("converge allreduce of window %d: %w", window, err)
 		}
 		inv := 1 / float32(nHealthy)

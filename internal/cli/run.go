@@ -22,6 +22,7 @@ import (
 	"github.com/hdet-dev/hdet/bridge"
 	"github.com/hdet-dev/hdet/checkpoint"
 	"github.com/hdet-dev/hdet/config"
+	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/examples"
 	"github.com/hdet-dev/hdet/hparam"
@@ -61,6 +62,7 @@ type runFlags struct {
 	selfCheck   bool
 	noRequeue   bool
 	worker      bool
+	path        string
 	command     []string // after --, with --worker
 }
 
@@ -75,6 +77,7 @@ func runRun(s Streams, args []string) error {
 	fs.BoolVar(&f.debug, "debug", false, "debug logging (per-window checksums and values)")
 	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
 	fs.BoolVar(&f.worker, "worker", false, "train an external process instead of the built-in workload: hdet run [CONFIG] --worker -- CMD ARGS...")
+	fs.StringVar(&f.path, "allreduce-path", "auto", "how the converge allreduce reaches MPI: auto, device, staged or host")
 	fs.BoolVar(&f.noRequeue, "no-requeue", false, "under Slurm, do not requeue the job after a signal made the run checkpoint and stop")
 	fs.Usage = func() { fmt.Fprint(s.Err, runHelp); fs.PrintDefaults() }
 	if i := slices.Index(args, "--"); i >= 0 {
@@ -116,16 +119,24 @@ func runRun(s Streams, args []string) error {
 	}
 	err = runWorld(s, w, log, f, data, source)
 	if err != nil {
-		log.Error().Err(err).Msg("run failed")
 		var ue *UsageError
 		code := ExitFailure
+		switch {
+		case errors.Is(err, errPeerFailed): // the failing rank says why
+		case errors.As(err, &ue):
+			fmt.Fprintf(s.Err, "hdet run: %v\n", err)
+		default:
+			log.Error().Err(err).Msg("run failed")
+		}
 		if errors.As(err, &ue) {
 			code = ExitUsage
 		}
 		if errors.Is(err, engine.ErrStopped) {
 			code = ExitPreempted
 		}
-		if errors.Is(err, errPeerFailed) || code == ExitPreempted {
+		var ae agreedError
+		if errors.As(err, &ae) || code == ExitPreempted {
+			// Every rank knows and stops here: no collective is left hanging.
 			_ = mpi.Finalize()
 			os.Exit(code)
 		}
@@ -141,6 +152,11 @@ const ExitPreempted = 3
 
 var errPeerFailed = errors.New("another rank failed during setup")
 
+// agreedError is a setup failure every rank has learnt of through agree.
+type agreedError struct{ error }
+
+func (e agreedError) Unwrap() error { return e.error }
+
 // agree makes every rank learn whether any rank failed setup, so no rank
 // waits forever in the first collective for one that has already given up.
 func agree(w *mpi.Comm, err error) error {
@@ -155,13 +171,15 @@ func agree(w *mpi.Comm, err error) error {
 	if rerr := w.AllreduceFloat64(code, mpi.Max); rerr != nil {
 		return errors.Join(err, rerr)
 	}
-	if err == nil && code[0] != 0 {
-		if code[0] == ExitUsage {
-			return &UsageError{Err: errPeerFailed}
-		}
-		return errPeerFailed
+	switch {
+	case err != nil:
+		return agreedError{err}
+	case code[0] == ExitUsage:
+		return agreedError{&UsageError{Err: errPeerFailed}}
+	case code[0] != 0:
+		return agreedError{errPeerFailed}
 	}
-	return err
+	return nil
 }
 
 func selfCheck(s Streams, w *mpi.Comm) error {
@@ -185,15 +203,17 @@ func selfCheck(s Streams, w *mpi.Comm) error {
 
 // setup is what every rank builds before the window loop.
 type setup struct {
-	cfg     *config.Config
-	slurm   slurm.Env
-	replica engine.Replica
-	worker  *bridge.Worker // --worker mode
-	steps   int
-	ctrl    *hparam.Controller // rank 0
-	closers []func()
-	mw      *metrics.Writer   // rank 0
-	resume  *checkpoint.State // rank 0 while setting up, then every rank; nil for a fresh run
+	cfg      *config.Config
+	slurm    slurm.Env
+	replica  engine.Replica
+	worker   *bridge.Worker  // --worker mode
+	gpu      *device.Binding // nil in CPU mode
+	converge device.Allreducer
+	steps    int
+	ctrl     *hparam.Controller // rank 0
+	closers  []func()
+	mw       *metrics.Writer   // rank 0
+	resume   *checkpoint.State // rank 0 while setting up, then every rank; nil for a fresh run
 }
 
 func (st *setup) close() {
@@ -222,6 +242,9 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	// the ranks agree whether any failed, so none waits in a collective for
 	// a rank that already gave up.
 	if err := agree(w, st.loadConfig(w, f, data)); err != nil {
+		return err
+	}
+	if err := agree(w, st.bindDevice(w, log, f)); err != nil {
 		return err
 	}
 	if err := agree(w, st.makeReplica(ctx, w, f)); err != nil {
@@ -279,7 +302,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	res, err := engine.Run(ctx, engine.Options{
 		Comm: w, Replica: st.replica, Controller: st.ctrl,
 		Steps: st.steps, Window: st.cfg.Train.Window, Sync: st.cfg.Train.Sync, EvalEvery: st.cfg.Train.EvalEvery,
-		StartStep: startStep, Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: preempt.Load,
+		StartStep: startStep, Converge: st.converge, Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: preempt.Load,
 		Fault: engine.Fault{NaNRank: st.cfg.Train.FaultNaNRank, NaNWindow: st.cfg.Train.FaultNaNWindow},
 		Log:   log,
 	})
@@ -331,6 +354,56 @@ func (st *setup) loadConfig(w *mpi.Comm, f runFlags, data []byte) error {
 		return err
 	}
 	return st.slurm.Check(w.Rank(), w.Size(), w.LocalRank())
+}
+
+// bindDevice finds this rank's GPU (none: CPU mode) and chooses how the
+// converge allreduce reaches MPI. Both workloads hand hdet host memory (the
+// bridge copies CUDA tensors through shared memory), so the path is host.
+func (st *setup) bindDevice(w *mpi.Comm, log zerolog.Logger, f runFlags) error {
+	path, err := device.ParsePath(f.path)
+	if err != nil {
+		return Usagef("--allreduce-path: %v", err)
+	}
+	inv, err := device.Discover(device.SystemNVML())
+	switch {
+	case device.CPUMode(err):
+		if w.Rank() == 0 {
+			log.Info().Str("reason", err.Error()).Msg("CPU mode")
+		}
+	case err != nil:
+		return fmt.Errorf("GPU discovery: %w", err)
+	default:
+		b, err := device.Bind(inv, device.VisibleFromEnv(os.LookupEnv), device.BindRequest{Rank: w.Rank(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize()})
+		if err != nil {
+			return Usagef("GPU binding: %v", err)
+		}
+		st.gpu = &b
+		// Every rank says which GPU it took, whatever the log level.
+		log.Log().Int("local_rank", b.LocalRank).Str("gpu_uuid", b.UUID).Int("numa_node", b.NUMANode).Int("cuda_device", b.CUDAOrdinal).Msg(b.String())
+	}
+	choice, err := device.ResolvePath(path, false, mpi.CUDAAware())
+	if err != nil {
+		return Usagef("--allreduce-path %s: %v (hdet's workloads hand over host buffers)", path, err)
+	}
+	if st.converge, err = device.NewAllreducer(choice.Path, w, nil); err != nil {
+		return err
+	}
+	if w.Rank() == 0 {
+		log.Info().Str("path", string(choice.Path)).Msg(choice.String())
+	}
+	return nil
+}
+
+// workerGPU is what the worker sees as CUDA_VISIBLE_DEVICES: this rank's GPU
+// by UUID, or what the rank inherited in CPU mode.
+func (st *setup) workerGPU() string {
+	if st.gpu == nil {
+		return os.Getenv("CUDA_VISIBLE_DEVICES")
+	}
+	if st.gpu.MIG != "" {
+		return st.gpu.MIG
+	}
+	return st.gpu.UUID
 }
 
 // makeReplica builds this rank's replica: the built-in MNIST MLP, or the
@@ -389,7 +462,7 @@ func (st *setup) startWorker(ctx context.Context, w *mpi.Comm, command []string)
 	port, _ := strconv.Atoi(portStr)
 	wk, err := bridge.Start(ctx, bridge.Options{
 		Command: command, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(),
-		MasterAddr: host, MasterPort: port, GPU: os.Getenv("CUDA_VISIBLE_DEVICES"), SyncMode: st.cfg.Train.Sync,
+		MasterAddr: host, MasterPort: port, GPU: st.workerGPU(), SyncMode: st.cfg.Train.Sync,
 	})
 	if err != nil {
 		return err

@@ -20,22 +20,44 @@ const (
 // AutoConfig holds the meta-update's constants (DESIGN §1, "Auto phase").
 // Field names in errors are those of the explorer config ("auto.sigma").
 type AutoConfig struct {
-	Sigma  float64 // softmax temperature, in loss units; > 0
-	Beta   float64 // velocity momentum, in [0, 1)
-	Lambda float64 // step size applied to the velocity, >= 0
-	Decay  Decay
+	Sigma     float64 // softmax temperature, in loss units; > 0
+	SigmaMode SigmaMode
+	Beta      float64 // velocity momentum, in [0, 1)
+	Lambda    float64 // step size applied to the velocity, >= 0
+	Decay     Decay
+	// LogSpace takes hbar and htilde as geometric means (exp of the mean of
+	// log h). A geometric spread is symmetric in log h, not in h: its
+	// arithmetic mean lies above the base (by 37% at alpha = 2, N = 4), so
+	// with arithmetic means the base would climb window after window with
+	// no signal at all. The built-in explorers set it for geometric spreads.
+	LogSpace bool
 }
+
+// SigmaMode says what sigma is measured in.
+type SigmaMode string
+
+const (
+	// SigmaAbsolute is the paper's: sigma in loss units.
+	SigmaAbsolute SigmaMode = "absolute"
+	// SigmaRelative multiplies sigma by the standard deviation of the
+	// window's healthy losses, so the same sigma means the same sharpness
+	// whether losses are near 3.0 or near 0.05.
+	SigmaRelative SigmaMode = "relative"
+)
 
 // DefaultAutoConfig returns the paper's constants: sigma 0.1, beta 0.9,
 // lambda 0.5, with decay floor.
 func DefaultAutoConfig() AutoConfig {
-	return AutoConfig{Sigma: 0.1, Beta: 0.9, Lambda: 0.5, Decay: DecayFloor}
+	return AutoConfig{Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Decay: DecayFloor}
 }
 
 // Validate checks the ranges of every field.
 func (c AutoConfig) Validate() error {
 	if math.IsNaN(c.Sigma) || math.IsInf(c.Sigma, 0) || c.Sigma <= 0 {
 		return fieldErr("auto.sigma", "must be a finite number > 0, got %v", c.Sigma)
+	}
+	if c.SigmaMode != SigmaAbsolute && c.SigmaMode != SigmaRelative {
+		return fieldErr("auto.sigma_mode", "must be %q or %q, got %q", SigmaAbsolute, SigmaRelative, c.SigmaMode)
 	}
 	if math.IsNaN(c.Beta) || c.Beta < 0 || c.Beta >= 1 {
 		return fieldErr("auto.beta", "must be in [0, 1), got %v", c.Beta)
@@ -124,23 +146,32 @@ func (a *Auto) Update(values, losses []float64, windowsLeft int, weights []float
 	if n == 0 || len(losses) != n {
 		return Feedback{}, fmt.Errorf("%w: %d values and %d losses, want the same positive number", ErrInvalid, n, len(losses))
 	}
-	var sumH float64
+	logSpace := a.cfg.LogSpace
 	for r, h := range values {
 		if !healthy(h) {
 			return Feedback{}, fmt.Errorf("%w: rank %d used value %v", ErrInvalid, r, h)
 		}
-		sumH += h
+		logSpace = logSpace && h > 0 // a value clamped to 0 has no logarithm
 	}
-	hbar := sumH / float64(n) // over all ranks, healthy or not
-	w := SoftmaxWeights(losses, a.cfg.Sigma, weights)
+	// f maps values to the space the means are taken in, inv back.
+	f, inv := func(h float64) float64 { return h }, func(x float64) float64 { return x }
+	if logSpace {
+		f, inv = math.Log, math.Exp
+	}
+	var sumH float64
+	for _, h := range values {
+		sumH += f(h)
+	}
+	hbar := inv(sumH / float64(n)) // over all ranks, healthy or not
+	w := SoftmaxWeights(losses, a.sigma(losses), weights)
 	var htilde, wsum float64
 	for r, wr := range w {
-		htilde += float64(wr * values[r])
+		htilde += float64(wr * f(values[r]))
 		wsum += wr
 	}
 	delta := 0.0
 	if wsum > 0 { // no healthy rank: no signal
-		delta = htilde - hbar
+		delta = inv(htilde) - hbar
 	}
 	if a.Updates == 0 && a.cfg.Decay == DecayFloor && windowsLeft > 0 {
 		if hbar <= 0 {
@@ -156,6 +187,34 @@ func (a *Auto) Update(values, losses []float64, windowsLeft int, weights []float
 	a.Base = a.bounds.Clamp(float64(hbar*(1-gamma)) + float64(a.cfg.Lambda*a.Velocity))
 	a.Updates++
 	return Feedback{Weights: w, Base: a.Base}, nil
+}
+
+// sigma is the softmax temperature for this window's losses.
+func (a *Auto) sigma(losses []float64) float64 {
+	if a.cfg.SigmaMode != SigmaRelative {
+		return a.cfg.Sigma
+	}
+	var sum, sq float64
+	k := 0
+	for _, l := range losses {
+		if healthy(l) {
+			sum += l
+			k++
+		}
+	}
+	if k < 2 {
+		return a.cfg.Sigma
+	}
+	mean := sum / float64(k)
+	for _, l := range losses {
+		if healthy(l) {
+			sq += (l - mean) * (l - mean)
+		}
+	}
+	if sd := math.Sqrt(sq / float64(k)); sd > 0 {
+		return a.cfg.Sigma * sd
+	}
+	return a.cfg.Sigma // equal losses: any temperature gives equal weights
 }
 
 // autoStateLen is the size of Auto's binary state: version, three float64s, updates.

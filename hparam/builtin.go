@@ -57,6 +57,7 @@ var builtinKinds = map[string]builtinKind{
 //	    "start":   300,    // first step of the auto phase; default: the schedule's warm-up end
 //	                       // (OneCycle: int(pct_start*total_steps); cosine/linear: warmup_steps; else 0)
 //	    "sigma":   0.1,    // softmax temperature in loss units, > 0
+//	    "sigma_mode": "absolute", // absolute (the paper's) | relative: sigma times the std of the window's losses
 //	    "beta":    0.9,    // velocity momentum, [0, 1)
 //	    "lambda":  0.5,    // step on the velocity, >= 0
 //	    "decay":   "floor" // floor | none
@@ -95,12 +96,13 @@ type BoundsSpec struct {
 
 // AutoSpec is the "auto" block; nil fields keep the defaults.
 type AutoSpec struct {
-	Enabled *bool    `json:"enabled"`
-	Start   *int     `json:"start"`
-	Sigma   *float64 `json:"sigma"`
-	Beta    *float64 `json:"beta"`
-	Lambda  *float64 `json:"lambda"`
-	Decay   *Decay   `json:"decay"`
+	Enabled   *bool      `json:"enabled"`
+	Start     *int       `json:"start"`
+	Sigma     *float64   `json:"sigma"`
+	SigmaMode *SigmaMode `json:"sigma_mode"`
+	Beta      *float64   `json:"beta"`
+	Lambda    *float64   `json:"lambda"`
+	Decay     *Decay     `json:"decay"`
 }
 
 // decodeBlock decodes an optional block of the config into v.
@@ -215,6 +217,10 @@ func (b *builtin) Init(_ context.Context, s Setup) error {
 	if as.Decay != nil {
 		ac.Decay = *as.Decay
 	}
+	if as.SigmaMode != nil {
+		ac.SigmaMode = *as.SigmaMode
+	}
+	ac.LogSpace = spread.Kind == Geometric
 	if autoStart < 0 {
 		return fieldErr("auto.start", "must be >= 0, got %d", autoStart)
 	}

@@ -56,3 +56,12 @@ lint: deps
 
 clean:
 	rm -rf $(BIN) runs
+
+# Benchmarks (issue 11): bench/hdetbench runs six studies under mpirun,
+# prints one table each and writes docs/benchmarks.md and docs/sweep.png.
+# bench-quick is the short variant (under 10 minutes on 2 cores).
+bench bench-quick: build data
+	@mkdir -p $(BIN)
+	mpicc -O2 -o $(BIN)/allreduce-c bench/allreduce-c/allreduce.c
+	$(GO) build -o $(BIN)/allreduce-go ./bench/allreduce-go
+	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// series is one set of points of the sweep plot.
+type series struct {
+	Label string
+	LR    []float64 // starting max_lr
+	Loss  []float64 // final test loss; non-finite points are left out
+}
+
+func (s series) xys() plotter.XYs {
+	var xy plotter.XYs
+	for i := range s.LR {
+		if l := s.Loss[i]; !math.IsNaN(l) && !math.IsInf(l, 0) && l > 0 && s.LR[i] > 0 {
+			xy = append(xy, plotter.XY{X: s.LR[i], Y: l})
+		}
+	}
+	return xy
+}
+
+// plotSweep draws final test loss against the starting learning rate, both
+// axes logarithmic: the sweep as a line with dots, each further series
+// (HDET runs) as markers only.
+func plotSweep(path string, sweep series, others ...series) error {
+	p := plot.New()
+	p.Title.Text = "Final test loss vs starting max_lr (MNIST MLP, 4 ranks)"
+	p.X.Label.Text = "starting max_lr (OneCycle peak)"
+	p.Y.Label.Text = "final test loss"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+
+	xy := sweep.xys()
+	if len(xy) == 0 {
+		return fmt.Errorf("plot: the sweep has no finite point")
+	}
+	line, pts, err := plotter.NewLinePoints(xy)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	black := color.RGBA{A: 255}
+	line.Color, pts.Color = black, black
+	pts.Shape = draw.CircleGlyph{}
+	pts.Radius = vg.Points(3)
+	p.Add(line, pts)
+	p.Legend.Add(sweep.Label, line, pts)
+
+	cols := []color.Color{
+		color.RGBA{R: 214, G: 39, B: 40, A: 255},
+		color.RGBA{R: 31, G: 119, B: 180, A: 255},
+		color.RGBA{R: 44, G: 160, B: 44, A: 255},
+	}
+	shapes := []draw.GlyphDrawer{draw.TriangleGlyph{}, draw.SquareGlyph{}, draw.PyramidGlyph{}}
+	for i, s := range others {
+		xy := s.xys()
+		if len(xy) == 0 {
+			continue
+		}
+		sc, err := plotter.NewScatter(xy)
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		sc.Color = cols[i%len(cols)]
+		sc.Shape = shapes[i%len(shapes)]
+		sc.Radius = vg.Points(5)
+		p.Add(sc)
+		p.Legend.Add(s.Label, sc)
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/report"
+)
+
+// ErrRun is wrapped by every failed benchmark run.
+var ErrRun = errors.New("benchmark run failed")
+
+// runner launches `hdet run` under mpirun, one run at a time, and remembers
+// the command lines for the doc.
+type runner struct {
+	np     int
+	mpirun []string // the launcher and its flags, before the program
+	hdet   string   // path of the hdet binary
+	root   string   // where run directories go
+	log    func(format string, a ...any)
+}
+
+// mpirunArgs is the launcher prefix every study uses; as root Open MPI also
+// needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set by main.
+func mpirunArgs(np int) []string {
+	return []string{"mpirun", "-np", fmt.Sprint(np), "--oversubscribe", "--bind-to", "none"}
+}
+
+// result is what a study needs from one finished run.
+type result struct {
+	Dir           string
+	Command       string
+	TestLoss      float64 // final evaluation; NaN when the model diverged
+	Accuracy      float64
+	WallSeconds   float64 // the run's own wall time (end record), without process start-up
+	Steps         int
+	Unhealthy     int // windows in which some rank was left out of the average
+	NonFinite     bool
+	PlanSeconds   []float64 // per window: rank 0's controller plan + broadcast
+	ConvergeSecs  []float64
+	FinalBase     float64 // the lr base of the last window, NaN without an lr explorer
+	ProcessSecond float64 // mpirun's wall time, start-up included
+}
+
+// diverged is true when training blew up: a NaN anywhere in the run, or a
+// final test loss no better than guessing among 10 classes (ln 10).
+func (r result) diverged() bool {
+	return r.NonFinite || math.IsNaN(r.TestLoss) || r.TestLoss >= math.Log(10)
+}
+
+// rankSeconds is the compute the run held: N ranks for its wall time.
+func (r result) rankSeconds(np int) float64 { return float64(np) * r.WallSeconds }
+
+// run starts `hdet run config --run-dir root/name --set ...` and reads the
+// run's metrics. The run directory is wiped first so that a stale metrics
+// file can never be read as this run's.
+func (rn *runner) run(ctx context.Context, name, config string, sets ...string) (result, error) {
+	dir := filepath.Join(rn.root, name)
+	if err := os.RemoveAll(dir); err != nil {
+		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
+	}
+	args := append(append([]string{}, rn.mpirun...), rn.hdet, "run", config, "--run-dir", dir, "--progress", "none")
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	cmdline := strings.Join(args, " ")
+	rn.log("  %s", cmdline)
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	err := cmd.Run()
+	elapsed := time.Since(t0).Seconds()
+	if mkErr := os.MkdirAll(dir, 0o755); mkErr == nil {
+		_ = os.WriteFile(filepath.Join(dir, "hdetbench.log"), out.Bytes(), 0o644)
+	}
+	if err != nil {
+		return result{}, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(out.String(), 2000))
+	}
+	res, err := readResult(dir)
+	if err != nil {
+		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, cmdline, err)
+	}
+	res.Command, res.ProcessSecond = cmdline, elapsed
+	return res, nil
+}
+
+// readResult summarises a finished run directory's metrics.jsonl.
+func readResult(dir string) (result, error) {
+	r, err := report.Load(dir)
+	if err != nil {
+		return result{}, err
+	}
+	if r.End == nil {
+		return result{}, fmt.Errorf("%s: the run has no end record", dir)
+	}
+	s := report.Summarize(r)
+	res := result{
+		Dir: dir, TestLoss: s.FinalTestLoss, Accuracy: s.FinalAccuracy,
+		WallSeconds: r.End.WallSeconds, Steps: s.Steps, FinalBase: math.NaN(),
+	}
+	for _, w := range r.Windows {
+		if !finiteRecord(w) {
+			res.NonFinite = true
+		}
+		for _, h := range w.Healthy {
+			if !h {
+				res.Unhealthy++
+				break
+			}
+		}
+		if w.PlanSeconds > 0 {
+			res.PlanSeconds = append(res.PlanSeconds, w.PlanSeconds)
+		}
+		res.ConvergeSecs = append(res.ConvergeSecs, w.ConvergeSeconds)
+		if b, ok := w.Base["lr"]; ok {
+			res.FinalBase = float64(b)
+		}
+	}
+	return res, nil
+}
+
+// finiteRecord is false when a window saw a NaN/Inf loss.
+func finiteRecord(w metrics.Record) bool {
+	for _, l := range w.Losses {
+		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}

@@ -541,7 +541,12 @@ func (st *setup) findResume(ctx context.Context, w *mpi.Comm, log zerolog.Logger
 	}
 	if errors.Is(err, checkpoint.ErrNone) {
 		if len(skipped) > 0 {
-			return fmt.Errorf("run.dir %s: every checkpoint is damaged (newest: %v); move them away to start afresh", st.cfg.Run.Dir, skipped[0].Err)
+			return Usagef("run.dir %s: every checkpoint is damaged (newest: %v); move them away to start afresh", st.cfg.Run.Dir, skipped[0].Err)
+		}
+		// No checkpoint to resume, but another run's log: appending to it
+		// would mix two runs in one metrics.jsonl.
+		if fi, err := os.Stat(filepath.Join(st.cfg.Run.Dir, "metrics.jsonl")); err == nil && fi.Size() > 0 {
+			return Usagef("run.dir %s already holds a run's metrics.jsonl and no checkpoint to resume from; use another run.dir or remove it", st.cfg.Run.Dir)
 		}
 		return nil
 	}
@@ -585,6 +590,9 @@ func (st *setup) compatible(ck *checkpoint.State, path string) error {
 	}
 	if ck.ParamCount != st.replica.ParamCount() || len(ck.Buffer) != len(st.replica.SyncBuffer(true)) {
 		why = append(why, fmt.Sprintf("the parameter count (%d in the checkpoint, %d now)", ck.ParamCount, st.replica.ParamCount()))
+	}
+	if ck.Step == st.steps && len(why) == 0 {
+		return Usagef("run.dir %s holds a finished run (its last checkpoint is at step %d of %d); use another run.dir for a new run", st.cfg.Run.Dir, ck.Step, st.steps)
 	}
 	if ck.Step > st.steps {
 		why = append(why, fmt.Sprintf("the run length (the checkpoint is at step %d, the run has %d steps)", ck.Step, st.steps))

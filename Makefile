@@ -11,10 +11,12 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 NP      ?= 4
 MPIRUN  ?= mpirun -np $(NP) --oversubscribe --bind-to none
 EXPLORERS := lr dropout weight-decay
-# Packages without cgo, tested with the race detector.
-PURE    := ./config/... ./hparam/... ./metrics/... ./report/... ./progress/... ./slurm/... ./internal/logging/... ./plugins/...
+# Packages without cgo, tested with the race detector; the rest (cgo, MPI,
+# end-to-end) run once without it.
+PURE     = $(shell $(GO) list ./config/... ./checkpoint/... ./hparam/... ./metrics/... ./report/... ./progress/... ./slurm/... ./internal/logging/... ./plugins/...)
+OTHER    = $(filter-out $(PURE),$(shell $(GO) list ./...))
 
-.PHONY: all build deps test test-go test-python run data bench bench-quick bench-allreduce lint proto clean
+.PHONY: all build deps test test-go run data bench bench-quick bench-allreduce lint proto gpu-check clean
 
 all: build
 
@@ -31,9 +33,10 @@ data: $(DATA)/t10k-labels-idx1-ubyte.gz
 $(DATA)/t10k-labels-idx1-ubyte.gz:
 	scripts/mnist-data.sh $(DATA)
 
-# The embedded default: 4 replicas on MNIST, lr + dropout + weight decay explored.
+# The embedded default: 4 replicas on MNIST, lr + dropout + weight decay
+# explored; a fresh run directory each time, the report at the end.
 run: build data
-	$(MPIRUN) $(BIN)/hdet run
+	$(MPIRUN) $(BIN)/hdet run --run-dir runs/mnist-$$(date +%Y%m%d-%H%M%S)
 
 test: deps data
 	scripts/deps.sh slurm torch chromium
@@ -42,13 +45,22 @@ test: deps data
 
 test-go:
 	$(GO) test -race -count=1 $(PURE)
-	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 25m $(OTHER)
 
 bench-allreduce: deps
 	@mkdir -p $(BIN)
 	mpicc -O2 -o $(BIN)/allreduce-c bench/allreduce-c/allreduce.c
 	$(GO) build -o $(BIN)/allreduce-go ./bench/allreduce-go
 	scripts/bench-allreduce.sh $(BIN)
+
+# Regenerates plugins/proto with pinned generators.
+proto:
+	scripts/deps.sh protoc
+	sh scripts/gen-proto.sh
+
+# The GPU end-to-end test and device allreduce figures, on a GPU node.
+gpu-check: deps
+	scripts/gpu-check.sh
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,25 +87,4 @@ func existingFile(path string) (string, error) {
 		return "", Usagef("CONFIG %q: not a regular file", path)
 	}
 	return abs, nil
-}
-
-// parseInterspersed parses flags that may come before or after positional
-// arguments (hdet sbatch CONFIG --nodes 2), where flag.Parse alone stops at
-// the first positional one. Everything after "--" is positional.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }

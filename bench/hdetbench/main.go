@@ -47,7 +47,7 @@ func defaults(quick bool) settings {
 		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", RelativeSigma: 1}
 	if quick {
 		s.Epochs, s.SweepN = 1, 7
-		s.OverheadSteps, s.OverheadReps = 1000, 1
+		s.OverheadSteps, s.OverheadReps = 1000, 2
 		s.AllreduceRounds, s.AllreduceReps = 3, 5
 		s.ControllerBenchtime = "100x"
 	}
@@ -64,7 +64,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hdetbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 epoch, 7 sweep points, 1 repetition")
+	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 epoch, 7 sweep points, fewer repetitions")
 	np := fs.Int("np", 4, "ranks per run")
 	bin := fs.String("bin", "bin", "folder holding hdet, plugins/ and allreduce-c, allreduce-go")
 	out := fs.String("out", "docs/benchmarks.md", "the markdown report")

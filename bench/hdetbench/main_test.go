@@ -41,6 +41,22 @@ func TestParseAllreduceIgnoresNoise(t *testing.T) {
 	assert.Error(t, err)
 }
 
+func TestAllreduceVerdict(t *testing.T) {
+	assert.Contains(t, allreduceVerdict([]float64{0.99, 1.015}), "Target met")
+	assert.Contains(t, allreduceVerdict([]float64{0.99, 1.05}), "Target NOT met")
+	assert.Contains(t, allreduceVerdict([]float64{0.5, 1.01}), "not confirmed")
+}
+
+func TestTicks125LabelsOneTwoFive(t *testing.T) {
+	var labels []string
+	for _, tk := range (ticks125{}).Ticks(0.08, 1.5) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	assert.Equal(t, []string{"0.1", "0.2", "0.5", "1"}, labels)
+}
+
 func TestParseControllerBench(t *testing.T) {
 	out := `goos: linux
 BenchmarkControllerWindow/N=64-2         	     100	     97012 ns/op	    115000 cpu-ns/op

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -37,9 +38,10 @@ func plotSweep(path string, sweep series, others ...series) error {
 	p.X.Label.Text = "starting max_lr (OneCycle peak)"
 	p.Y.Label.Text = "final test loss"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.X.Tick.Marker, p.Y.Tick.Marker = ticks125{}, ticks125{}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
+	// The sweep falls from the top left, so the bottom left is free.
+	p.Legend.Left = true
 
 	xy := sweep.xys()
 	if len(xy) == 0 {
@@ -81,4 +83,27 @@ func plotSweep(path string, sweep series, others ...series) error {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
+}
+
+// ticks125 labels 1, 2 and 5 times the powers of ten on a log axis;
+// plot.LogTicks labels only the powers, which leaves a loss axis that spans
+// less than two decades nearly bare.
+type ticks125 struct{}
+
+func (ticks125) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		for m := 1.0; m < 10; m++ {
+			v := m * math.Pow(10, e)
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', 3, 64)
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	return ticks
 }

@@ -16,7 +16,7 @@ type Saver struct {
 	Every      int           // windows between checkpoints; 0: no window cadence
 	Interval   time.Duration // time between checkpoints; 0: no time cadence
 	Keep       int
-	MaxFailing time.Duration // stop the run when no checkpoint could be written for this long
+	MaxFailing time.Duration // stop the run when no checkpoint could be written for this long; 0: never
 	Rank       int
 	Ranks      int
 	Config     []byte
@@ -29,7 +29,11 @@ type Saver struct {
 	failingAt time.Time // first failure since the last success
 }
 
-// AfterConverge writes a checkpoint when one is due (or force is set).
+// AfterConverge writes a checkpoint when one is due (or force is set). A
+// failed write (full or read-only disk) leaves the previous checkpoint as it
+// was and only warns, even when forced (at the end, or on a signal: the run
+// is then resumable from the previous one); the next cadence retries. It
+// returns an error only once writes have failed for MaxFailing.
 func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool) error {
 	if s.Rank != 0 {
 		return nil
@@ -50,8 +54,9 @@ func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool)
 	if s.failingAt.IsZero() {
 		s.failingAt = time.Now()
 	}
-	if force || (s.MaxFailing > 0 && time.Since(s.failingAt) >= s.MaxFailing) {
-		return fmt.Errorf("checkpoint at step %d: %w (no checkpoint written since %s)", step, err, s.last.Format(time.RFC3339))
+	if s.MaxFailing > 0 && time.Since(s.failingAt) >= s.MaxFailing {
+		return fmt.Errorf("checkpoint at step %d: %w; no checkpoint could be written for %s (run.checkpoint_max_failing %s); none written since %s, the previous checkpoint stays valid",
+			step, err, time.Since(s.failingAt).Round(time.Millisecond), s.MaxFailing, s.last.Format(time.RFC3339))
 	}
 	s.Log.Warn().Err(err).Int("step", step).Msg("checkpoint failed; the previous one stays valid; retrying at the next cadence")
 	return nil

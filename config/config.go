@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -54,6 +55,21 @@ type Train struct {
 	// FaultNaNWindow on. -1 disables it.
 	FaultNaNRank   int `yaml:"fault_nan_rank"`
 	FaultNaNWindow int `yaml:"fault_nan_window"`
+	// Watchdog aborts the job when a rank's phase or collective lasts this
+	// long (a stuck or stopped rank); 0 disables it.
+	Watchdog Duration `yaml:"watchdog"`
+	// DivergenceFactor: a finite window loss above this multiple of the
+	// healthy ranks' median makes the rank unhealthy; 0 disables it.
+	DivergenceFactor float64 `yaml:"divergence_factor"`
+	// MaxRollbacks bounds the rollbacks to the last checkpoint (learning
+	// rates halved each time) after a window where every rank is unhealthy.
+	MaxRollbacks int `yaml:"max_rollbacks"`
+	// Test-only faults (-1 disables each): every rank's loss is NaN in
+	// window FaultNaNAllWindow (first pass only); rank FaultStopRank stops
+	// itself with SIGSTOP when it starts training window FaultStopWindow.
+	FaultNaNAllWindow int `yaml:"fault_nan_all_window"`
+	FaultStopRank     int `yaml:"fault_stop_rank"`
+	FaultStopWindow   int `yaml:"fault_stop_window"`
 }
 
 // Explorer is one explored hyperparameter, driven by an explorer plugin.
@@ -72,6 +88,9 @@ type Run struct {
 	CheckpointMinutes float64 `yaml:"checkpoint_minutes"`
 	Keep              int     `yaml:"keep"`
 	Progress          string  `yaml:"progress"`
+	// CheckpointMaxFailing stops the run when no checkpoint could be
+	// written for this long; failures before that only warn. 0: never stop.
+	CheckpointMaxFailing Duration `yaml:"checkpoint_max_failing"`
 }
 
 // Duration is a time.Duration written as "30s" in YAML.
@@ -87,8 +106,11 @@ func Default() Config {
 			Optimizer: "adamw", LR: 1e-3, Momentum: 0.9, Beta2: 0.999, Eps: 1e-8,
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
-		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, FaultNaNRank: -1},
-		Run:   Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto"},
+		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, FaultNaNRank: -1,
+			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3,
+			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultStopWindow: -1},
+		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
+			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}
 }
 
@@ -163,10 +185,14 @@ func (c *Config) Validate() error {
 		{t.Steps > 0 && t.Window > t.Steps, "train.window", fmt.Sprintf("at most train.steps (%d)", t.Steps), t.Window},
 		{t.EvalEvery < 0, "train.eval_every", "an integer >= 0 (windows; 0 evaluates at the end only)", t.EvalEvery},
 		{!(t.WarmNoise >= 0), "train.warm_noise", "a number >= 0", t.WarmNoise},
+		{t.Watchdog < 0, "train.watchdog", "a duration >= 0 (0 disables the watchdog)", time.Duration(t.Watchdog)},
+		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || math.IsInf(t.DivergenceFactor, 0), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
+		{t.MaxRollbacks < 0, "train.max_rollbacks", "an integer >= 0", t.MaxRollbacks},
 		{r.Dir == "", "run.dir", "a directory path", r.Dir},
 		{r.CheckpointEvery < 0, "run.checkpoint_every", "an integer >= 0 (windows; 0 disables the window cadence)", r.CheckpointEvery},
 		{!(r.CheckpointMinutes >= 0), "run.checkpoint_minutes", "a number >= 0 (0 disables the time cadence)", r.CheckpointMinutes},
 		{r.Keep < 1, "run.keep", "an integer >= 1 (checkpoints kept)", r.Keep},
+		{r.CheckpointMaxFailing < 0, "run.checkpoint_max_failing", "a duration >= 0 (0: failing checkpoints never stop the run)", time.Duration(r.CheckpointMaxFailing)},
 		{!slices.Contains([]string{"auto", "plain", "none"}, r.Progress), "run.progress", "auto, plain or none", r.Progress},
 	}
 	for _, ch := range checks {

@@ -54,6 +54,12 @@ type Checkpointer interface {
 type Fault struct {
 	NaNRank   int // this rank's window loss becomes NaN ...
 	NaNWindow int // ... from this window on; NaNRank < 0 disables it
+	// NaNAllWindow: every rank's loss is NaN in this window, before any
+	// rollback (so the window re-run after the rollback is clean); < 0: off.
+	NaNAllWindow int
+	// StopRank stops itself (SIGSTOP) when it starts training window
+	// StopWindow, as a hung node would; < 0: off.
+	StopRank, StopWindow int
 }
 
 // Options configure a run of the window loop.
@@ -76,6 +82,16 @@ type Options struct {
 	Stop  func() bool
 	Fault Fault
 	Log   zerolog.Logger
+	// Watch is told of every phase of the loop (the watchdog); may be nil.
+	Watch Watch
+	// DivergenceFactor: a rank whose finite window loss exceeds this many
+	// times the healthy ranks' median is unhealthy; 0 disables it.
+	DivergenceFactor float64
+	// A window where every rank is unhealthy rolls back to the newest
+	// checkpoint in CheckpointDir (read by rank 0) with the learning rates
+	// halved, at most MaxRollbacks times; CheckpointDir "" disables it.
+	MaxRollbacks  int
+	CheckpointDir string
 }
 
 // ErrStopped: the run was asked to stop (a signal) and checkpointed.
@@ -156,20 +172,23 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	gather := make([]float64, 2*n)
 	start := time.Now()
 	var res Result
+	watch := watchOrNop(o.Watch)
+	rollbacks := 0
 	for step := o.StartStep; step < o.Steps; {
 		window := step / o.Window
 		steps := min(o.Window, o.Steps-step)
 
 		// Plan: rank 0 decides, everyone receives the same bytes.
+		watch.Enter(window, step, PhasePlan)
 		tPlan := time.Now()
 		var msg []byte
-		var events []metrics.Event
+		var planEvents []metrics.Event
 		if rank == 0 {
 			plan, evs, err := o.Controller.Plan(ctx)
 			if err != nil {
 				return res, fmt.Errorf("plan window %d: %w", window, err)
 			}
-			events = append(events, frozenEvents(evs)...)
+			planEvents = frozenEvents(evs)
 			if msg, err = plan.MarshalBinary(); err != nil {
 				return res, fmt.Errorf("encode plan of window %d: %w", window, err)
 			}
@@ -185,6 +204,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if plan.Start != step || plan.Steps != steps {
 			return res, fmt.Errorf("plan of window %d covers steps [%d, %d), want [%d, %d)", window, plan.Start, plan.Start+plan.Steps, step, step+steps)
 		}
+		lrScale := math.Pow(0.5, float64(rollbacks))
+		scaleLR(&plan, lrScale)
 		values := Values{}
 		for i := range plan.Params {
 			pp := &plan.Params[i]
@@ -197,6 +218,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		planSeconds := time.Since(tPlan).Seconds()
 
 		// Fan-out.
+		watch.Enter(window, step, PhaseTrain)
+		if o.Fault.StopRank == rank && o.Fault.StopWindow == window && rollbacks == 0 {
+			stopSelf()
+		}
 		t0 := time.Now()
 		wr, err := o.Replica.TrainWindow(ctx, step, steps, values, grads)
 		if err != nil {
@@ -204,12 +229,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		fanout := time.Since(t0).Seconds()
 		loss := mean(wr.Losses)
-		if o.Fault.NaNRank == rank && window >= o.Fault.NaNWindow {
+		if (o.Fault.NaNRank == rank && window >= o.Fault.NaNWindow) || (o.Fault.NaNAllWindow == window && rollbacks == 0) {
 			loss = math.NaN()
 		}
 		healthy := !math.IsNaN(loss) && !math.IsInf(loss, 0) && finite32(buf)
 
 		// Converge: the healthy ranks' mean, received by all.
+		watch.Enter(window, step+steps, PhaseGather)
 		t1 := time.Now()
 		stop := 0.0
 		if o.Stop != nil && o.Stop() {
@@ -236,12 +262,35 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				losses[r] = math.NaN() // a rank with bad parameters has no usable loss
 			}
 		}
+		events := planEvents
+		for r, h := range healthyRanks {
+			if !h {
+				rr := r
+				events = append(events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
+					Message: fmt.Sprintf("rank %d had a non-finite loss or parameters in window %d; left out of the average and reset to it", r, window)})
+			}
+		}
+		divEvents := markDiverged(losses, healthyRanks, o.DivergenceFactor, window)
+		events = append(events, divEvents...)
+		nHealthy -= len(divEvents)
+		healthy = healthyRanks[rank]
 		if nHealthy == 0 {
-			return res, fmt.Errorf("%w in window %d (steps %d-%d): training diverged everywhere; the last checkpoint stays valid", ErrAllUnhealthy, window, step, step+steps)
+			watch.Enter(window, step+steps, PhaseRollback)
+			to, evs, err := o.rollback(ctx, window, step, steps, rollbacks)
+			if err != nil {
+				return res, err
+			}
+			rollbacks++
+			if rank == 0 {
+				o.recordRollback(&plan, step+steps, losses, healthyRanks, append(append(events, evs...), rollbackEvent(window, to, rollbacks, o.MaxRollbacks)))
+			}
+			step = to
+			continue
 		}
 		if !healthy {
 			clear(buf)
 		}
+		watch.Enter(window, step+steps, PhaseConverge)
 		if err := conv.Allreduce(device.HostBuffer(buf), mpi.Sum); err != nil {
 			return res, fmt.Errorf("converge allreduce of window %d: %w", window, err)
 		}
@@ -254,16 +303,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		sum := Checksum(params)
 		o.Log.Debug().Int("window", window).Int("step", step).Str("checksum", sum).Float64("loss", loss).
 			Bool("healthy", healthy).Any("values_last", lastOf(values)).Msg("converged")
-		for r, h := range healthyRanks {
-			if !h {
-				rr := r
-				events = append(events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
-					Message: fmt.Sprintf("rank %d had a non-finite loss or parameters in window %d; left out of the average and reset to it", r, window)})
-			}
-		}
 
 		var eval *metrics.Eval
 		if step == o.Steps || (o.EvalEvery > 0 && (window+1)%o.EvalEvery == 0) {
+			watch.Enter(window, step, PhaseEvaluate)
 			l, a, err := o.Replica.Evaluate(ctx)
 			if err != nil {
 				return res, fmt.Errorf("evaluate after window %d: %w", window, err)
@@ -273,6 +316,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 
 		if rank == 0 {
+			watch.Enter(window, step, PhaseObserve)
 			fb, evs, err := o.Controller.Observe(ctx, losses)
 			if err != nil {
 				return res, fmt.Errorf("observe window %d: %w", window, err)
@@ -280,6 +324,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			events = append(events, frozenEvents(evs)...)
 			rec := windowRecord(&plan, fb, losses, healthyRanks, fanout, converge, sum, eval, events)
 			rec.Step, rec.PlanSeconds = step, planSeconds
+			scaleNextLR(&rec, lrScale)
 			for _, e := range events {
 				o.Log.Warn().Str("event", e.Kind).Str("param", e.Param).Msg(e.Message)
 			}
@@ -293,6 +338,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 		}
 		if o.Checkpoint != nil {
+			watch.Enter(window, step, PhaseCheckpoint)
 			if err := o.Checkpoint.AfterConverge(ctx, window, step, stopRequested || step == o.Steps); err != nil {
 				return res, err
 			}

@@ -33,6 +33,7 @@ import (
 	"github.com/hdet-dev/hdet/progress"
 	"github.com/hdet-dev/hdet/report"
 	"github.com/hdet-dev/hdet/slurm"
+	"github.com/hdet-dev/hdet/watchdog"
 	"github.com/hdet-dev/hdet/workload/mnist"
 )
 
@@ -59,6 +60,7 @@ type runFlags struct {
 	progress    string
 	logAllRanks bool
 	debug       bool
+	debugColl   bool
 	selfCheck   bool
 	noRequeue   bool
 	worker      bool
@@ -75,6 +77,7 @@ func runRun(s Streams, args []string) error {
 	fs.StringVar(&f.progress, "progress", "", "progress display: auto, plain or none (overrides run.progress)")
 	fs.BoolVar(&f.logAllRanks, "log-all-ranks", false, "log info-level events on every rank, not only rank 0")
 	fs.BoolVar(&f.debug, "debug", false, "debug logging (per-window checksums and values)")
+	fs.BoolVar(&f.debugColl, "debug-collectives", false, "log every collective of the window loop with its duration, on every rank")
 	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
 	fs.BoolVar(&f.worker, "worker", false, "train an external process instead of the built-in workload: hdet run [CONFIG] --worker -- CMD ARGS...")
 	fs.StringVar(&f.path, "allreduce-path", "auto", "how the converge allreduce reaches MPI: auto, device, staged or host")
@@ -244,21 +247,29 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	if err := agree(w, st.loadConfig(w, f, data)); err != nil {
 		return err
 	}
+	wd := startWatchdog(st.cfg, w, log, f.debugColl)
+	defer wd.Stop()
+	wd.Setup("setup: device")
 	if err := agree(w, st.bindDevice(w, log, f)); err != nil {
 		return err
 	}
+	wd.Setup("setup: replica")
 	if err := agree(w, st.makeReplica(ctx, w, f)); err != nil {
 		return err
 	}
+	wd.Setup("setup: check replicas")
 	if err := agree(w, st.checkReplica(w)); err != nil {
 		return err
 	}
+	wd.Setup("setup: explorers and resume (rank 0)")
 	if err := agree(w, st.rankZero(ctx, w, log, f)); err != nil {
 		return err
 	}
+	wd.Setup("setup: share resume")
 	if err := st.shareResume(w); err != nil {
 		return err
 	}
+	wd.Setup("setup: start")
 	if err := agree(w, st.start(ctx, w, log)); err != nil {
 		return err
 	}
@@ -280,6 +291,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		Interval: time.Duration(st.cfg.Run.CheckpointMinutes * float64(time.Minute)), Keep: st.cfg.Run.Keep,
 		Rank: w.Rank(), Ranks: w.Size(), Config: cfgYAML, ParamCount: st.replica.ParamCount(),
 		Buffer: func() []float32 { return st.replica.SyncBuffer(true) }, Log: log,
+		MaxFailing: time.Duration(st.cfg.Run.CheckpointMaxFailing),
 	}
 	if w.Rank() == 0 {
 		saver.Controller = func(ctx context.Context) ([]byte, error) {
@@ -299,13 +311,21 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		prog = progress.New(s.Out, mode, startStep) // under mpirun a rank's stdout is a pty when mpirun's is
 	}
 	start := time.Now()
+	tc := st.cfg.Train
+	rollbackDir := saver.Dir
+	if st.worker != nil {
+		rollbackDir = "" // the script's own state is not in the checkpoints (see rankZero)
+	}
 	res, err := engine.Run(ctx, engine.Options{
-		Comm: w, Replica: st.replica, Controller: st.ctrl,
-		Steps: st.steps, Window: st.cfg.Train.Window, Sync: st.cfg.Train.Sync, EvalEvery: st.cfg.Train.EvalEvery,
-		StartStep: startStep, Converge: st.converge, Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: preempt.Load,
-		Fault: engine.Fault{NaNRank: st.cfg.Train.FaultNaNRank, NaNWindow: st.cfg.Train.FaultNaNWindow},
+		Comm: wd.Comm(w), Replica: st.replica, Controller: st.ctrl,
+		Steps: st.steps, Window: tc.Window, Sync: tc.Sync, EvalEvery: tc.EvalEvery,
+		StartStep: startStep, Converge: wd.Allreducer(st.converge), Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: preempt.Load,
+		Fault: engine.Fault{NaNRank: tc.FaultNaNRank, NaNWindow: tc.FaultNaNWindow, NaNAllWindow: tc.FaultNaNAllWindow,
+			StopRank: tc.FaultStopRank, StopWindow: tc.FaultStopWindow},
 		Log:   log,
+		Watch: wd, DivergenceFactor: tc.DivergenceFactor, MaxRollbacks: tc.MaxRollbacks, CheckpointDir: rollbackDir,
 	})
+	wd.Stop() // the window loop's collectives are over
 	if errors.Is(err, engine.ErrStopped) && w.Rank() == 0 {
 		log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
 		if st.slurm.InSlurm() && !f.noRequeue {
@@ -340,6 +360,20 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	}
 	fmt.Fprintf(s.Out, "report: %s\n", index)
 	return nil
+}
+
+// startWatchdog watches this rank from the end of config loading on (see
+// package watchdog); --debug-collectives logs every collective on every rank.
+func startWatchdog(cfg *config.Config, w *mpi.Comm, log zerolog.Logger, debugCollectives bool) *watchdog.Watchdog {
+	o := watchdog.Options{
+		Dir: filepath.Join(cfg.Run.Dir, "heartbeats"), Rank: w.Rank(), Size: w.Size(),
+		Timeout: time.Duration(cfg.Train.Watchdog), Abort: mpi.Abort, Log: log,
+	}
+	if debugCollectives {
+		l := logging.New(logging.Options{Rank: w.Rank(), AllRanks: true, Debug: true})
+		o.Collectives = &l
+	}
+	return watchdog.Start(o)
 }
 
 func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }

@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"os"
+	"syscall"
+	"time"
+)
+
+// Watch is told when this rank enters each phase of the window loop, so a
+// watchdog can tell where a rank stopped progressing; *watchdog.Watchdog
+// implements it.
+type Watch interface {
+	Enter(window, step int, phase string)
+}
+
+// The window loop's phases, in the order a window goes through them.
+const (
+	PhasePlan       = "plan"
+	PhaseTrain      = "train"
+	PhaseGather     = "gather"
+	PhaseRollback   = "rollback"
+	PhaseConverge   = "converge"
+	PhaseEvaluate   = "evaluate"
+	PhaseObserve    = "observe"
+	PhaseCheckpoint = "checkpoint"
+)
+
+type nopWatch struct{}
+
+func (nopWatch) Enter(int, int, string) {}
+
+func watchOrNop(w Watch) Watch {
+	if w == nil {
+		return nopWatch{}
+	}
+	return w
+}
+
+// stopSelf is the StopRank fault: the process stops itself as a hung node
+// or a debugger would stop it, after a moment for its heartbeat to be
+// written, and goes on only if someone sends it SIGCONT.
+func stopSelf() {
+	time.Sleep(200 * time.Millisecond)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+}

@@ -15,6 +15,13 @@ import (
 	"github.com/hdet-dev/hdet/metrics"
 )
 
+// A run long enough to be signalled mid-run on a fast machine: the signal
+// comes after 3 windows.
+const (
+	longSteps   = "800"
+	longWindows = 80
+)
+
 // windowsDone counts the window records in a run's metrics.jsonl so far.
 func windowsDone(runDir string) int {
 	recs, _, err := metrics.ReadFile(filepath.Join(runDir, "metrics.jsonl"))
@@ -34,7 +41,7 @@ func windowsDone(runDir string) int {
 // with parameters bit-identical to the same run left alone.
 func TestSignalCheckpointResumeIsBitExact(t *testing.T) {
 	conf := cfg("local", lrDropout) + "\n"
-	long := []string{"--set", "train.steps=200"} // 20 windows: time to signal mid-run
+	long := []string{"--set", "train.steps=" + longSteps}
 	whole := runHDET(t, 4, conf, long...)
 	require.NoError(t, whole.err, whole.stderr)
 	want := whole.end(t).Checksum
@@ -59,7 +66,7 @@ func TestSignalCheckpointResumeIsBitExact(t *testing.T) {
 	require.Error(t, err, "a stopped run exits non-zero")
 	assert.Contains(t, stderr.String(), "stopped by a signal after checkpointing")
 	stoppedAt := windowsDone(runDir)
-	require.Less(t, stoppedAt, 20, "the run stopped before its end")
+	require.Less(t, stoppedAt, longWindows, "the run stopped before its end")
 	ckpts, _ := filepath.Glob(filepath.Join(runDir, "checkpoints", "ckpt-*.hdet"))
 	require.NotEmpty(t, ckpts)
 
@@ -69,5 +76,5 @@ func TestSignalCheckpointResumeIsBitExact(t *testing.T) {
 	assert.Contains(t, string(out), "resuming from checkpoint")
 	resumed := hdetRun{dir: runDir}
 	assert.Equal(t, want, resumed.end(t).Checksum, "resumed at window %d", stoppedAt)
-	assert.Equal(t, 20, windowsDone(runDir), "metrics.jsonl holds each window once")
+	assert.Equal(t, longWindows, windowsDone(runDir), "metrics.jsonl holds each window once")
 }

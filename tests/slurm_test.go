@@ -120,17 +120,10 @@ func (c *slurmCluster) waitState(t *testing.T, id string, states ...string) map[
 	return f
 }
 
-// mnistConfig is examples/mnist.yaml, or a stand-in while it does not exist:
-// neither `hdet sbatch` nor `sbatch --test-only` reads the config.
+// mnistConfig is examples/mnist.yaml, the config the must-show script uses.
 func mnistConfig(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(repoRoot(t), "examples", "mnist.yaml")
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
-	p = filepath.Join(t.TempDir(), "mnist.yaml")
-	require.NoError(t, os.WriteFile(p, []byte("# stand-in for examples/mnist.yaml\n"), 0o644))
-	return p
+	return filepath.Join(repoRoot(t), "examples", "mnist.yaml")
 }
 
 // sbatchScript runs `hdet sbatch args...` in dir and writes the script to

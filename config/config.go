@@ -66,10 +66,14 @@ type Train struct {
 	MaxRollbacks int `yaml:"max_rollbacks"`
 	// Test-only faults (-1 disables each): every rank's loss is NaN in
 	// window FaultNaNAllWindow (first pass only); rank FaultStopRank stops
-	// itself with SIGSTOP when it starts training window FaultStopWindow.
-	FaultNaNAllWindow int `yaml:"fault_nan_all_window"`
-	FaultStopRank     int `yaml:"fault_stop_rank"`
-	FaultStopWindow   int `yaml:"fault_stop_window"`
+	// itself with SIGSTOP when it starts training window FaultStopWindow;
+	// rank FaultDivergeRank's loss is 1000 times larger (still finite) from
+	// window FaultDivergeWindow on.
+	FaultNaNAllWindow  int `yaml:"fault_nan_all_window"`
+	FaultStopRank      int `yaml:"fault_stop_rank"`
+	FaultStopWindow    int `yaml:"fault_stop_window"`
+	FaultDivergeRank   int `yaml:"fault_diverge_rank"`
+	FaultDivergeWindow int `yaml:"fault_diverge_window"`
 }
 
 // Explorer is one explored hyperparameter, driven by an explorer plugin.
@@ -108,7 +112,7 @@ func Default() Config {
 		},
 		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, FaultNaNRank: -1,
 			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3,
-			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultStopWindow: -1},
+			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultDivergeRank: -1},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}

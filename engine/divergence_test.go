@@ -79,9 +79,9 @@ func (soloComm) BcastMessage(m []byte, _ int) ([]byte, error)                 { 
 // records the learning rate of each window and moves its one parameter by
 // it, so a restore is visible.
 type lrReplica struct {
-	buf      []float32
-	nanFrom  int
-	lrs      []float64
+	buf     []float32
+	nanFrom int
+	lrs     []float64
 }
 
 func (r *lrReplica) Hyperparameters() []string                          { return []string{"lr"} }
@@ -120,13 +120,9 @@ func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, fault Fault, mw *me
 	return res, err, &logs
 }
 
-func noFault() Fault { return Fault{NaNRank: -1, NaNAllWindow: -1, StopRank: -1} }
-
 func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: -1}
-	f := noFault()
-	f.NaNAllWindow = 3
-	res, err, logs := soloRun(t, rep, 3, f, nil)
+	res, err, logs := soloRun(t, rep, 3, Fault{NaNAll: &FaultAt{Window: 3}}, nil)
 	require.NoError(t, err, logs.String())
 	assert.Equal(t, 12, res.Steps)
 	// Windows 0-3 at 0.01, window 3 fails, is re-run from the checkpoint
@@ -138,7 +134,7 @@ func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
 
 func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: 2} // windows 0 and 1 healthy, then every window NaN
-	_, err, logs := soloRun(t, rep, 2, noFault(), nil)
+	_, err, logs := soloRun(t, rep, 2, Fault{}, nil)
 	require.ErrorIs(t, err, ErrAllUnhealthy)
 	assert.Contains(t, err.Error(), "after 2 rollbacks (train.max_rollbacks 2)")
 	assert.Contains(t, err.Error(), "scaled by 0.25")
@@ -148,7 +144,7 @@ func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
 
 func TestRollbackWithoutACheckpointStops(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: 0}
-	_, err, _ := soloRun(t, rep, 3, noFault(), nil) // fails in window 0, before any checkpoint
+	_, err, _ := soloRun(t, rep, 3, Fault{}, nil) // fails in window 0, before any checkpoint
 	require.ErrorIs(t, err, ErrAllUnhealthy)
 	require.ErrorIs(t, err, ErrNoCheckpoint)
 }
@@ -161,7 +157,7 @@ func TestMetricsWriteFailureOnlyWarns(t *testing.T) {
 	}
 	defer mw.Close()
 	rep := &lrReplica{buf: []float32{0}, nanFrom: -1}
-	res, err, logs := soloRun(t, rep, 3, noFault(), mw)
+	res, err, logs := soloRun(t, rep, 3, Fault{}, mw)
 	require.NoError(t, err)
 	assert.Equal(t, 12, res.Steps)
 	assert.Contains(t, logs.String(), "metrics.jsonl write failed; training goes on")

@@ -50,16 +50,25 @@ type Checkpointer interface {
 	AfterConverge(ctx context.Context, window, step int, force bool) error
 }
 
-// Fault injects test-only failures.
+// Fault injects test-only failures; a nil FaultAt is off, so the zero
+// Fault injects nothing.
 type Fault struct {
-	NaNRank   int // this rank's window loss becomes NaN ...
-	NaNWindow int // ... from this window on; NaNRank < 0 disables it
-	// NaNAllWindow: every rank's loss is NaN in this window, before any
-	// rollback (so the window re-run after the rollback is clean); < 0: off.
-	NaNAllWindow int
-	// StopRank stops itself (SIGSTOP) when it starts training window
-	// StopWindow, as a hung node would; < 0: off.
-	StopRank, StopWindow int
+	NaN *FaultAt // Rank's window loss is NaN from Window on
+	// NaNAll: every rank's loss is NaN in Window (Rank is ignored), before
+	// any rollback, so the window re-run after the rollback is clean.
+	NaNAll *FaultAt
+	// Stop: Rank stops itself (SIGSTOP) when it starts training Window, as
+	// a hung node would.
+	Stop    *FaultAt
+	Diverge *FaultAt // Rank's loss is 1000 times larger (still finite) from Window on
+}
+
+// FaultAt places a fault.
+type FaultAt struct{ Rank, Window int }
+
+func (f *FaultAt) at(rank, window int) bool { return f != nil && f.Rank == rank && f.Window == window }
+func (f *FaultAt) from(rank, window int) bool {
+	return f != nil && f.Rank == rank && window >= f.Window
 }
 
 // Options configure a run of the window loop.
@@ -219,7 +228,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 		// Fan-out.
 		watch.Enter(window, step, PhaseTrain)
-		if o.Fault.StopRank == rank && o.Fault.StopWindow == window && rollbacks == 0 {
+		if o.Fault.Stop.at(rank, window) && rollbacks == 0 {
 			stopSelf()
 		}
 		t0 := time.Now()
@@ -229,8 +238,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		fanout := time.Since(t0).Seconds()
 		loss := mean(wr.Losses)
-		if (o.Fault.NaNRank == rank && window >= o.Fault.NaNWindow) || (o.Fault.NaNAllWindow == window && rollbacks == 0) {
+		if o.Fault.NaN.from(rank, window) || (o.Fault.NaNAll != nil && o.Fault.NaNAll.Window == window && rollbacks == 0) {
 			loss = math.NaN()
+		}
+		if o.Fault.Diverge.from(rank, window) {
+			loss *= 1000
 		}
 		healthy := !math.IsNaN(loss) && !math.IsInf(loss, 0) && finite32(buf)
 

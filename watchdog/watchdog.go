@@ -104,6 +104,11 @@ type Watchdog struct {
 	stopped bool
 }
 
+// SetupTimeout is the least time a setup phase (window < 0: loading data,
+// starting a worker process, which can take minutes) may last, whatever the
+// timeout: a short watchdog is meant for the window loop.
+const SetupTimeout = 10 * time.Minute
+
 // Period is how often a watchdog with the given timeout refreshes its
 // heartbeat and checks its phase: a tenth of the timeout, within [50ms, 10s].
 func Period(timeout time.Duration) time.Duration {
@@ -272,13 +277,17 @@ func (w *Watchdog) check() {
 		}
 		self, since := w.snapshot()
 		waited := time.Since(since)
-		if waited <= w.o.Timeout {
+		limit, what := w.o.Timeout, fmt.Sprintf("train.watchdog (%s)", w.o.Timeout)
+		if self.Window < 0 && limit < SetupTimeout {
+			limit, what = SetupTimeout, fmt.Sprintf("the setup limit (%s)", SetupTimeout)
+		}
+		if waited <= limit {
 			continue
 		}
 		late, detail := w.diagnose(self)
 		w.o.Log.Error().Ints("late_ranks", late).Str("waiting_in", self.where()).Dur("waited", waited).
-			Msgf("watchdog: this rank has waited %.1fs in %s, longer than train.watchdog (%s); %s; aborting the job",
-				waited.Seconds(), self.where(), w.o.Timeout, detail)
+			Msgf("watchdog: this rank has waited %.1fs in %s, longer than %s; %s; aborting the job",
+				waited.Seconds(), self.where(), what, detail)
 		w.o.Abort(1)
 		return
 	}

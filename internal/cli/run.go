@@ -320,8 +320,8 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		Comm: wd.Comm(w), Replica: st.replica, Controller: st.ctrl,
 		Steps: st.steps, Window: tc.Window, Sync: tc.Sync, EvalEvery: tc.EvalEvery,
 		StartStep: startStep, Converge: wd.Allreducer(st.converge), Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: preempt.Load,
-		Fault: engine.Fault{NaNRank: tc.FaultNaNRank, NaNWindow: tc.FaultNaNWindow, NaNAllWindow: tc.FaultNaNAllWindow,
-			StopRank: tc.FaultStopRank, StopWindow: tc.FaultStopWindow},
+		Fault: engine.Fault{NaN: faultAt(tc.FaultNaNRank, tc.FaultNaNWindow), NaNAll: faultAt(0, tc.FaultNaNAllWindow),
+			Stop: faultAt(tc.FaultStopRank, tc.FaultStopWindow), Diverge: faultAt(tc.FaultDivergeRank, tc.FaultDivergeWindow)},
 		Log:   log,
 		Watch: wd, DivergenceFactor: tc.DivergenceFactor, MaxRollbacks: tc.MaxRollbacks, CheckpointDir: rollbackDir,
 	})
@@ -360,6 +360,15 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	}
 	fmt.Fprintf(s.Out, "report: %s\n", index)
 	return nil
+}
+
+// faultAt turns a test-only fault setting into the engine's (off when
+// either number is negative).
+func faultAt(rank, window int) *engine.FaultAt {
+	if rank < 0 || window < 0 {
+		return nil
+	}
+	return &engine.FaultAt{Rank: rank, Window: window}
 }
 
 // startWatchdog watches this rank from the end of config loading on (see

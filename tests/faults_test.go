@@ -247,8 +247,12 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "NaN rank -> left out of the average, run finishes", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, "--set", "train.fault_nan_rank=1", "--set", "train.fault_nan_window=2")
+		r := newFaultRun(t, faultCfg).run(t, "--set", "train.fault_nan_rank=1", "--set", "train.fault_nan_window=2", "--debug-collectives")
 		require.NoError(t, r.err, r.stderr)
+		for rank := range 4 {
+			// --debug-collectives: every rank logs each collective with its duration.
+			assert.Regexp(t, fmt.Sprintf(`"rank":%d,"collective":"allgather","window":9,"phase":"gather","seconds":[0-9.e-]+`, rank), r.stderr)
+		}
 		for _, rec := range windowRecords(t, r) {
 			assert.Equal(t, rec.Window < 2, rec.Healthy[1], "window %d", rec.Window)
 		}
@@ -291,6 +295,7 @@ func TestFaults(t *testing.T) {
 		assert.Equal(t, []bool{true, true, true, true}, w4[1].Healthy)
 		assert.InDelta(t, 0.5*float64(w4[0].Base["lr"]), float64(w4[1].Base["lr"]), 1e-12, "the re-run window's learning rate is halved")
 		assert.Equal(t, float64(w4[0].Base["dropout"]), float64(w4[1].Base["dropout"]), "other hyperparameters are untouched")
+		assert.Contains(t, r.stdout, "report: ", "the report takes the repeated window")
 		assert.Equal(t, 100, r.end(t).Step)
 	})
 

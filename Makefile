@@ -16,7 +16,7 @@ EXPLORERS := lr dropout weight-decay
 PURE     = $(shell $(GO) list ./config/... ./checkpoint/... ./hparam/... ./metrics/... ./report/... ./progress/... ./slurm/... ./internal/logging/... ./plugins/...)
 OTHER    = $(filter-out $(PURE),$(shell $(GO) list ./...))
 
-.PHONY: all build deps test test-go run data bench bench-quick bench-allreduce lint proto gpu-check clean
+.PHONY: all build deps test test-go run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -47,11 +47,19 @@ test-go:
 	$(GO) test -race -count=1 $(PURE)
 	$(GO) test -count=1 -timeout 25m $(OTHER)
 
-bench-allreduce: deps
+# The same in-place MPI_Allreduce through the Go binding and in C.
+allreduce-bins: deps
 	@mkdir -p $(BIN)
 	mpicc -O2 -o $(BIN)/allreduce-c bench/allreduce-c/allreduce.c
 	$(GO) build -o $(BIN)/allreduce-go ./bench/allreduce-go
+
+bench-allreduce: allreduce-bins
 	scripts/bench-allreduce.sh $(BIN)
+
+# hdet under mpirun against torchrun + OneCycleLR on the PyTorch example.
+bench-pytorch: build data
+	scripts/deps.sh torch
+	$(GO) test -run XXX -bench BenchmarkPyTorchOverhead -benchtime 3x ./tests
 
 # Regenerates plugins/proto with pinned generators.
 proto:
@@ -72,8 +80,5 @@ clean:
 # Benchmarks (issue 11): bench/hdetbench runs six studies under mpirun,
 # prints one table each and writes docs/benchmarks.md and docs/sweep.png.
 # bench-quick is the short variant (under 10 minutes on 2 cores).
-bench bench-quick: build data
-	@mkdir -p $(BIN)
-	mpicc -O2 -o $(BIN)/allreduce-c bench/allreduce-c/allreduce.c
-	$(GO) build -o $(BIN)/allreduce-go ./bench/allreduce-go
+bench bench-quick: build data allreduce-bins
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)

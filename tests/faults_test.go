@@ -55,7 +55,7 @@ func fault(t *testing.T, name string, fn func(t *testing.T)) {
 			}
 			faultResults.Lock()
 			defer faultResults.Unlock()
-			faultResults.lines = append(faultResults.lines, fmt.Sprintf("fault %-58s %s", name, outcome))
+			faultResults.lines = append(faultResults.lines, fmt.Sprintf("fault %-72s %s", name, outcome))
 			switch outcome {
 			case "PASS":
 				faultResults.passed++

@@ -16,7 +16,7 @@ EXPLORERS := lr dropout weight-decay
 PURE     = $(shell $(GO) list ./config/... ./checkpoint/... ./hparam/... ./metrics/... ./report/... ./progress/... ./slurm/... ./internal/logging/... ./plugins/...)
 OTHER    = $(filter-out $(PURE),$(shell $(GO) list ./...))
 
-.PHONY: all build deps test test-go run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps test test-go test-faults run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -43,9 +43,18 @@ test: deps data
 	$(MAKE) lint
 	$(MAKE) test-go
 
+# The fault suite runs in directory mode, where go test shows a passing
+# test's output: its closing lines list each fault and "N passed, N failed".
+FAULTS  := TestFaults|TestBadInput
+
 test-go:
 	$(GO) test -race -count=1 $(PURE)
-	$(GO) test -count=1 -timeout 25m $(OTHER)
+	$(GO) test -count=1 -timeout 40m -skip '$(FAULTS)' $(OTHER)
+	$(MAKE) test-faults
+
+test-faults:
+	cd tests && $(GO) test -count=1 -timeout 20m -run '$(FAULTS)'
+
 
 # The same in-place MPI_Allreduce through the Go binding and in C.
 allreduce-bins: deps

@@ -35,17 +35,29 @@ func TestSlurmHDETPreemptRequeueResumeIsBitExact(t *testing.T) {
 	c.waitFor(t, "3 windows", func() bool { return windowsDone(runDir) >= 3 })
 
 	c.run(t, "", "scancel", "--signal=USR1", "--batch", id)
-	f := c.waitState(t, id, "PENDING", "COMPLETED", "FAILED")
+	// Requeued: pending until its begin time, once the first run's batch
+	// script is gone (updating the start time earlier races its exit).
+	var f map[string]string
+	c.waitFor(t, "job "+id+" requeued", func() bool {
+		f = c.job(t, id)
+		switch f["JobState"] {
+		case "PENDING":
+			return f["Reason"] == "BeginTime"
+		case "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL":
+			return true
+		}
+		return false // RUNNING, COMPLETING, REQUEUED, ...
+	})
 	log, _ := os.ReadFile(filepath.Join(dir, "hdet-"+id+".out"))
 	require.Equal(t, "PENDING", f["JobState"], "rank 0 requeues the job:\n%s", log)
 	assert.Equal(t, "1", f["Restarts"])
 	stoppedAt := windowsDone(runDir)
 	assert.Less(t, stoppedAt, longWindows, "stopped before the end")
-	c.run(t, "", "scontrol", "update", "JobId="+id, "StartTime=now")
+	c.startNow(t, id)
 	f = c.waitState(t, id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	log, err := os.ReadFile(filepath.Join(dir, "hdet-"+id+".out"))
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", f["JobState"], "%s", log)
+	require.Equal(t, "COMPLETED", f["JobState"], "job %v\n%s", f, log)
 
 	text := string(log)
 	assert.Contains(t, text, "stopped by a signal after checkpointing")

@@ -120,6 +120,17 @@ func (c *slurmCluster) waitState(t *testing.T, id string, states ...string) map[
 	return f
 }
 
+// startNow lets a requeued job start again without Slurm's two-minute wait,
+// once the node has cleaned up after its first run: a launch onto a node
+// still killing the old step fails.
+func (c *slurmCluster) startNow(t *testing.T, id string) {
+	t.Helper()
+	c.waitFor(t, "the node to be idle", func() bool {
+		return strings.TrimSpace(c.run(t, "", "sinfo", "-h", "-o", "%T")) == "idle"
+	})
+	c.run(t, "", "scontrol", "update", "JobId="+id, "StartTime=now")
+}
+
 // mnistConfig is examples/mnist.yaml, the config the must-show script uses.
 func mnistConfig(t *testing.T) string {
 	t.Helper()
@@ -319,7 +330,7 @@ func testSignalRequeueResume(t *testing.T, launcher string) {
 	// unless told otherwise.
 	f := c.waitState(t, id, "PENDING")
 	assert.Equal(t, "1", f["Restarts"])
-	c.run(t, "", "scontrol", "update", "JobId="+id, "StartTime=now")
+	c.startNow(t, id)
 	f = c.waitState(t, id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 	log, err := os.ReadFile(filepath.Join(dir, "probe-"+id+".out"))
 	require.NoError(t, err)

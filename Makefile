@@ -65,7 +65,7 @@ allreduce-bins: deps
 bench-allreduce: allreduce-bins
 	scripts/bench-allreduce.sh $(BIN)
 
-# hdet under mpirun against torchrun + OneCycleLR on the PyTorch example.
+# hdet under mpirun against plain DDP + OneCycleLR on the PyTorch example.
 bench-pytorch: build data
 	scripts/deps.sh torch
 	$(GO) test -run XXX -bench BenchmarkPyTorchOverhead -benchtime 3x ./tests

@@ -1,13 +1,11 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -15,58 +13,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/testenv"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/engine"
 )
 
-// python is Debian's interpreter, the one with python3-torch.
-const python = "/usr/bin/python3"
-
-var torchCheck = sync.OnceValue(func() error {
-	return exec.Command(python, "-c", "import torch").Run()
-})
-
-// needTorch skips on a dev box without Debian's PyTorch and fails under CI.
-func needTorch(t *testing.T) {
-	t.Helper()
-	if err := torchCheck(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s with torch is required under CI (apt-get install -y python3-torch): %v", python, err)
-		}
-		t.Skipf("no torch for %s (apt-get install -y python3-torch): %v", python, err)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe to write from exec's copier goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type started struct {
 	*Worker
-	out *syncBuffer
+	out *testenv.SyncBuffer
 }
 
 func pythonOptions(t *testing.T, mode string, args ...string) Options {
 	pkg, err := filepath.Abs("../python")
 	require.NoError(t, err)
 	return Options{
-		Command:   append([]string{python, "testdata/worker.py"}, args...),
+		Command:   append([]string{testenv.Python, "testdata/worker.py"}, args...),
 		WorldSize: 1, SyncMode: mode,
 		Env:     []string{"PYTHONPATH=" + pkg},
 		Timeout: time.Minute,
@@ -75,8 +39,8 @@ func pythonOptions(t *testing.T, mode string, args ...string) Options {
 
 func startPython(t *testing.T, opts Options) started {
 	t.Helper()
-	needTorch(t)
-	out := &syncBuffer{}
+	testenv.NeedTorch(t)
+	out := &testenv.SyncBuffer{}
 	opts.Stdout, opts.Stderr = out, out
 	w, err := Start(context.Background(), opts)
 	require.NoError(t, err, "worker output:\n%s", out)
@@ -230,7 +194,7 @@ func TestWorkerHangs(t *testing.T) {
 // TestWorkerGradientsMode runs two ranks whose script uses DDP (gloo) and
 // stands in for MPI by averaging their buffers here.
 func TestWorkerGradientsMode(t *testing.T) {
-	needTorch(t)
+	testenv.NeedTorch(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -245,7 +209,7 @@ func TestWorkerGradientsMode(t *testing.T) {
 			defer wg.Done()
 			opts := pythonOptions(t, SyncGradients, "--steps", "8")
 			opts.Rank, opts.WorldSize, opts.MasterPort = r, 2, port
-			out := &syncBuffer{}
+			out := &testenv.SyncBuffer{}
 			opts.Stdout, opts.Stderr = out, out
 			w, err := Start(context.Background(), opts)
 			ws[r], errs[r] = started{w, out}, err
@@ -294,8 +258,8 @@ func TestWorkerGradientsMode(t *testing.T) {
 // TestPythonUnitTests runs the hdet package's own tests (OneCycleLR parity
 // with torch, state_dict round trip).
 func TestPythonUnitTests(t *testing.T) {
-	needTorch(t)
-	out, err := exec.Command(python, "-m", "unittest", "discover", "-s", "../python/tests").CombinedOutput()
+	testenv.NeedTorch(t)
+	out, err := exec.Command(testenv.Python, "-m", "unittest", "discover", "-s", "../python/tests").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "OK")
 }
@@ -306,13 +270,11 @@ func TestPythonUnitTests(t *testing.T) {
 func BenchmarkWindow(b *testing.B) {
 	for _, T := range []int{1, 100} {
 		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
-			if err := torchCheck(); err != nil {
-				b.Skip("no torch")
-			}
+			testenv.NeedTorch(b)
 			pkg, err := filepath.Abs("../python")
 			require.NoError(b, err)
 			w, err := Start(context.Background(), Options{
-				Command:   []string{python, "testdata/worker.py", "--steps", "100000000"},
+				Command:   []string{testenv.Python, "testdata/worker.py", "--steps", "100000000"},
 				WorldSize: 1, SyncMode: SyncLocal, Env: []string{"PYTHONPATH=" + pkg}, Stdout: io.Discard, Stderr: io.Discard,
 			})
 			require.NoError(b, err)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/testenv"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -189,7 +191,7 @@ func mountTmpfs(t *testing.T, dir, opts string) {
 }
 
 func TestFaults(t *testing.T) {
-	needTool(t, "mpirun")
+	testenv.NeedTool(t, "mpirun")
 	mnistDir(t)
 
 	fault(t, "hang: a rank stopped (SIGSTOP) -> watchdog aborts naming it", func(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/testenv"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,20 +24,6 @@ func repoRoot(t testing.TB) string {
 	_, file, _, ok := runtime.Caller(0)
 	require.True(t, ok)
 	return filepath.Dir(filepath.Dir(file))
-}
-
-// needTool returns the path of a tool the test needs. Without it the test is
-// skipped on a developer box but fails under CI, where `make test` installs it.
-func needTool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; `make test` installs it: %v", name, err)
-		}
-		t.Skipf("%s is not installed (run `make test`, which installs it)", name)
-	}
-	return p
 }
 
 var (
@@ -71,7 +59,7 @@ func buildBinary(t testing.TB, pkg string) string {
 // mpirunCmd prepares `mpirun -np n --oversubscribe args...` as root-safe.
 func mpirunCmd(ctx context.Context, t testing.TB, n int, args ...string) *exec.Cmd {
 	t.Helper()
-	mpirun := needTool(t, "mpirun")
+	mpirun := testenv.NeedTool(t, "mpirun")
 	full := append([]string{"-np", strconv.Itoa(n), "--oversubscribe", "--bind-to", "none"}, args...)
 	cmd := exec.CommandContext(ctx, mpirun, full...)
 	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -12,32 +12,17 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hdet-dev/hdet/internal/testenv"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/metrics"
 )
-
-// python is Debian's interpreter, the one with python3-torch.
-const python = "/usr/bin/python3"
-
-var torchCheck = sync.OnceValue(func() error { return exec.Command(python, "-c", "import torch").Run() })
-
-// needTorch skips without Debian's PyTorch on a dev box and fails under CI.
-func needTorch(t testing.TB) {
-	t.Helper()
-	if err := torchCheck(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s with torch is required under CI (apt-get install -y python3-torch): %v", python, err)
-		}
-		t.Skipf("no torch for %s (apt-get install -y python3-torch): %v", python, err)
-	}
-}
 
 // workerConfig is the run configuration of the PyTorch example: the lr
 // explorer follows the script's own OneCycleLR (max_lr 0.1), dropout is
@@ -65,7 +50,7 @@ explorers:
 // command has started.
 func runWorker(t testing.TB, n int, cfg string, started func(traceDir string), args ...string) hdetRun {
 	t.Helper()
-	needTorch(t)
+	testenv.NeedTorch(t)
 	hdet, plugins := hdetBinaries(t)
 	root := repoRoot(t)
 	dir := t.TempDir()
@@ -76,7 +61,7 @@ func runWorker(t testing.TB, n int, cfg string, started func(traceDir string), a
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	full := append([]string{hdet, "run", path, "--run-dir", runDir, "--plugin-dir", plugins, "--worker", "--",
-		python, filepath.Join(root, "examples", "pytorch", "train.py"), "--data", mnistDir(t), "--log-every", "1000"}, args...)
+		testenv.Python, filepath.Join(root, "examples", "pytorch", "train.py"), "--data", mnistDir(t), "--log-every", "1000"}, args...)
 	cmd := mpirunCmd(ctx, t, n, full...)
 	cmd.Env = append(cmd.Env, "HDET_TRACE_DIR="+traceDir)
 	var out, errb bytes.Buffer
@@ -213,10 +198,10 @@ func TestPyTorchWorkerKilled(t *testing.T) {
 
 // Outside hdet, train.py is train_onecycle.py: the same losses and accuracy.
 func TestPyTorchExampleOutsideHdetIsOneCycleLR(t *testing.T) {
-	needTorch(t)
+	testenv.NeedTorch(t)
 	root := repoRoot(t)
 	run := func(script string) string {
-		cmd := exec.Command(python, filepath.Join(root, "examples", "pytorch", script), "--data", mnistDir(t), "--steps", "40", "--log-every", "5")
+		cmd := exec.Command(testenv.Python, filepath.Join(root, "examples", "pytorch", script), "--data", mnistDir(t), "--steps", "40", "--log-every", "5")
 		cmd.Env = os.Environ()
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
@@ -232,7 +217,7 @@ func TestPyTorchExampleOutsideHdetIsOneCycleLR(t *testing.T) {
 // DDP, 4 processes, same steps. Reported: the training loop's wall time
 // as rank 0's script prints it, and the whole command's.
 func BenchmarkPyTorchOverhead(b *testing.B) {
-	needTorch(b)
+	testenv.NeedTorch(b)
 	root := repoRoot(b)
 	const steps = "400"
 	trainSeconds := regexp.MustCompile(`(\d+) steps in ([0-9.]+) s`)
@@ -255,12 +240,12 @@ func BenchmarkPyTorchOverhead(b *testing.B) {
 		port := strconv.Itoa(29500 + rand.IntN(1000))
 		var others []*exec.Cmd
 		for r := 1; r < 4; r++ {
-			c := exec.Command(python, filepath.Join(root, "examples", "pytorch", "train_onecycle.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
+			c := exec.Command(testenv.Python, filepath.Join(root, "examples", "pytorch", "train_onecycle.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
 			c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
 			require.NoError(b, c.Start())
 			others = append(others, c)
 		}
-		plain := exec.Command(python, filepath.Join(root, "examples", "pytorch", "train_onecycle.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
+		plain := exec.Command(testenv.Python, filepath.Join(root, "examples", "pytorch", "train_onecycle.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
 		plain.Env = append(os.Environ(), "RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
 		l, w := measure(plain)
 		for _, c := range others {
@@ -273,7 +258,7 @@ func BenchmarkPyTorchOverhead(b *testing.B) {
 		require.NoError(b, os.WriteFile(path, []byte(strings.Replace(workerConfig("gradients", 100), "steps: 60", "steps: "+steps, 1)), 0o644))
 		hdet, plugins := hdetBinaries(b)
 		cmd := mpirunCmd(context.Background(), b, 4, hdet, "run", path, "--run-dir", filepath.Join(dir, "run"), "--plugin-dir", plugins, "--worker", "--",
-			python, filepath.Join(root, "examples", "pytorch", "train.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
+			testenv.Python, filepath.Join(root, "examples", "pytorch", "train.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
 		l, w = measure(cmd)
 		hdetLoop, hdetWhole = hdetLoop+l, hdetWhole+w
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/testenv"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,7 +34,7 @@ func startSlurm(t *testing.T) *slurmCluster {
 	t.Helper()
 	if os.Getenv("CI") == "" {
 		for _, tool := range []string{"slurmctld", "slurmd", "munged", "sbatch"} {
-			needTool(t, tool)
+			testenv.NeedTool(t, tool)
 		}
 	}
 	script := filepath.Join(repoRoot(t), "scripts", "slurm-cluster.sh")

@@ -1,13 +1,11 @@
 package watchdog
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/testenv"
 	"github.com/hdet-dev/hdet/mpi"
 )
 
@@ -61,24 +60,6 @@ func TestBeforeOrdersByWindowPhaseAndCollectives(t *testing.T) {
 	assert.False(t, before(b(3, engine.PhaseTrain, 4, "allreduce"), b(3, engine.PhaseTrain, 4, "allreduce")))
 }
 
-// syncBuffer is a goroutine-safe log destination.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Rank 0 of two waits in a collective for rank 1, whose heartbeat stopped:
 // the watchdog names rank 1 and aborts.
 func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
@@ -88,7 +69,7 @@ func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "rank-1"), b, 0o644))
 
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	aborted := make(chan int, 1)
 	w := Start(Options{Dir: dir, Rank: 0, Size: 2, Timeout: 100 * time.Millisecond, Log: zerolog.New(&logs),
 		Abort: func(code int) { aborted <- code }})
@@ -142,7 +123,7 @@ func (fakeComm) AllreducePtr(unsafe.Pointer, int, mpi.Datatype, mpi.Op) error {
 }
 
 func TestCommLogsEveryCollectiveWithItsDuration(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	l := zerolog.New(&logs).Level(zerolog.DebugLevel)
 	w := Start(Options{Rank: 0, Size: 1, Log: zerolog.Nop(), Collectives: &l}) // Timeout 0: no abort, no heartbeat
 	defer w.Stop()
@@ -171,7 +152,7 @@ func TestCommLogsEveryCollectiveWithItsDuration(t *testing.T) {
 func TestUnwritableHeartbeatWarnsOnce(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	w := Start(Options{Dir: filepath.Join(file, "heartbeats"), Rank: 0, Size: 1, Timeout: time.Hour, Log: zerolog.New(&logs), Abort: func(int) {}})
 	for i := range 5 {
 		w.Enter(i, 0, engine.PhaseTrain)

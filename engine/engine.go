@@ -312,7 +312,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		converge := time.Since(t1).Seconds()
 		step += steps
-		sum := Checksum(params)
+		// The checksum goes into rank 0's metrics and the debug log: the
+		// other ranks hash 1 MB per window only when debugging.
+		sum := ""
+		if rank == 0 || o.Log.GetLevel() <= zerolog.DebugLevel {
+			sum = Checksum(params)
+		}
 		o.Log.Debug().Int("window", window).Int("step", step).Str("checksum", sum).Float64("loss", loss).
 			Bool("healthy", healthy).Any("values_last", lastOf(values)).Msg("converged")
 

@@ -120,6 +120,16 @@ func check(op string, rc C.int) error {
 	return &Error{Op: op, Code: int(rc), Text: text}
 }
 
+// call makes one MPI call under the package lock, once MPI is initialised.
+func call(op string, f func() C.int) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if !initialized {
+		return ErrNotInitialized
+	}
+	return check(op, f())
+}
+
 // Init initialises MPI at MPI_THREAD_SERIALIZED and sets MPI_ERRORS_RETURN on
 // the world communicator. A process started without mpirun becomes a world of
 // one rank (an MPI singleton). Calling Init twice is an error.
@@ -282,12 +292,7 @@ func (c *Comm) AllreducePtr(ptr unsafe.Pointer, n int, dt Datatype, o Op) error 
 	if err != nil {
 		return err
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !initialized {
-		return ErrNotInitialized
-	}
-	return check("MPI_Allreduce", C.hdet_allreduce_in_place(ptr, cn, mdt, mop, c.c))
+	return call("MPI_Allreduce", func() C.int { return C.hdet_allreduce_in_place(ptr, cn, mdt, mop, c.c) })
 }
 
 // AllreduceFloat32 reduces buf in place across all ranks; MPI reads and
@@ -321,13 +326,10 @@ func (c *Comm) AllgatherFloat64(send, recv []float64) error {
 	if err != nil {
 		return err
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !initialized {
-		return ErrNotInitialized
-	}
-	return check("MPI_Allgather", C.MPI_Allgather(unsafe.Pointer(unsafe.SliceData(send)), cn, C.hdet_double(),
-		unsafe.Pointer(unsafe.SliceData(recv)), cn, C.hdet_double(), c.c))
+	return call("MPI_Allgather", func() C.int {
+		return C.MPI_Allgather(unsafe.Pointer(unsafe.SliceData(send)), cn, C.hdet_double(),
+			unsafe.Pointer(unsafe.SliceData(recv)), cn, C.hdet_double(), c.c)
+	})
 }
 
 // Bcast sends root's buf to every rank; all ranks pass buffers of equal length.
@@ -340,12 +342,7 @@ func (c *Comm) Bcast(buf []byte, root int) error {
 	if len(buf) > 0 {
 		p = unsafe.Pointer(unsafe.SliceData(buf))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !initialized {
-		return ErrNotInitialized
-	}
-	return check("MPI_Bcast", C.MPI_Bcast(p, cn, C.hdet_byte(), C.int(root), c.c))
+	return call("MPI_Bcast", func() C.int { return C.MPI_Bcast(p, cn, C.hdet_byte(), C.int(root), c.c) })
 }
 
 // BcastMessage sends a message of any length from root: its length first,
@@ -379,10 +376,5 @@ func (c *Comm) BcastMessage(msg []byte, root int) ([]byte, error) {
 
 // Barrier blocks until every rank has reached it.
 func (c *Comm) Barrier() error {
-	mu.Lock()
-	defer mu.Unlock()
-	if !initialized {
-		return ErrNotInitialized
-	}
-	return check("MPI_Barrier", C.MPI_Barrier(c.c))
+	return call("MPI_Barrier", func() C.int { return C.MPI_Barrier(c.c) })
 }

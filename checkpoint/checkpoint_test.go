@@ -70,3 +70,14 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestModelRoundTripAndSizeCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.bin")
+	p := []float32{1.5, -2, 3e-9}
+	require.NoError(t, WriteModel(path, p))
+	got, err := ReadModel(path, 3)
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+	_, err = ReadModel(path, 4)
+	assert.ErrorContains(t, err, "need 16")
+}

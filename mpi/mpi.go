@@ -50,6 +50,7 @@ static int hdet_thread_serialized(void) { return MPI_THREAD_SERIALIZED; }
 import "C"
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -350,18 +351,12 @@ func (c *Comm) Bcast(buf []byte, root int) error {
 func (c *Comm) BcastMessage(msg []byte, root int) ([]byte, error) {
 	var hdr [8]byte
 	if c.rank == root {
-		n := uint64(len(msg))
-		for i := range hdr {
-			hdr[i] = byte(n >> (8 * i))
-		}
+		binary.LittleEndian.PutUint64(hdr[:], uint64(len(msg)))
 	}
 	if err := c.Bcast(hdr[:], root); err != nil {
 		return nil, err
 	}
-	var n uint64
-	for i := range hdr {
-		n |= uint64(hdr[i]) << (8 * i)
-	}
+	n := binary.LittleEndian.Uint64(hdr[:])
 	if n > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: broadcast message of %d bytes", ErrArgument, n)
 	}

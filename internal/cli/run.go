@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -342,7 +341,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	if w.Rank() != 0 {
 		return nil
 	}
-	if err := writeModel(filepath.Join(st.cfg.Run.Dir, "model.bin"), st.replica.SyncBuffer(false)[:st.replica.ParamCount()]); err != nil {
+	if err := checkpoint.WriteModel(filepath.Join(st.cfg.Run.Dir, "model.bin"), st.replica.SyncBuffer(false)[:st.replica.ParamCount()]); err != nil {
 		return err
 	}
 	if err := st.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
@@ -667,7 +666,7 @@ func (st *setup) shareResume(w *mpi.Comm) error {
 // start opens the run directory (rank 0) and applies a warm start (every rank).
 func (st *setup) start(ctx context.Context, w *mpi.Comm, log zerolog.Logger) error {
 	if st.resume == nil && st.cfg.Train.WarmStart != "" {
-		theta0, err := readModel(st.cfg.Train.WarmStart, st.replica.ParamCount())
+		theta0, err := checkpoint.ReadModel(st.cfg.Train.WarmStart, st.replica.ParamCount())
 		if err != nil {
 			return Usagef("train.warm_start: %v", err)
 		}
@@ -772,30 +771,4 @@ func (st *setup) openRunDir(ctx context.Context, w *mpi.Comm) error {
 	}
 	return mw.Write(metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: w.Size(), TotalSteps: st.steps,
 		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash, ResumedFrom: resumed})
-}
-
-// readModel loads a model.bin written by writeModel, which must hold n parameters.
-func readModel(path string, n int) ([]float32, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) != 4*n {
-		return nil, fmt.Errorf("%s holds %d bytes, this workload's %d parameters need %d", path, len(b), n, 4*n)
-	}
-	p := make([]float32, n)
-	for i := range p {
-		p[i] = math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
-	}
-	return p, nil
-}
-
-// writeModel saves the final parameters as little-endian float32.
-func writeModel(path string, p []float32) error {
-	b := make([]byte, 4*len(p))
-	for i, v := range p {
-		u := math.Float32bits(v)
-		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
-	}
-	return os.WriteFile(path, b, 0o644)
 }

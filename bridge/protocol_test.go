@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/engine"
 )
 
 // TestMain lets this test binary act as a misbehaving worker: Start runs it
@@ -109,7 +111,7 @@ func TestStartFailures(t *testing.T) {
 func TestBadDoneIsProtocolError(t *testing.T) {
 	w, err := startFake(t, "badloss", Options{})
 	require.NoError(t, err)
-	_, err = w.TrainWindow(context.Background(), 0, 2, nil, nil)
+	_, err = w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 2})
 	assert.ErrorIs(t, err, ErrProtocol)
 	assert.Contains(t, err.Error(), "expected 2 float64 (16 bytes), got 3 bytes")
 	assert.NoError(t, w.Close())

@@ -517,7 +517,8 @@ func (w *Worker) usable() error {
 // TrainWindow sends the window's plan and waits for the worker to train it.
 // grads is unused: in `gradients` mode the script's own DDP all-reduces the
 // gradients every step.
-func (w *Worker) TrainWindow(ctx context.Context, start, steps int, v engine.Values, _ engine.GradReducer) (engine.WindowResult, error) {
+func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.WindowResult, error) {
+	start, steps, v := win.Start, win.Steps, win.V
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.usable(); err != nil {
@@ -543,8 +544,11 @@ func (w *Worker) TrainWindow(ctx context.Context, start, steps int, v engine.Val
 	w.idle = true
 	w.window++
 	w.next = start + steps
-	return engine.WindowResult{Losses: losses}, nil
+	return engine.WindowResult{Losses: losses, Probe: math.NaN()}, nil
 }
+
+// CanProbe implements engine.Replica.
+func (w *Worker) CanProbe() bool { return false }
 
 func (w *Worker) checkPlan(start, steps int, v engine.Values) error {
 	if steps <= 0 {

@@ -84,7 +84,7 @@ func TestWorkerTrainsWindows(t *testing.T) {
 	ctx := context.Background()
 	for k := 0; k < 3; k++ {
 		v := plan(k, 4)
-		res, err := w.TrainWindow(ctx, 4*k, 4, v, nil)
+		res, err := w.TrainWindow(ctx, engine.Window{Start: 4 * k, Steps: 4, V: v})
 		require.NoError(t, err, "window %d; worker output:\n%s", k, w.out)
 		require.Len(t, res.Losses, 4)
 		for _, l := range res.Losses {
@@ -109,7 +109,7 @@ func TestWorkerTrainsWindows(t *testing.T) {
 	require.NoError(t, w.Close())
 	assert.Contains(t, w.out.String(), "worker.py finished 12 steps")
 	assert.Nil(t, w.SyncBuffer(false), "no buffer after Close")
-	_, err := w.TrainWindow(ctx, 12, 1, nil, nil)
+	_, err := w.TrainWindow(ctx, engine.Window{Start: 12, Steps: 1})
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
@@ -121,13 +121,13 @@ func TestWorkerRejectsBadPlans(t *testing.T) {
 		"wrong length": {"lr": {0.1}},
 		"NaN value":    {"lr": {0.1, math.NaN()}},
 	} {
-		_, err := w.TrainWindow(ctx, 0, 2, v, nil)
+		_, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 2, V: v})
 		assert.ErrorIs(t, err, ErrBadPlan, name)
 	}
-	_, err := w.TrainWindow(ctx, 1, 2, nil, nil)
+	_, err := w.TrainWindow(ctx, engine.Window{Start: 1, Steps: 2})
 	assert.ErrorIs(t, err, ErrBadPlan, "wrong start step")
 	// Bad plans are refused before anything is sent: the worker still works.
-	res, err := w.TrainWindow(ctx, 0, 4, engine.Values{"lr": {0.1, 0.1, 0.1, 0.1}}, nil)
+	res, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4, V: engine.Values{"lr": {0.1, 0.1, 0.1, 0.1}}})
 	require.NoError(t, err)
 	assert.Len(t, res.Losses, 4)
 	assert.NoError(t, w.Close())
@@ -136,7 +136,7 @@ func TestWorkerRejectsBadPlans(t *testing.T) {
 func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
 	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "6", "--optimizer", "adamw"))
 	ctx := context.Background()
-	res, err := w.TrainWindow(ctx, 0, 3, nil, nil)
+	res, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 3})
 	require.NoError(t, err)
 	assert.Len(t, res.Losses, 3)
 	// AdamW: exp_avg and exp_avg_sq per parameter, plus one step counter per tensor.
@@ -148,7 +148,7 @@ func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
 		assert.Equal(t, float32(3), buf[off+2*n], "step counter after 3 steps")
 		off += 2*n + 1
 	}
-	_, err = w.TrainWindow(ctx, 3, 3, engine.Values{"momentum": {0.9, 0.8, 0.7}}, nil)
+	_, err = w.TrainWindow(ctx, engine.Window{Start: 3, Steps: 3, V: engine.Values{"momentum": {0.9, 0.8, 0.7}}})
 	require.NoError(t, err)
 	assert.NoError(t, w.Close())
 }
@@ -156,9 +156,9 @@ func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
 func TestWorkerKilledMidWindow(t *testing.T) {
 	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "12", "--die-at-step", "6"))
 	ctx := context.Background()
-	_, err := w.TrainWindow(ctx, 0, 4, plan(0, 4), nil)
+	_, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4, V: plan(0, 4)})
 	require.NoError(t, err)
-	_, err = w.TrainWindow(ctx, 4, 4, plan(1, 4), nil)
+	_, err = w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4, V: plan(1, 4)})
 	require.ErrorIs(t, err, ErrExited)
 	var we *WorkerError
 	require.ErrorAs(t, err, &we)
@@ -166,14 +166,14 @@ func TestWorkerKilledMidWindow(t *testing.T) {
 	assert.Contains(t, err.Error(), "rank 0: worker (pid ")
 	assert.Contains(t, err.Error(), "training window 1 (steps 4-7)")
 	assert.Contains(t, err.Error(), "killed by signal 9")
-	_, again := w.TrainWindow(ctx, 4, 4, plan(1, 4), nil)
+	_, again := w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4, V: plan(1, 4)})
 	assert.Equal(t, err, again, "the failure is sticky")
 	assert.NoError(t, w.Close())
 }
 
 func TestWorkerRaisesMidWindow(t *testing.T) {
 	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8", "--fail-at-step", "2"))
-	_, err := w.TrainWindow(context.Background(), 0, 4, nil, nil)
+	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4})
 	require.ErrorIs(t, err, ErrExited)
 	assert.Contains(t, err.Error(), "exit status 1")
 	assert.Contains(t, err.Error(), "RuntimeError: worker.py failing on purpose at step 2", "quotes the traceback")
@@ -184,7 +184,7 @@ func TestWorkerHangs(t *testing.T) {
 	opts.Timeout = 2 * time.Second
 	w := startPython(t, opts)
 	pid := w.PID()
-	_, err := w.TrainWindow(context.Background(), 0, 4, nil, nil)
+	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4})
 	require.ErrorIs(t, err, ErrTimeout)
 	assert.Contains(t, err.Error(), "no DONE within 2s")
 	require.NoError(t, w.Close())
@@ -229,7 +229,7 @@ func TestWorkerGradientsMode(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				lr := float64(r+1) * 0.02 // each rank its own step size
-				_, errs[r] = w.TrainWindow(context.Background(), 4*k, 4, engine.Values{"lr": {lr, lr, lr, lr}}, nil)
+				_, errs[r] = w.TrainWindow(context.Background(), engine.Window{Start: 4 * k, Steps: 4, V: engine.Values{"lr": {lr, lr, lr, lr}}})
 			}()
 		}
 		wg.Wait()
@@ -285,7 +285,7 @@ func BenchmarkWindow(b *testing.B) {
 			}
 			start := 0
 			for b.Loop() {
-				_, err := w.TrainWindow(context.Background(), start, T, v, nil)
+				_, err := w.TrainWindow(context.Background(), engine.Window{Start: start, Steps: T, V: v})
 				require.NoError(b, err)
 				start += T
 			}

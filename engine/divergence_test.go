@@ -88,8 +88,9 @@ func (r *lrReplica) Hyperparameters() []string                          { return
 func (r *lrReplica) SyncBuffer(bool) []float32                          { return r.buf }
 func (r *lrReplica) ParamCount() int                                    { return 1 }
 func (r *lrReplica) Evaluate(context.Context) (float64, float64, error) { return 1, 0.5, nil }
-func (r *lrReplica) TrainWindow(_ context.Context, _, steps int, v Values, _ GradReducer) (WindowResult, error) {
-	lr := v["lr"][steps-1]
+func (r *lrReplica) CanProbe() bool                                     { return false }
+func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, error) {
+	lr := w.V["lr"][w.Steps-1]
 	r.lrs = append(r.lrs, lr)
 	r.buf[0] += float32(lr)
 	loss := 1.0

@@ -232,7 +232,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			stopSelf()
 		}
 		t0 := time.Now()
-		wr, err := o.Replica.TrainWindow(ctx, step, steps, values, grads)
+		wr, err := o.Replica.TrainWindow(ctx, Window{Start: step, Steps: steps, V: values, Grads: grads})
 		if err != nil {
 			return res, fmt.Errorf("rank %d, window %d: %w", rank, window, err)
 		}
@@ -334,7 +334,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 		if rank == 0 {
 			watch.Enter(window, step, PhaseObserve)
-			fb, evs, err := o.Controller.Observe(ctx, losses)
+			fb, evs, err := o.Controller.Observe(ctx, losses, nil)
 			if err != nil {
 				return res, fmt.Errorf("observe window %d: %w", window, err)
 			}

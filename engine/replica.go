@@ -16,9 +16,26 @@ type GradReducer interface {
 	AllreduceMean(grad []float32) error
 }
 
+// Window is what a replica trains: Steps steps from global step Start with
+// the values V (len(V[name]) == Steps), gradients averaged through Grads
+// (nil in `local` mode).
+type Window struct {
+	Start, Steps int
+	V            Values
+	Grads        GradReducer
+	// ProbeTail > 0 asks for the probe signal (DESIGN §1, revision 2): the
+	// replica averages its parameter iterates over the window's last
+	// ProbeTail steps and reports, in WindowResult.Probe, the eval-mode loss
+	// of that average on the run's fixed probe examples. The average is a
+	// scratch buffer: the parameters that go on to converge are the last
+	// iterate, untouched.
+	ProbeTail int
+}
+
 // WindowResult is what a replica reports after training one window.
 type WindowResult struct {
 	Losses []float64 // training loss of each step
+	Probe  float64   // the probe loss; NaN when ProbeTail was 0 or the replica cannot probe
 }
 
 // Replica is one rank's copy of the model. The built-in MNIST workload and the
@@ -32,8 +49,11 @@ type Replica interface {
 	SyncBuffer(withOptimizer bool) []float32
 	// ParamCount is the number of parameters at the start of SyncBuffer.
 	ParamCount() int
-	// TrainWindow trains len(v[...]) == steps steps starting at global step start.
-	TrainWindow(ctx context.Context, start, steps int, v Values, grads GradReducer) (WindowResult, error)
+	// TrainWindow trains one window.
+	TrainWindow(ctx context.Context, w Window) (WindowResult, error)
+	// CanProbe reports whether TrainWindow can answer ProbeTail (a worker
+	// script that gave no probe function cannot).
+	CanProbe() bool
 	// Evaluate returns the test loss and accuracy of the current parameters.
 	Evaluate(ctx context.Context) (loss, accuracy float64, err error)
 }

@@ -52,7 +52,7 @@ func BenchmarkControllerObserve(b *testing.B) {
 				losses := lossesFor(p)
 				b.StartTimer()
 				t0 := cpuTime()
-				if _, _, err := c.Observe(ctx, losses); err != nil {
+				if _, _, err := c.Observe(ctx, losses, nil); err != nil {
 					b.Fatal(err)
 				}
 				cpu += cpuTime() - t0
@@ -83,7 +83,7 @@ func BenchmarkControllerWindow(b *testing.B) {
 				if _, err := p.MarshalBinary(); err != nil {
 					b.Fatal(err)
 				}
-				if _, _, err := c.Observe(ctx, losses); err != nil {
+				if _, _, err := c.Observe(ctx, losses, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -248,10 +248,11 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 
 // Observe feeds the planned window's results to the explorers: losses[r]
 // is rank r's mean training loss over the window (NaN or Inf when the rank
-// was unhealthy). Each explorer gets the values every rank used at the
+// was unhealthy), probes[r] its probe loss (nil when the window did not
+// probe). Each explorer gets the values every rank used at the
 // window's last step, computed from the plan. It returns each
 // hyperparameter's feedback in plan order, and moves on to the next window.
-func (c *Controller) Observe(ctx context.Context, losses []float64) ([]ParamFeedback, []Event, error) {
+func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]ParamFeedback, []Event, error) {
 	plan := c.plan
 	if plan == nil {
 		return nil, nil, fmt.Errorf("%w: window %d has not been planned", ErrOrder, c.next)
@@ -260,9 +261,12 @@ func (c *Controller) Observe(ctx context.Context, losses []float64) ([]ParamFeed
 	if len(losses) != n {
 		return nil, nil, fmt.Errorf("%w: %d losses for %d ranks", ErrInvalid, len(losses), n)
 	}
+	if probes != nil && len(probes) != n {
+		return nil, nil, fmt.Errorf("%w: %d probe losses for %d ranks", ErrInvalid, len(probes), n)
+	}
 	out := make([]ParamFeedback, len(c.params))
 	errs := c.each(func(i int, p *param) error {
-		fb, err := p.ex.Observe(ctx, Observation{Window: plan.Window, Values: p.lastValues(&plan.Params[i]), Losses: losses})
+		fb, err := p.ex.Observe(ctx, Observation{Window: plan.Window, Values: p.lastValues(&plan.Params[i]), Losses: losses, Probe: probes})
 		if err == nil && len(fb.Weights) != 0 && len(fb.Weights) != n {
 			err = fmt.Errorf("%w: %d weights for %d ranks", ErrInvalid, len(fb.Weights), n)
 		}

@@ -49,7 +49,7 @@ func runWindows(t testing.TB, c *Controller, from, to int, losses func(*Plan) []
 		b, err := p.MarshalBinary()
 		require.NoError(t, err)
 		plans = append(plans, b)
-		fb, ev, err := c.Observe(ctx, losses(p))
+		fb, ev, err := c.Observe(ctx, losses(p), nil)
 		require.NoError(t, err)
 		require.Empty(t, ev)
 		fbs = append(fbs, fb)
@@ -87,13 +87,13 @@ func TestControllerDeterministic(t *testing.T) {
 	p2, _, err := c.Plan(ctx)
 	require.NoError(t, err)
 	assert.Same(t, p1, p2)
-	_, _, err = c.Observe(ctx, []float64{1})
+	_, _, err = c.Observe(ctx, []float64{1}, nil)
 	assert.ErrorIs(t, err, ErrInvalid)
-	_, _, err = c.Observe(ctx, make([]float64, 6))
+	_, _, err = c.Observe(ctx, make([]float64, 6), nil)
 	require.NoError(t, err)
 	d, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
 	require.NoError(t, err)
-	_, _, err = d.Observe(ctx, make([]float64, 6))
+	_, _, err = d.Observe(ctx, make([]float64, 6), nil)
 	assert.ErrorIs(t, err, ErrOrder)
 }
 
@@ -114,7 +114,7 @@ func TestControllerAlphaZero(t *testing.T) {
 				}
 			}
 		}
-		_, _, err = c.Observe(ctx, lossesFor(p))
+		_, _, err = c.Observe(ctx, lossesFor(p), nil)
 		require.NoError(t, err)
 	}
 }
@@ -143,7 +143,7 @@ func TestControllerDecayFloorLandsOnFinal(t *testing.T) {
 			p, _, err := c.Plan(ctx)
 			require.NoError(t, err)
 			last = p
-			_, _, err = c.Observe(ctx, equal(p))
+			_, _, err = c.Observe(ctx, equal(p), nil)
 			require.NoError(t, err)
 		}
 		final := 0.3 / 20 / 500
@@ -212,7 +212,7 @@ func TestControllerFreezesFailingExplorer(t *testing.T) {
 			if len(ev) == 1 {
 				frozenAt, spread = ev[0].Base, ev[0].Spread
 			}
-			fb, ev, err := c.Observe(ctx, lossesFor(p))
+			fb, ev, err := c.Observe(ctx, lossesFor(p), nil)
 			require.NoError(t, err)
 			events = append(events, ev...)
 			if len(ev) == 1 {
@@ -307,9 +307,9 @@ func TestControllerStateRoundTrip(t *testing.T) {
 	assert.Equal(t, pending.Params[:2], restored.Params[:2])
 	assert.Equal(t, pending.Params[2].Slots, restored.Params[2].Slots)
 
-	_, _, err = a.Observe(ctx, lossesFor(pending))
+	_, _, err = a.Observe(ctx, lossesFor(pending), nil)
 	require.NoError(t, err)
-	_, _, err = b.Observe(ctx, lossesFor(restored))
+	_, _, err = b.Observe(ctx, lossesFor(restored), nil)
 	require.NoError(t, err)
 	pa, fa := runWindows(t, a, 8, 20, lossesFor)
 	pb, fb := runWindows(t, b, 8, 20, lossesFor)

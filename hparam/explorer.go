@@ -51,6 +51,9 @@ type Setup struct {
 	TotalSteps  int    // S
 	WindowSteps int    // T
 	Seed        uint64
+	// Probe: the workload can evaluate the probe signal (DESIGN §1,
+	// revision 2), so a WindowPlan that asks for it gets Observation.Probe.
+	Probe bool
 }
 
 // WindowRequest asks for the plan of window Window, covering steps [Start, Start+Steps).
@@ -66,6 +69,9 @@ type WindowPlan struct {
 	Base   []float64
 	Spread Spread
 	Bounds Bounds
+	// Probe asks the ranks to evaluate their tail-averaged parameters on
+	// the probe examples at the end of this window (Observation.Probe).
+	Probe bool
 }
 
 // Observation is what the replicas did in a window: the value each rank used
@@ -75,6 +81,11 @@ type Observation struct {
 	Window int
 	Values []float64
 	Losses []float64
+	// Probe is each rank's probe loss (the loss of the average of its
+	// parameter iterates over the window's last T/2 steps on the run's
+	// fixed probe examples); nil when the window did not probe, NaN or Inf
+	// for an unhealthy rank.
+	Probe []float64
 }
 
 // Feedback is an explorer's answer to an Observation: the softmax weights it
@@ -82,6 +93,12 @@ type Observation struct {
 type Feedback struct {
 	Weights []float64
 	Base    float64
+	// Estimate is x*, the estimated best offset from the window's centre in
+	// the hyperparameter's scale (log or linear), and Offset the learned
+	// offset u after this update (DESIGN §1, revision 2); both 0 outside
+	// the auto phase.
+	Estimate float64
+	Offset   float64
 }
 
 // Explorer drives one hyperparameter. Built-in explorers implement it in

@@ -18,6 +18,8 @@ type Plan struct {
 	Start  int // first step, k*T
 	Steps  int // steps in the window (T, or fewer for the last window)
 	Params []ParamPlan
+	// Probe: some explorer asked for probe losses at the end of this window.
+	Probe bool
 }
 
 // ParamPlan is one hyperparameter's part of a Plan.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/workload/internal/blas"
 )
 
@@ -67,7 +68,7 @@ func BenchmarkTrainStep(b *testing.B) {
 			t := 0
 			c0 := cpuTime(b)
 			for b.Loop() {
-				if _, err := r.TrainWindow(context.Background(), t, 1, nil, nil); err != nil {
+				if _, err := r.TrainWindow(context.Background(), engine.Window{Start: t, Steps: 1}); err != nil {
 					b.Fatal(err)
 				}
 				t++

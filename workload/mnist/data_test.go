@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/engine"
 )
 
 // writeIdx writes an idx file of bytes with the given dimensions, gzipped
@@ -87,7 +89,7 @@ func TestRealMNISTReachesNinetyPercent(t *testing.T) {
 	cfg.Data = data
 	r := newReplica(t, cfg)
 	ctx := context.Background()
-	res, err := r.TrainWindow(ctx, 0, 400, nil, nil)
+	res, err := r.TrainWindow(ctx, engine.Window{Start: 0, Steps: 400})
 	require.NoError(t, err)
 	require.Less(t, mean(res.Losses[380:]), mean(res.Losses[:20])/4)
 	loss, acc, err := r.Evaluate(ctx)

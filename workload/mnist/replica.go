@@ -165,14 +165,15 @@ func (r *Replica) checkValues(v engine.Values, steps int) error {
 // t mod StepsPerEpoch of r's shard of epoch t / StepsPerEpoch. With grads
 // non-nil the gradient slab is averaged across ranks between backward and the
 // optimizer step.
-func (r *Replica) TrainWindow(ctx context.Context, start, steps int, v engine.Values, grads engine.GradReducer) (engine.WindowResult, error) {
+func (r *Replica) TrainWindow(ctx context.Context, w engine.Window) (engine.WindowResult, error) {
+	start, steps, v, grads := w.Start, w.Steps, w.V, w.Grads
 	if start < 0 || steps < 0 {
 		return engine.WindowResult{}, fmt.Errorf("mnist: window start %d, steps %d: both must be >= 0", start, steps)
 	}
 	if err := r.checkValues(v, steps); err != nil {
 		return engine.WindowResult{}, err
 	}
-	res := engine.WindowResult{Losses: make([]float64, 0, steps)}
+	res := engine.WindowResult{Losses: make([]float64, 0, steps), Probe: math.NaN()}
 	for i := range steps {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -185,6 +186,9 @@ func (r *Replica) TrainWindow(ctx context.Context, start, steps int, v engine.Va
 	}
 	return res, nil
 }
+
+// CanProbe implements engine.Replica.
+func (r *Replica) CanProbe() bool { return false }
 
 // step trains global step t and returns its loss.
 func (r *Replica) step(t int, h hyper, grads engine.GradReducer) (float64, error) {

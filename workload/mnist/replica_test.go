@@ -23,7 +23,7 @@ func TestLossFallsAndTestAccuracyRises(t *testing.T) {
 			r := newReplica(t, smallConfig(opt))
 			_, acc0, err := r.Evaluate(context.Background())
 			require.NoError(t, err)
-			res, err := r.TrainWindow(context.Background(), 0, 300, nil, nil)
+			res, err := r.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 300})
 			require.NoError(t, err)
 			require.Len(t, res.Losses, 300)
 			require.Less(t, mean(res.Losses[280:]), 0.3*mean(res.Losses[:20]))
@@ -56,14 +56,14 @@ func TestDeterministicAcrossWindowSplitsAndResume(t *testing.T) {
 				const total = 60
 
 				whole := newReplica(t, cfg)
-				res, err := whole.TrainWindow(ctx, 0, total, lrRamp(0, total), nil)
+				res, err := whole.TrainWindow(ctx, engine.Window{Start: 0, Steps: total, V: lrRamp(0, total)})
 				require.NoError(t, err)
 
 				split := newReplica(t, cfg)
 				var losses []float64
 				start := 0
 				for _, n := range []int{7, 13, 0, 1, 39} {
-					r, err := split.TrainWindow(ctx, start, n, lrRamp(start, n), nil)
+					r, err := split.TrainWindow(ctx, engine.Window{Start: start, Steps: n, V: lrRamp(start, n)})
 					require.NoError(t, err)
 					losses = append(losses, r.Losses...)
 					start += n
@@ -74,11 +74,11 @@ func TestDeterministicAcrossWindowSplitsAndResume(t *testing.T) {
 
 				// Resume: a fresh replica given the slab at step 20 continues bit for bit.
 				first := newReplica(t, cfg)
-				_, err = first.TrainWindow(ctx, 0, 20, lrRamp(0, 20), nil)
+				_, err = first.TrainWindow(ctx, engine.Window{Start: 0, Steps: 20, V: lrRamp(0, 20)})
 				require.NoError(t, err)
 				resumed := newReplica(t, cfg) // fresh: nothing but the slab carries over
 				copy(resumed.SyncBuffer(true), first.SyncBuffer(true))
-				r2, err := resumed.TrainWindow(ctx, 20, total-20, lrRamp(20, total-20), nil)
+				r2, err := resumed.TrainWindow(ctx, engine.Window{Start: 20, Steps: total - 20, V: lrRamp(20, total-20)})
 				require.NoError(t, err)
 				require.Equal(t, res.Losses[20:], r2.Losses)
 				require.Equal(t, whole.SyncBuffer(true), resumed.SyncBuffer(true))
@@ -96,11 +96,11 @@ func TestSameSeedSameRunDifferentRankDifferentData(t *testing.T) {
 	require.Equal(t, a.SyncBuffer(false), other.SyncBuffer(false), "init depends on the seed only")
 
 	ctx := context.Background()
-	ra, err := a.TrainWindow(ctx, 0, 40, nil, nil)
+	ra, err := a.TrainWindow(ctx, engine.Window{Start: 0, Steps: 40})
 	require.NoError(t, err)
-	rb, err := b.TrainWindow(ctx, 0, 40, nil, nil)
+	rb, err := b.TrainWindow(ctx, engine.Window{Start: 0, Steps: 40})
 	require.NoError(t, err)
-	ro, err := other.TrainWindow(ctx, 0, 40, nil, nil)
+	ro, err := other.TrainWindow(ctx, engine.Window{Start: 0, Steps: 40})
 	require.NoError(t, err)
 	require.Equal(t, ra.Losses, rb.Losses)
 	require.Equal(t, a.SyncBuffer(true), b.SyncBuffer(true))
@@ -157,14 +157,14 @@ func TestGradReducerRunsBetweenBackwardAndStep(t *testing.T) {
 	r := newReplica(t, cfg)
 	before := append([]float32(nil), r.SyncBuffer(false)...)
 	z := &zeroReducer{}
-	_, err := r.TrainWindow(context.Background(), 0, 5, nil, z)
+	_, err := r.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 5, Grads: z})
 	require.NoError(t, err)
 	require.Equal(t, 5, z.calls)
 	require.Equal(t, r.ParamCount(), z.size)
 	require.Equal(t, before, r.SyncBuffer(false))
 
 	z.err = errors.New("link down")
-	_, err = r.TrainWindow(context.Background(), 5, 3, nil, z)
+	_, err = r.TrainWindow(context.Background(), engine.Window{Start: 5, Steps: 3, Grads: z})
 	require.ErrorIs(t, err, z.err)
 }
 
@@ -202,7 +202,7 @@ func TestLearningRateGroupsOverrideLR(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newReplica(t, cfg)
 			before := append([]float32(nil), r.SyncBuffer(false)...)
-			_, err := r.TrainWindow(ctx, 0, 1, tc.v, nil)
+			_, err := r.TrainWindow(ctx, engine.Window{Start: 0, Steps: 1, V: tc.v})
 			require.NoError(t, err)
 			h, o := changed(r, before)
 			require.Equal(t, tc.hidden, h, "hidden layers moved")
@@ -215,18 +215,18 @@ func TestAbsentValuesFallBackToConfig(t *testing.T) {
 	cfg := smallConfig(AdamW)
 	ctx := context.Background()
 	a, b, c := newReplica(t, cfg), newReplica(t, cfg), newReplica(t, cfg)
-	_, err := a.TrainWindow(ctx, 0, 10, nil, nil)
+	_, err := a.TrainWindow(ctx, engine.Window{Start: 0, Steps: 10})
 	require.NoError(t, err)
-	_, err = b.TrainWindow(ctx, 0, 10, engine.Values{
+	_, err = b.TrainWindow(ctx, engine.Window{Start: 0, Steps: 10, V: engine.Values{
 		HLR: constant(cfg.LR, 10), HDropout: constant(cfg.Dropout, 10), HMomentum: constant(cfg.Momentum, 10),
 		HWeightDecay: constant(cfg.WeightDecay, 10), HLabelSmoothing: constant(cfg.LabelSmoothing, 10),
-	}, nil)
+	}})
 	require.NoError(t, err)
 	require.Equal(t, a.SyncBuffer(true), b.SyncBuffer(true))
 	// And each value does reach the step.
 	for _, name := range []string{HDropout, HMomentum, HWeightDecay, HLabelSmoothing} {
 		c = newReplica(t, cfg)
-		_, err = c.TrainWindow(ctx, 0, 10, engine.Values{name: constant(0.5, 10)}, nil)
+		_, err = c.TrainWindow(ctx, engine.Window{Start: 0, Steps: 10, V: engine.Values{name: constant(0.5, 10)}})
 		require.NoError(t, err)
 		require.NotEqual(t, a.SyncBuffer(true), c.SyncBuffer(true), name)
 	}
@@ -249,7 +249,7 @@ func TestBadWindowsAreRejectedBeforeTraining(t *testing.T) {
 		{"negative start", -1, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := r.TrainWindow(ctx, tc.start, 2, tc.v, nil)
+			_, err := r.TrainWindow(ctx, engine.Window{Start: tc.start, Steps: 2, V: tc.v})
 			require.Error(t, err)
 			if tc.want != nil {
 				require.ErrorIs(t, err, tc.want)
@@ -259,7 +259,7 @@ func TestBadWindowsAreRejectedBeforeTraining(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	res, err := r.TrainWindow(cancelled, 0, 2, nil, nil)
+	res, err := r.TrainWindow(cancelled, engine.Window{Start: 0, Steps: 2})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, res.Losses)
 	_, _, err = r.Evaluate(cancelled)

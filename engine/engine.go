@@ -178,7 +178,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	for _, h := range o.Replica.Hyperparameters() {
 		accepted[h] = true
 	}
-	gather := make([]float64, 2*n)
+	gather := make([]float64, 3*n)
 	start := time.Now()
 	var res Result
 	watch := watchOrNop(o.Watch)
@@ -232,7 +232,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			stopSelf()
 		}
 		t0 := time.Now()
-		wr, err := o.Replica.TrainWindow(ctx, Window{Start: step, Steps: steps, V: values, Grads: grads})
+		tail := 0
+		if plan.Probe {
+			tail = max(1, steps/2) // DESIGN §1: the average of the window's last T/2 iterates
+		}
+		wr, err := o.Replica.TrainWindow(ctx, Window{Start: step, Steps: steps, V: values, Grads: grads, ProbeTail: tail})
 		if err != nil {
 			return res, fmt.Errorf("rank %d, window %d: %w", rank, window, err)
 		}
@@ -257,21 +261,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if healthy {
 			flag = 1
 		}
-		if err := c.AllgatherFloat64([]float64{loss, flag + 2*stop}, gather); err != nil {
+		if err := c.AllgatherFloat64([]float64{loss, flag + 2*stop, wr.Probe}, gather); err != nil {
 			return res, fmt.Errorf("gather window losses: %w", err)
 		}
 		losses := make([]float64, n)
+		probes := make([]float64, n)
 		healthyRanks := make([]bool, n)
 		nHealthy, stopRequested := 0, false
 		for r := range n {
-			losses[r] = gather[2*r]
-			f := int(gather[2*r+1])
+			losses[r], probes[r] = gather[3*r], gather[3*r+2]
+			f := int(gather[3*r+1])
 			healthyRanks[r] = f&1 == 1
 			stopRequested = stopRequested || f&2 == 2
 			if healthyRanks[r] {
 				nHealthy++
 			} else {
-				losses[r] = math.NaN() // a rank with bad parameters has no usable loss
+				losses[r], probes[r] = math.NaN(), math.NaN() // a rank with bad parameters has no usable loss
 			}
 		}
 		events := planEvents
@@ -334,13 +339,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 		if rank == 0 {
 			watch.Enter(window, step, PhaseObserve)
-			fb, evs, err := o.Controller.Observe(ctx, losses, nil)
+			fb, evs, err := o.Controller.Observe(ctx, losses, windowProbes(plan.Probe, probes, healthyRanks))
 			if err != nil {
 				return res, fmt.Errorf("observe window %d: %w", window, err)
 			}
 			events = append(events, frozenEvents(evs)...)
 			rec := windowRecord(&plan, fb, losses, healthyRanks, fanout, converge, sum, eval, events)
 			rec.Step, rec.PlanSeconds = step, planSeconds
+			if plan.Probe {
+				rec.Probe = floats(windowProbes(true, probes, healthyRanks))
+			}
 			scaleNextLR(&rec, lrScale)
 			for _, e := range events {
 				o.Log.Warn().Str("event", e.Kind).Str("param", e.Param).Msg(e.Message)
@@ -434,6 +442,7 @@ func windowRecord(p *hparam.Plan, fb []hparam.ParamFeedback, losses []float64, h
 		Checksum: sum, Eval: eval, Events: events,
 		Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{},
 		NextBase: map[string]metrics.Float{}, Weights: map[string][]metrics.Float{},
+		Estimate: map[string]metrics.Float{}, Offset: map[string]metrics.Float{},
 	}
 	n := p.Ranks()
 	for i := range p.Params {
@@ -448,11 +457,29 @@ func windowRecord(p *hparam.Plan, fb []hparam.ParamFeedback, losses []float64, h
 	}
 	for _, f := range fb {
 		rec.NextBase[f.Name] = metrics.Float(f.Base)
+		rec.Estimate[f.Name] = metrics.Float(f.Estimate)
+		rec.Offset[f.Name] = metrics.Float(f.Offset)
 		if len(f.Weights) > 0 {
 			rec.Weights[f.Name] = floats(f.Weights)
 		}
 	}
 	return rec
+}
+
+// windowProbes is what the controller sees of the probe losses: nil when the
+// window did not probe, NaN for a rank left out of the average.
+func windowProbes(probed bool, probes []float64, healthy []bool) []float64 {
+	if !probed {
+		return nil
+	}
+	out := make([]float64, len(probes))
+	for r, p := range probes {
+		out[r] = p
+		if !healthy[r] {
+			out[r] = math.NaN()
+		}
+	}
+	return out
 }
 
 func floats(x []float64) []metrics.Float {

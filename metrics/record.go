@@ -64,6 +64,9 @@ type Record struct {
 	Base            map[string]Float   `json:"base,omitempty"`         // per hyperparameter, base at the window's last step
 	NextBase        map[string]Float   `json:"next_base,omitempty"`    // per hyperparameter, base for the next window
 	Weights         map[string][]Float `json:"weights,omitempty"`      // per hyperparameter, softmax weight per rank (auto phase)
+	Probe           []Float            `json:"probe,omitempty"`        // per rank, the probe loss (DESIGN §1 rev. 2); absent when the window did not probe
+	Estimate        map[string]Float   `json:"estimate,omitempty"`     // per hyperparameter, x*: the estimated best offset from the window's centre (hyperparameter's scale)
+	Offset          map[string]Float   `json:"offset,omitempty"`       // per hyperparameter, the learned offset u after this window
 	PlanSeconds     float64            `json:"plan_seconds,omitempty"` // rank 0's controller plan + the plan broadcast
 	FanoutSeconds   float64            `json:"fanout_seconds,omitempty"`
 	ConvergeSeconds float64            `json:"converge_seconds,omitempty"`

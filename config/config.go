@@ -51,10 +51,6 @@ type Train struct {
 	EvalEvery int     `yaml:"eval_every"`
 	WarmStart string  `yaml:"warm_start"`
 	WarmNoise float64 `yaml:"warm_noise"`
-	// FaultNaNRank is for tests: that rank's window loss becomes NaN from
-	// FaultNaNWindow on. -1 disables it.
-	FaultNaNRank   int `yaml:"fault_nan_rank"`
-	FaultNaNWindow int `yaml:"fault_nan_window"`
 	// Watchdog aborts the job when a rank's phase or collective lasts this
 	// long (a stuck or stopped rank); 0 disables it.
 	Watchdog Duration `yaml:"watchdog"`
@@ -64,16 +60,6 @@ type Train struct {
 	// MaxRollbacks bounds the rollbacks to the last checkpoint (learning
 	// rates halved each time) after a window where every rank is unhealthy.
 	MaxRollbacks int `yaml:"max_rollbacks"`
-	// Test-only faults (-1 disables each): every rank's loss is NaN in
-	// window FaultNaNAllWindow (first pass only); rank FaultStopRank stops
-	// itself with SIGSTOP when it starts training window FaultStopWindow;
-	// rank FaultDivergeRank's loss is 1000 times larger (still finite) from
-	// window FaultDivergeWindow on.
-	FaultNaNAllWindow  int `yaml:"fault_nan_all_window"`
-	FaultStopRank      int `yaml:"fault_stop_rank"`
-	FaultStopWindow    int `yaml:"fault_stop_window"`
-	FaultDivergeRank   int `yaml:"fault_diverge_rank"`
-	FaultDivergeWindow int `yaml:"fault_diverge_window"`
 }
 
 // Explorer is one explored hyperparameter, driven by an explorer plugin.
@@ -110,9 +96,8 @@ func Default() Config {
 			Optimizer: "adamw", LR: 1e-3, Momentum: 0.9, Beta2: 0.999, Eps: 1e-8,
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
-		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, FaultNaNRank: -1,
-			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3,
-			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultDivergeRank: -1},
+		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01,
+			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}

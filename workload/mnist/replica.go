@@ -236,24 +236,34 @@ func (r *Replica) epochOrder(e int) []int32 {
 // Evaluate implements engine.Replica: mean cross-entropy (no label smoothing,
 // no dropout) and accuracy over the whole test set.
 func (r *Replica) Evaluate(ctx context.Context) (loss, accuracy float64, err error) {
+	sum, correct, n, err := r.EvaluateShard(ctx, 0, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return sum / n, correct / n, nil
+}
+
+// EvaluateShard evaluates the shard-th of shards contiguous parts of the
+// test set (engine.ShardEvaluator): the summed loss, the correct
+// predictions and the examples it holds.
+func (r *Replica) EvaluateShard(ctx context.Context, shard, shards int) (lossSum, correct, n float64, err error) {
 	test := r.cfg.Data.Test
 	if test == nil {
-		return 0, 0, ErrNoTestSet
+		return 0, 0, 0, ErrNoTestSet
 	}
 	if r.eval == nil {
 		r.eval = newWorkspace(r.layers, min(evalBatch, test.N))
 	}
-	var total float64
-	correct := 0
-	for lo := 0; lo < test.N; lo += r.eval.batch {
+	lo, hi := shard*test.N/shards, (shard+1)*test.N/shards
+	for b := lo; b < hi; b += r.eval.batch {
 		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		n := min(r.eval.batch, test.N-lo)
-		r.eval.load(test, n, func(k int) int { return lo + k })
-		l, c := forward(r.layers, r.eval, n, 0, 0, nil, false)
-		total += l * float64(n)
-		correct += c
+		k := min(r.eval.batch, hi-b)
+		r.eval.load(test, k, func(i int) int { return b + i })
+		l, c := forward(r.layers, r.eval, k, 0, 0, nil, false)
+		lossSum += l * float64(k)
+		correct += float64(c)
 	}
-	return total / float64(test.N), float64(correct) / float64(test.N), nil
+	return lossSum, correct, float64(hi - lo), nil
 }

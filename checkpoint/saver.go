@@ -26,7 +26,7 @@ type Saver struct {
 	// BeforeWrite, when set, runs before each checkpoint: the metrics
 	// writer's Sync, so the windows a checkpoint covers are on disk.
 	BeforeWrite func() error
-	Log        zerolog.Logger
+	Log         zerolog.Logger
 
 	last      time.Time // last successful write (or the start)
 	failingAt time.Time // first failure since the last success

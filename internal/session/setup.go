@@ -151,6 +151,7 @@ func (s *session) makeMNIST() error {
 	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
 	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
 	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
+	mc.ProbeExamples = cfg.Train.ProbeExamples
 	r, err := mnist.New(mc)
 	if err != nil {
 		return &UsageError{Err: fmt.Errorf("workload: %w", err)}
@@ -208,7 +209,7 @@ func (s *session) openExplorers(ctx context.Context) error {
 			named = append(named, ex)
 		}
 	}
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.o.World.Size(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed}, named)
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.o.World.Size(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
 	if err != nil {
 		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
 			return Usagef("explorers: %v", err)

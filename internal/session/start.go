@@ -9,6 +9,7 @@ import (
 
 	"github.com/hdet-dev/hdet/checkpoint"
 	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/metrics"
 )
 
@@ -41,7 +42,7 @@ func (s *session) openRunDir(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Run.Dir, "config.yaml"), b, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(cfg.Run.Dir, "config.yaml"), b); err != nil {
 		return Usagef("run.dir: %v", err)
 	}
 	mpath := filepath.Join(cfg.Run.Dir, "metrics.jsonl")

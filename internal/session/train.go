@@ -86,6 +86,7 @@ func (s *session) saver() (*checkpoint.Saver, error) {
 		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
 	}
 	if s.rank == 0 {
+		saver.BeforeWrite = s.mw.Sync // metrics.jsonl on disk up to the checkpoint's window
 		saver.Controller = func(ctx context.Context) ([]byte, error) {
 			b, evs, err := s.ctrl.SaveState(ctx)
 			for _, e := range evs {

@@ -198,6 +198,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				return res, fmt.Errorf("plan window %d: %w", window, err)
 			}
 			planEvents = frozenEvents(evs)
+			for _, n := range o.Controller.Notices() {
+				o.Log.Warn().Int("window", window).Msg(n)
+			}
 			if msg, err = plan.MarshalBinary(); err != nil {
 				return res, fmt.Errorf("encode plan of window %d: %w", window, err)
 			}

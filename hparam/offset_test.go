@@ -93,7 +93,7 @@ func TestOffsetParabolaMovesToVertex(t *testing.T) {
 
 func TestOffsetClipAndMomentum(t *testing.T) {
 	e := constLR(t, `, "beta": 0.5, "lambda": 2, "clip": 1`)
-	span := math.Log(2) // the largest |x_r| of a multiplicative spread of 0.5, |log 0.5|
+	span := math.Log(2)                                // the largest |x_r| of a multiplicative spread of 0.5, |log 0.5|
 	down := func(x float64) float64 { return 1 + 5*x } // straight: the best rank's x, -span
 	var u, v float64
 	for k := range 3 {

@@ -20,8 +20,7 @@ type RunShape struct {
 	TotalSteps  int    // S
 	WindowSteps int    // T
 	Seed        uint64 // seeds the permutations and, derived, each explorer
-	// Probe: the workload can evaluate the probe signal (Setup.Probe).
-	Probe bool
+	Probe       bool   // the workload can evaluate the probe signal (Setup.Probe)
 }
 
 // NamedExplorer is one explored hyperparameter: the instance name the

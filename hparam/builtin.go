@@ -29,17 +29,20 @@ type builtinKind struct {
 var builtinKinds = map[string]builtinKind{
 	BuiltinLR: {
 		desc: Descriptor{Name: BuiltinLR, Version: BuiltinVersion, Hyperparameter: "lr", Scale: Log,
-			Bounds: Bounds{1e-8, 10}, Spread: Spread{Multiplicative, 0.5}},
+			Bounds: Bounds{1e-8, 10}, Spread: Spread{Multiplicative, 0.5},
+			ExampleConfig: []byte(`{"schedule": {"max_lr": 0.003}}`)},
 		scheduleKind: KindOneCycle,
 	},
 	BuiltinDropout: {
 		desc: Descriptor{Name: BuiltinDropout, Version: BuiltinVersion, Hyperparameter: "dropout", Scale: Linear,
-			Bounds: Bounds{0, 0.9}, Spread: Spread{Additive, 1.0 / 9}},
+			Bounds: Bounds{0, 0.9}, Spread: Spread{Additive, 1.0 / 9},
+			ExampleConfig: []byte(`{"schedule": 0.1}`)},
 		scheduleKind: KindConstant,
 	},
 	BuiltinWeightDecay: {
 		desc: Descriptor{Name: BuiltinWeightDecay, Version: BuiltinVersion, Hyperparameter: "weight_decay", Scale: Log,
-			Bounds: Bounds{0, 1}, Spread: Spread{Geometric, 1.0 / 9}},
+			Bounds: Bounds{0, 1}, Spread: Spread{Geometric, 1.0 / 9},
+			ExampleConfig: []byte(`{"schedule": 0.01}`)},
 		scheduleKind: KindConstant,
 	},
 }
@@ -54,7 +57,8 @@ var builtinKinds = map[string]builtinKind{
 //	  "spread": {
 //	    "kind": "multiplicative", // multiplicative | additive | geometric
 //	    "alpha": 0.5,             // >= 0 (< 1 multiplicative)
-//	    "narrow_from": 0.3,       // fraction of the run where alpha starts shrinking linearly...
+//	    "narrow_from": 0.3,       // fraction of the run where alpha starts shrinking linearly
+//	                              // (offset form; paper form or auto off: 1, no narrowing)...
 //	    "narrow_to": 1,           // ...to reach alpha_end here; 0 <= narrow_from <= narrow_to <= 1
 //	    "alpha_end": 0            // alpha from narrow_to on
 //	  },
@@ -254,14 +258,21 @@ func (b *builtin) parse(s Setup) (parsedConfig, error) {
 		}
 	}
 	d := b.kind.desc
-	if p.spread, p.narrow, err = spreadConfig(d.Spread, ss); err != nil {
+	if err := p.autoConfig(as); err != nil {
 		return p, err
 	}
+	// Narrowing is revision 2's: it spends the end of the run on the answer
+	// the offset form found, so without it the spread keeps its width.
+	narrow := DefaultNarrowing
+	if !p.autoOn || p.auto.Form == FormPaper {
+		narrow = Narrowing{From: 1, To: 1, AlphaEnd: -1}
+	}
+	if p.spread, p.narrow, err = spreadConfig(d.Spread, ss, narrow); err != nil {
+		return p, err
+	}
+	p.auto.LogSpace = p.spread.Kind == Geometric
 	p.bounds = Bounds{orFloat(bs.Lower, d.Bounds.Lower), orFloat(bs.Upper, d.Bounds.Upper)}
 	if err := p.bounds.Validate(); err != nil {
-		return p, err
-	}
-	if err := p.autoConfig(as); err != nil {
 		return p, err
 	}
 	// The schedule must cover every step it gives a value for: all of them
@@ -277,8 +288,9 @@ func (b *builtin) parse(s Setup) (parsedConfig, error) {
 	return p, nil
 }
 
-// spreadConfig applies the "spread" block to the explorer's default.
-func spreadConfig(def Spread, ss SpreadSpec) (Spread, Narrowing, error) {
+// spreadConfig applies the "spread" block to the explorer's default spread
+// and narrowing (an AlphaEnd < 0 there means alpha itself).
+func spreadConfig(def Spread, ss SpreadSpec, defNarrow Narrowing) (Spread, Narrowing, error) {
 	sp := def
 	if ss.Kind != nil {
 		sp.Kind = *ss.Kind
@@ -287,8 +299,11 @@ func spreadConfig(def Spread, ss SpreadSpec) (Spread, Narrowing, error) {
 	if err := sp.Validate(); err != nil {
 		return sp, Narrowing{}, err
 	}
-	n := Narrowing{From: orFloat(ss.NarrowFrom, DefaultNarrowing.From), To: orFloat(ss.NarrowTo, DefaultNarrowing.To),
-		AlphaEnd: orFloat(ss.AlphaEnd, DefaultNarrowing.AlphaEnd)}
+	if defNarrow.AlphaEnd < 0 {
+		defNarrow.AlphaEnd = sp.Alpha
+	}
+	n := Narrowing{From: orFloat(ss.NarrowFrom, defNarrow.From), To: orFloat(ss.NarrowTo, defNarrow.To),
+		AlphaEnd: orFloat(ss.AlphaEnd, defNarrow.AlphaEnd)}
 	if !(n.From >= 0 && n.From <= n.To && n.To <= 1) {
 		return sp, n, fieldErr("spread.narrow_from", "narrow_from %v and narrow_to %v must satisfy 0 <= narrow_from <= narrow_to <= 1", n.From, n.To)
 	}
@@ -334,7 +349,6 @@ func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	if as.Estimator != nil {
 		c.Estimator = *as.Estimator
 	}
-	c.LogSpace = p.spread.Kind == Geometric
 	p.auto = c
 	return c.Validate()
 }

@@ -34,6 +34,8 @@ func TestBuiltinDescribe(t *testing.T) {
 			wantAlpha = 0.5
 		}
 		assert.InDelta(t, wantAlpha, d.Spread.Alpha, 1e-17)
+		_, err = initBuiltin(t, kind, string(d.ExampleConfig), setup4)
+		assert.NoError(t, err, "the example config is accepted")
 	}
 	_, err := NewBuiltinExplorer("momentum")
 	assert.ErrorIs(t, err, ErrInvalid)

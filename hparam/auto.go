@@ -57,6 +57,10 @@ type AutoConfig struct {
 	// Until is the fraction of the run after which the offset stops
 	// moving (offset form), in (0, 1].
 	Until float64
+	// Guard is the warm-up guard's threshold (offset form) as a fraction
+	// of the spread's half-width in scale space: while the schedule rises,
+	// v <= -Guard*max|x_r| holds the next window's base; 0 turns it off.
+	Guard float64
 	// LogSpace (paper form) takes hbar and htilde as geometric means (exp
 	// of the mean of log h). A geometric spread is symmetric in log h, not
 	// in h: its arithmetic mean lies above the base (by 37% at alpha = 2,
@@ -88,7 +92,7 @@ func DefaultAutoConfig(form Form) AutoConfig {
 			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1}
 	}
 	return AutoConfig{Form: FormOffset, Signal: SignalProbe, Estimator: EstimatorQuadratic, Clip: 1.5,
-		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1}
+		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 1}
 }
 
 func oneOf[T ~string](field string, v T, allowed ...T) error {
@@ -128,6 +132,9 @@ func (c AutoConfig) Validate() error {
 	}
 	if math.IsNaN(c.Lambda) || math.IsInf(c.Lambda, 0) || c.Lambda < 0 {
 		return fieldErr("auto.lambda", "must be a finite number >= 0, got %v", c.Lambda)
+	}
+	if math.IsNaN(c.Guard) || math.IsInf(c.Guard, 0) || c.Guard < 0 {
+		return fieldErr("auto.guard", "must be a finite number >= 0 (0: no warm-up guard), got %v", c.Guard)
 	}
 	if math.IsNaN(c.Until) || c.Until <= 0 || c.Until > 1 {
 		return fieldErr("auto.until", "must be a fraction of the run in (0, 1], got %v", c.Until)

@@ -69,6 +69,7 @@ var builtinKinds = map[string]builtinKind{
 //	    "start": 0,        // first step whose window boundary may update; default offset: 0,
 //	                       // paper: the schedule's warm-up end (OneCycle: int(pct_start*total_steps))
 //	    "until": 1,        // offset: fraction of the run after which u stops moving, (0, 1]
+//	    "guard": 1,        // offset: warm-up guard threshold, a fraction of the spread's half-width; 0: off
 //	    "signal": "probe", // probe (train where the workload cannot probe) | train; paper default: train
 //	    "estimator": "quadratic", // quadratic | softmax; paper: softmax only
 //	    "clip":    1.5,    // quadratic: |x*| <= clip * the spread's half-width in scale space
@@ -121,6 +122,7 @@ type AutoSpec struct {
 	Form      *Form      `json:"form"`
 	Start     *int       `json:"start"`
 	Until     *float64   `json:"until"`
+	Guard     *float64   `json:"guard"`
 	Signal    *Signal    `json:"signal"`
 	Estimator *Estimator `json:"estimator"`
 	Clip      *float64   `json:"clip"`
@@ -339,7 +341,7 @@ func (p *parsedConfig) autoConfig(as AutoSpec) error {
 		return fieldErr("auto.start", "must be >= 0, got %d", p.autoStart)
 	}
 	c.Sigma, c.Beta, c.Lambda = orFloat(as.Sigma, c.Sigma), orFloat(as.Beta, c.Beta), orFloat(as.Lambda, c.Lambda)
-	c.Clip, c.Until = orFloat(as.Clip, c.Clip), orFloat(as.Until, c.Until)
+	c.Clip, c.Until, c.Guard = orFloat(as.Clip, c.Clip), orFloat(as.Until, c.Until), orFloat(as.Guard, c.Guard)
 	if as.SigmaMode != nil {
 		c.SigmaMode = *as.SigmaMode
 	}
@@ -572,7 +574,7 @@ func (b *builtin) guardAndClamp(k int, span float64) error {
 	if err != nil {
 		return err
 	}
-	if rise := toScale(sc, s1) - toScale(sc, s0); rise > 0 && span > 0 && b.off.V <= -span {
+	if rise := toScale(sc, s1) - toScale(sc, s0); rise > 0 && span > 0 && b.cfg.Guard > 0 && b.off.V <= -b.cfg.Guard*span {
 		b.off.U -= rise
 		b.off.Held = true
 		s0 = s1

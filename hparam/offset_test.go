@@ -243,3 +243,24 @@ func TestPaperFormPinned(t *testing.T) {
 		}
 	}
 }
+
+// auto.guard scales the guard's threshold; 0 turns it off.
+func TestOffsetGuardThreshold(t *testing.T) {
+	cfg := func(guard string) string {
+		return `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train", "guard": ` + guard + `}}`
+	}
+	vertex := func(x float64) float64 { return (x + 0.4) * (x + 0.4) } // inside the spread, below half its width
+	for _, tc := range []struct {
+		guard string
+		held  bool
+	}{{"1", false}, {"0.5", true}, {"0", false}} {
+		e, err := initBuiltin(t, BuiltinLR, cfg(tc.guard), lrSetup)
+		require.NoError(t, err)
+		window(t, e, 0, vertex)
+		wp, _ := window(t, e, 1, vertex)
+		assert.Equal(t, tc.held, wp.Base[0] == wp.Base[9], "guard %s", tc.guard)
+	}
+	_, err := initBuiltin(t, BuiltinLR, cfg("-1"), lrSetup)
+	assert.ErrorContains(t, err, "auto.guard")
+}

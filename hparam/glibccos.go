@@ -4,18 +4,18 @@ import "math"
 
 // Cos is the C library's cos, bit for bit: a Go port of glibc's
 // double-precision __cos (sysdeps/ieee754/dbl-64/s_sin.c, branred.c,
-// usncs.h, branred.h and the sincostab table; glibc 2.28 to 2.36 at least),
-// as glibc builds it for x86-64 CPUs with FMA (__cos_fma, which its ifunc
-// picks on every such CPU) and as GCC builds it where it contracts a*b+c by
-// default (aarch64): the places where that build fuses a multiply-add are
-// math.FMA here, every other product is rounded on its own (float64()
-// forbids Go's own fusing). Why: PyTorch's OneCycleLR anneals with Python's
-// math.cos, which is this function, and Go's math.Cos differs from it in
-// the last bits for some arguments (issue 15).
+// usncs.h, branred.h and the sincostab table; constants and table checked
+// against glibc 2.36's libm) as glibc builds it for x86-64 CPUs with FMA
+// (__cos_fma, which it picks on every such CPU): where that build fuses a
+// multiply-add the port calls math.FMA, and every other product is rounded
+// on its own (float64() forbids Go's own fusing). Why: PyTorch's OneCycleLR
+// anneals with Python's math.cos, which is this function, and Go's math.Cos
+// differs from it in the last bits for some arguments (issue 15). glibc's
+// build without FMA (older x86-64 CPUs) may differ from both in the last bit.
 //
-// Licence: the port derives from the IBM Accurate Mathematical Library in
-// glibc, (C) 2001-2022 Free Software Foundation, Inc., under the GNU
-// Lesser General Public License 2.1 or later; this file stays under that
+// Licence: this file is a port of the IBM Accurate Mathematical Library in
+// glibc, Copyright (C) 2001-2022 Free Software Foundation, Inc., under the
+// GNU Lesser General Public License 2.1 or later, and stays under that
 // licence.
 func Cos(x float64) float64 {
 	k := uint32(math.Float64bits(x)>>32) & 0x7fffffff

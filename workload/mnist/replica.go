@@ -264,22 +264,21 @@ func (r *Replica) EvaluateShard(ctx context.Context, shard, shards int) (lossSum
 		return 0, 0, 0, ErrNoTestSet
 	}
 	lo, hi := shard*test.N/shards, (shard+1)*test.N/shards
-	if hi == lo {
-		return 0, 0, 0, nil
+	sum, c, err := r.evalOn(ctx, r.layers, test, hi-lo, func(k int) int { return lo + k })
+	if err != nil {
+		return 0, 0, 0, err
 	}
-	loss, c, err := r.evalOn(ctx, r.layers, test, hi-lo, func(k int) int { return lo + k })
-	return loss * float64(hi-lo), float64(c), float64(hi - lo), err
+	return sum, float64(c), float64(hi - lo), nil
 }
 
 // evalOn runs layers in eval mode over n examples of d (the k-th being
-// idx(k)) in chunks of min(evalBatch, n), and returns the mean cross-entropy
-// and the count of correct argmaxes.
-func (r *Replica) evalOn(ctx context.Context, layers []layer, d *Dataset, n int, idx func(k int) int) (loss float64, correct int, err error) {
-	chunk := min(evalBatch, n)
+// idx(k)) in chunks of min(evalBatch, n), and returns the summed
+// cross-entropy and the count of correct argmaxes.
+func (r *Replica) evalOn(ctx context.Context, layers []layer, d *Dataset, n int, idx func(k int) int) (lossSum float64, correct int, err error) {
+	chunk := max(1, min(evalBatch, n))
 	if r.eval == nil || r.eval.batch < chunk {
 		r.eval = newWorkspace(r.layers, chunk)
 	}
-	var total float64
 	for lo := 0; lo < n; lo += chunk {
 		if err := ctx.Err(); err != nil {
 			return 0, 0, err
@@ -287,8 +286,8 @@ func (r *Replica) evalOn(ctx context.Context, layers []layer, d *Dataset, n int,
 		m := min(chunk, n-lo)
 		r.eval.load(d, m, func(k int) int { return idx(lo + k) })
 		l, c := forward(layers, r.eval, m, 0, 0, nil, false)
-		total += l * float64(m)
+		lossSum += l * float64(m)
 		correct += c
 	}
-	return total / float64(n), correct, nil
+	return lossSum, correct, nil
 }

@@ -75,7 +75,7 @@ func startFake(t *testing.T, mode string, opts Options) (*Worker, error) {
 		opts.WorldSize = 1
 	}
 	if opts.SyncMode == "" {
-		opts.SyncMode = SyncLocal
+		opts.SyncMode = engine.SyncLocal
 	}
 	opts.Command = []string{os.Args[0]}
 	opts.Env = append(opts.Env, "BRIDGE_FAKE_WORKER="+mode)
@@ -120,7 +120,7 @@ func TestBadDoneIsProtocolError(t *testing.T) {
 func TestEnvironment(t *testing.T) {
 	t.Setenv("RANK", "77") // inherited values must not leak through
 	t.Setenv("MASTER_PORT", "1")
-	_, err := startFake(t, "env", Options{Rank: 1, WorldSize: 3, LocalRank: 1, SyncMode: SyncGradients,
+	_, err := startFake(t, "env", Options{Rank: 1, WorldSize: 3, LocalRank: 1, SyncMode: engine.SyncGradients,
 		MasterPort: 29555, GPU: "1", Env: []string{"EXTRA=x"}})
 	require.ErrorIs(t, err, ErrWorker)
 	for _, kv := range []string{"HDET_RANK=1", "HDET_WORLD_SIZE=3", "HDET_LOCAL_RANK=1", "HDET_SYNC_MODE=gradients",
@@ -128,7 +128,7 @@ func TestEnvironment(t *testing.T) {
 		assert.Contains(t, err.Error(), kv)
 	}
 
-	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, SyncMode: SyncLocal})
+	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, SyncMode: engine.SyncLocal})
 	require.ErrorIs(t, err, ErrWorker)
 	assert.Contains(t, err.Error(), "HDET_SYNC_MODE=local")
 	assert.NotContains(t, err.Error(), "RANK=77", "local mode: no torch.distributed variables, so no DDP")
@@ -137,12 +137,12 @@ func TestEnvironment(t *testing.T) {
 
 func TestOptionsValidation(t *testing.T) {
 	for name, o := range map[string]Options{
-		"no command":   {WorldSize: 1, SyncMode: SyncLocal},
-		"bad rank":     {Command: []string{"x"}, Rank: 4, WorldSize: 4, SyncMode: SyncLocal},
+		"no command":   {WorldSize: 1, SyncMode: engine.SyncLocal},
+		"bad rank":     {Command: []string{"x"}, Rank: 4, WorldSize: 4, SyncMode: engine.SyncLocal},
 		"bad mode":     {Command: []string{"x"}, WorldSize: 1, SyncMode: "diloco"},
-		"no port":      {Command: []string{"x"}, WorldSize: 2, SyncMode: SyncGradients},
-		"bad timeout":  {Command: []string{"x"}, WorldSize: 1, SyncMode: SyncLocal, Timeout: -1},
-		"neg local rk": {Command: []string{"x"}, WorldSize: 1, SyncMode: SyncLocal, LocalRank: -1},
+		"no port":      {Command: []string{"x"}, WorldSize: 2, SyncMode: engine.SyncGradients},
+		"bad timeout":  {Command: []string{"x"}, WorldSize: 1, SyncMode: engine.SyncLocal, Timeout: -1},
+		"neg local rk": {Command: []string{"x"}, WorldSize: 1, SyncMode: engine.SyncLocal, LocalRank: -1},
 	} {
 		_, err := Start(context.Background(), o)
 		assert.ErrorIs(t, err, ErrOptions, name)

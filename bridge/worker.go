@@ -34,12 +34,6 @@ import (
 	"github.com/hdet-dev/hdet/engine"
 )
 
-// Sync modes (DESIGN §1).
-const (
-	SyncGradients = "gradients" // the script's own DDP all-reduces gradients every step
-	SyncLocal     = "local"     // no communication inside a window; optimizer state is averaged too
-)
-
 // DefaultTimeout bounds the wait for any one message, a whole window's
 // training included.
 const DefaultTimeout = 10 * time.Minute
@@ -64,8 +58,10 @@ type Options struct {
 	MasterAddr string // default 127.0.0.1
 	MasterPort int
 
-	GPU      string // CUDA_VISIBLE_DEVICES for the worker; "" leaves it as inherited
-	SyncMode string // SyncGradients or SyncLocal
+	GPU string // CUDA_VISIBLE_DEVICES for the worker; "" leaves it as inherited
+	// SyncMode: in gradients mode the script's own DDP all-reduces gradients
+	// every step; in local mode its optimizer state is averaged too.
+	SyncMode engine.SyncMode
 
 	Dir          string        // where the socket is created; default a fresh temporary folder
 	Timeout      time.Duration // per message once started; default DefaultTimeout
@@ -148,9 +144,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: rank %d of world size %d", ErrOptions, o.Rank, o.WorldSize)
 	case o.LocalRank < 0:
 		return fmt.Errorf("%w: local rank %d", ErrOptions, o.LocalRank)
-	case o.SyncMode != SyncGradients && o.SyncMode != SyncLocal:
-		return fmt.Errorf("%w: sync mode %q (allowed: %s, %s)", ErrOptions, o.SyncMode, SyncGradients, SyncLocal)
-	case o.SyncMode == SyncGradients && o.WorldSize > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
+	case !slices.Contains(engine.SyncModes, o.SyncMode):
+		return fmt.Errorf("%w: sync mode %q (allowed: %s, %s)", ErrOptions, o.SyncMode, engine.SyncLocal, engine.SyncGradients)
+	case o.SyncMode == engine.SyncGradients && o.WorldSize > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
 		return fmt.Errorf("%w: gradients mode needs MasterPort in 1..65535, got %d", ErrOptions, o.MasterPort)
 	case o.Timeout < 0 || o.StartTimeout < 0:
 		return fmt.Errorf("%w: negative timeout", ErrOptions)
@@ -231,7 +227,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return w.fail("starting", err)
 	}
 	welcome := &message{
-		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: o.SyncMode,
+		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: string(o.SyncMode),
 		Buffer: &BufferSpec{Kind: BufferSHM, Path: w.shm.path(), Floats: len(w.shm.data)},
 	}
 	if err := w.send(welcome, nil); err != nil {
@@ -255,10 +251,10 @@ func (o *Options) environ(sock string) []string {
 		"HDET_RANK":       strconv.Itoa(o.Rank),
 		"HDET_WORLD_SIZE": strconv.Itoa(o.WorldSize),
 		"HDET_LOCAL_RANK": strconv.Itoa(o.LocalRank),
-		"HDET_SYNC_MODE":  o.SyncMode,
+		"HDET_SYNC_MODE":  string(o.SyncMode),
 	}
 	drop := []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
-	if o.SyncMode == SyncGradients {
+	if o.SyncMode == engine.SyncGradients {
 		set["RANK"] = strconv.Itoa(o.Rank)
 		set["WORLD_SIZE"] = strconv.Itoa(o.WorldSize)
 		set["LOCAL_RANK"] = strconv.Itoa(o.LocalRank)
@@ -320,7 +316,7 @@ func (w *Worker) checkHello(m *message) error {
 	switch {
 	case h.ParamCount <= 0 || h.StateCount < 0:
 		return fmt.Errorf("%w: HELLO with %d parameters and %d floats of optimizer state", ErrProtocol, h.ParamCount, h.StateCount)
-	case h.StateCount > 0 && w.opts.SyncMode != SyncLocal:
+	case h.StateCount > 0 && w.opts.SyncMode != engine.SyncLocal:
 		return fmt.Errorf("%w: HELLO with optimizer state in %s mode", ErrProtocol, w.opts.SyncMode)
 	case h.Dtype != "float32":
 		return fmt.Errorf("%w: HELLO with buffer dtype %q (want float32)", ErrProtocol, h.Dtype)
@@ -483,7 +479,7 @@ func (w *Worker) SyncBuffer(withOptimizer bool) []float32 {
 	if w.closed || w.shm == nil {
 		return nil
 	}
-	if withOptimizer && w.opts.SyncMode == SyncLocal {
+	if withOptimizer && w.opts.SyncMode == engine.SyncLocal {
 		return w.shm.data
 	}
 	return w.shm.data[:w.hello.ParamCount]
@@ -491,7 +487,7 @@ func (w *Worker) SyncBuffer(withOptimizer bool) []float32 {
 
 // load is the load request of PLAN, EVAL and STOP.
 func (w *Worker) load(m *message) *message {
-	m.Load, m.LoadOptimizer = true, w.opts.SyncMode == SyncLocal
+	m.Load, m.LoadOptimizer = true, w.opts.SyncMode == engine.SyncLocal
 	return m
 }
 

@@ -26,7 +26,7 @@ type started struct {
 	out *testenv.SyncBuffer
 }
 
-func pythonOptions(t *testing.T, mode string, args ...string) Options {
+func pythonOptions(t *testing.T, mode engine.SyncMode, args ...string) Options {
 	pkg, err := filepath.Abs("../python")
 	require.NoError(t, err)
 	return Options{
@@ -60,7 +60,7 @@ func plan(k, steps int) engine.Values {
 }
 
 func TestWorkerTrainsWindows(t *testing.T) {
-	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "12"))
+	w := startPython(t, pythonOptions(t, engine.SyncLocal, "--steps", "12"))
 	assert.ElementsMatch(t, []string{"lr", "weight_decay", "momentum", "temperature",
 		"lr/body", "lr/head", "weight_decay/body", "weight_decay/head"}, w.Hyperparameters())
 	const params = 8*4 + 4 + 4 + 1
@@ -114,7 +114,7 @@ func TestWorkerTrainsWindows(t *testing.T) {
 }
 
 func TestWorkerRejectsBadPlans(t *testing.T) {
-	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "4"))
+	w := startPython(t, pythonOptions(t, engine.SyncLocal, "--steps", "4"))
 	ctx := context.Background()
 	for name, v := range map[string]engine.Values{
 		"unknown name": {"beta3": {1, 1}},
@@ -134,7 +134,7 @@ func TestWorkerRejectsBadPlans(t *testing.T) {
 }
 
 func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
-	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "6", "--optimizer", "adamw"))
+	w := startPython(t, pythonOptions(t, engine.SyncLocal, "--steps", "6", "--optimizer", "adamw"))
 	ctx := context.Background()
 	res, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 3})
 	require.NoError(t, err)
@@ -154,7 +154,7 @@ func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
 }
 
 func TestWorkerKilledMidWindow(t *testing.T) {
-	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "12", "--die-at-step", "6"))
+	w := startPython(t, pythonOptions(t, engine.SyncLocal, "--steps", "12", "--die-at-step", "6"))
 	ctx := context.Background()
 	_, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4, V: plan(0, 4)})
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestWorkerKilledMidWindow(t *testing.T) {
 }
 
 func TestWorkerRaisesMidWindow(t *testing.T) {
-	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8", "--fail-at-step", "2"))
+	w := startPython(t, pythonOptions(t, engine.SyncLocal, "--steps", "8", "--fail-at-step", "2"))
 	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4})
 	require.ErrorIs(t, err, ErrExited)
 	assert.Contains(t, err.Error(), "exit status 1")
@@ -180,7 +180,7 @@ func TestWorkerRaisesMidWindow(t *testing.T) {
 }
 
 func TestWorkerHangs(t *testing.T) {
-	opts := pythonOptions(t, SyncLocal, "--steps", "8", "--hang-at-step", "1")
+	opts := pythonOptions(t, engine.SyncLocal, "--steps", "8", "--hang-at-step", "1")
 	opts.Timeout = 2 * time.Second
 	w := startPython(t, opts)
 	pid := w.PID()
@@ -207,7 +207,7 @@ func TestWorkerGradientsMode(t *testing.T) {
 		wg.Add(1)
 		go func() { // both must start together: DDP's rendezvous waits for all ranks
 			defer wg.Done()
-			opts := pythonOptions(t, SyncGradients, "--steps", "8")
+			opts := pythonOptions(t, engine.SyncGradients, "--steps", "8")
 			opts.Rank, opts.WorldSize, opts.MasterPort = r, 2, port
 			out := &testenv.SyncBuffer{}
 			opts.Stdout, opts.Stderr = out, out
@@ -275,7 +275,7 @@ func BenchmarkWindow(b *testing.B) {
 			require.NoError(b, err)
 			w, err := Start(context.Background(), Options{
 				Command:   []string{testenv.Python, "testdata/worker.py", "--steps", "100000000"},
-				WorldSize: 1, SyncMode: SyncLocal, Env: []string{"PYTHONPATH=" + pkg}, Stdout: io.Discard, Stderr: io.Discard,
+				WorldSize: 1, SyncMode: engine.SyncLocal, Env: []string{"PYTHONPATH=" + pkg}, Stdout: io.Discard, Stderr: io.Discard,
 			})
 			require.NoError(b, err)
 			defer w.Close()

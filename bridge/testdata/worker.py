@@ -17,6 +17,7 @@ ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
 ap.add_argument("--die-at-step", type=int, default=-1)
 ap.add_argument("--hang-at-step", type=int, default=-1)
 ap.add_argument("--fail-at-step", type=int, default=-1)
+ap.add_argument("--fail-after-stop", action="store_true", help="exit 3 once the run is over (after hdet's STOP)")
 args = ap.parse_args()
 
 torch.manual_seed(0)
@@ -64,3 +65,5 @@ for step in range(args.steps):
     opt.step()
     sched.step(loss)
 print("worker.py finished %d steps" % args.steps, flush=True)
+if args.fail_after_stop:
+    sys.exit(3)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/checkpoint"
+	"github.com/hdet-dev/hdet/internal/testenv"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
@@ -116,4 +118,34 @@ func TestResumeRefusesAnIncompatibleConfig(t *testing.T) {
 	_, _, err = run(t, dir, "run.checkpoint_minutes=5", "run.keep=4")
 	assert.NoError(t, err, "what may change on resume")
 	assert.False(t, errors.Is(err, ErrPeerFailed))
+}
+
+// A PyTorch worker that fails while finishing (after STOP) fails the run,
+// on the rank it ran on, so hdet exits non-zero; one that finishes cleanly
+// does not.
+func TestWorkerFailingAfterStopFailsTheRun(t *testing.T) {
+	testenv.NeedTorch(t)
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	t.Setenv("PYTHONPATH", filepath.Join(root, "python"))
+	script := filepath.Join(root, "bridge", "testdata", "worker.py")
+	for _, fail := range []bool{false, true} {
+		cmd := []string{testenv.Python, script, "--steps", "20"}
+		if fail {
+			cmd = append(cmd, "--fail-after-stop")
+		}
+		dir := filepath.Join(t.TempDir(), "run")
+		o, err := Run(context.Background(), Options{World: solo{}, Out: io.Discard, Log: zerolog.Nop(),
+			Config: []byte("train: {steps: 20, window: 10}\nrun: {progress: none}\n"), Sets: []string{"run.dir=" + dir},
+			Worker: cmd, AllreducePath: "host", Host: func() (string, error) { return "localhost", nil }, Abort: func(int) {}})
+		if !fail {
+			require.NoError(t, err)
+			assert.Equal(t, 20, o.Result.Steps)
+			continue
+		}
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "worker: ")
+		assert.Contains(t, err.Error(), "finishing after STOP")
+		assert.False(t, Agreed(err), "a failure on one rank: the job is aborted, never exit 0")
+	}
 }

@@ -61,7 +61,7 @@ func (s *session) startWorker(ctx context.Context) error {
 	}
 	wk, err := bridge.Start(ctx, bridge.Options{
 		Command: s.o.Worker, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(),
-		MasterAddr: host, MasterPort: port, GPU: s.workerGPU(), SyncMode: string(s.sync),
+		MasterAddr: host, MasterPort: port, GPU: s.workerGPU(), SyncMode: s.sync,
 	})
 	if err != nil {
 		return err

@@ -70,7 +70,7 @@ bench-pytorch: build data
 	scripts/deps.sh torch
 	$(GO) test -run XXX -bench BenchmarkPyTorchOverhead -benchtime 3x ./tests
 
-# Regenerates plugins/proto with pinned generators.
+# Regenerates plugins/contract/proto with pinned generators.
 proto:
 	scripts/deps.sh protoc
 	sh scripts/gen-proto.sh

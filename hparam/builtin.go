@@ -139,7 +139,7 @@ func NewBuiltinExplorer(kind string) (Explorer, error) {
 	return &builtin{kind: k}, nil
 }
 
-func (b *builtin) Describe(context.Context) (Descriptor, error) { return b.kind.desc, nil }
+func (b *builtin) Describe(context.Context) (Descriptor, error) { return withExample(b.kind.desc), nil }
 
 func checkSetup(s Setup) error {
 	if s.Ranks < 1 || s.TotalSteps < 1 || s.WindowSteps < 1 || s.WindowSteps > MaxWindowSteps {

@@ -355,17 +355,18 @@ func TestPluginsListAndCheck(t *testing.T) {
 		assert.Regexp(t, fmt.Sprintf(`(?m)^%s +\S+ +\S+ +%s +%s$`, name, sum, path), out)
 	}
 
-	configs := map[string]string{
-		"lr":              `{"schedule":{"max_lr":0.01}}`,
-		"dropout":         `{"schedule":0.1}`,
-		"weight-decay":    `{"schedule":0.01}`,
-		"label-smoothing": `{}`,
-	}
-	for name, cfg := range configs {
-		out, code := runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", cfg, name)
+	// Every shipped explorer passes with no flags: it describes an example config.
+	for _, name := range []string{"lr", "dropout", "weight-decay", "label-smoothing"} {
+		out, code := runHdet(t, hdet, "plugins", "check", filepath.Join(dir, plugins.BinaryPrefix+name))
 		assert.Equal(t, 0, code, "%s:\n%s", name, out)
 		assert.Contains(t, out, "PASS:", name)
 	}
+	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"schedule":{"max_lr":0.5}}`, "lr")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, `config {"schedule":{"max_lr":0.5}}`, "--config replaces the example")
+	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"schedule":{}}`, "lr")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "max_lr")
 
 	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"fail_at_window":0,"fail_in":"observe","mode":"error"}`, "test")
 	assert.Equal(t, 1, code, out)
@@ -375,6 +376,20 @@ func TestPluginsListAndCheck(t *testing.T) {
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "not an executable")
 	requireGone(t, dir)
+}
+
+// TestExplorerBinariesLinkOnlyTheContract: an explorer binary links the SDK
+// and the contract, not the host's launcher, discovery and check.
+func TestExplorerBinariesLinkOnlyTheContract(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "./cmd/hdet-explorer-lr", "./cmd/hdet-explorer-dropout",
+		"./cmd/hdet-explorer-weight-decay", "./examples/explorer-label-smoothing")
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	deps := strings.Fields(string(out))
+	assert.Contains(t, deps, "github.com/hdet-dev/hdet/plugins/contract")
+	assert.NotContains(t, deps, "github.com/hdet-dev/hdet/plugins")
+	assert.NotContains(t, deps, "github.com/rs/zerolog", "the host's logging stays in the host")
 }
 
 // runHdet runs hdet and returns its combined output and exit code.

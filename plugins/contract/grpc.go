@@ -1,4 +1,4 @@
-package plugins
+package contract
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/plugins/proto"
+	"github.com/hdet-dev/hdet/plugins/contract/proto"
 )
 
 // ErrBadAnswer is returned by the gRPC client when an explorer's answer does

@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 )
 
 // settings are the sizes of the studies: the full run or the quick one.
@@ -270,5 +272,5 @@ func writeDoc(path string, h docHeader, tables map[int]*table) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
+	return atomicfile.Write(path, []byte(sb.String()))
 }

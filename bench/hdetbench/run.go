@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/report"
 )
@@ -81,7 +82,7 @@ func (rn *runner) run(ctx context.Context, name, config string, sets ...string) 
 	err := cmd.Run()
 	elapsed := time.Since(t0).Seconds()
 	if mkErr := os.MkdirAll(dir, 0o755); mkErr == nil {
-		_ = os.WriteFile(filepath.Join(dir, "hdetbench.log"), out.Bytes(), 0o644)
+		_ = atomicfile.Write(filepath.Join(dir, "hdetbench.log"), out.Bytes())
 	}
 	if err != nil {
 		return result{}, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(out.String(), 2000))

@@ -23,7 +23,8 @@ import (
 // on every way out: Kill (close, timeout, a failed handshake) and the
 // leader's own exit, whose zombie keeps the group's id from being reused
 // until the group is killed. hdet's death is covered twice: the kernel
-// kills the leader (Pdeathsig, from a thread that never exits), and the
+// sends the leader SIGTERM (Pdeathsig, from a thread that never exits),
+// which ends a wrapper shell or an explorer without the SDK, and the
 // lifeline pipe tells an SDK explorer, however deep behind wrapper scripts,
 // to end its group.
 type groupRunner struct {
@@ -62,7 +63,9 @@ func (r *groupRunner) Start(context.Context) error {
 	cmd.Env = append(r.env, contract.EnvLifeline+"="+strconv.Itoa(lifelineFD))
 	cmd.Stdout, cmd.Stderr = pipes[1], pipes[3]
 	cmd.ExtraFiles = []*os.File{pipes[4]}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// SIGTERM, not SIGKILL: an SDK explorer ignores it and ends its whole
+	// group through the lifeline, which a killed leader could not do.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	err := startOnForkThread(cmd)
 	closeAll([]*os.File{pipes[1], pipes[3], pipes[4]}) // the child's copies
 	if err != nil {
@@ -143,16 +146,19 @@ func (r *groupRunner) Diagnose(context.Context) string {
 			return fmt.Sprintf("%s is built for %s; this machine runs %s: rebuild it here", r.binary, f.Machine, runtime.GOARCH)
 		}
 	}
-	how := "it printed no handshake line on its stdout"
+	how := "its first line on stdout was not go-plugin's handshake"
 	select {
 	case <-r.exited:
 		how = fmt.Sprintf("it exited before its handshake (%v)", r.waitErr)
 	default:
 	}
-	return fmt.Sprintf("%s did not start as an hdet explorer: %s. An explorer calls sdk.Serve (go-plugin's Serve) first thing; "+
-		"a wrapper script must leave stdout to it and should start it with exec (exec /path/to/explorer \"$@\"); "+
-		"run by hand, an explorer says it is a plugin", r.binary, how)
+	return fmt.Sprintf("%s did not start as an hdet explorer: %s. %s", r.binary, how, startHint)
 }
+
+// startHint says what an explorer, or a script that wraps one, must do.
+const startHint = "An explorer calls sdk.Serve (go-plugin's Serve) first thing and writes nothing else to stdout; " +
+	"a wrapper script must not write to stdout either and should start the explorer with exec (exec /path/to/explorer \"$@\"); " +
+	"run by hand, an explorer says it is a plugin"
 
 // forkThread starts explorers from one OS thread that never exits. Linux
 // sends the Pdeathsig when the thread that forked the child ends, not the

@@ -139,7 +139,7 @@ func start(spec Spec, hl hclog.Logger) (*process, error) {
 	if err != nil {
 		client.Kill()
 		if time.Since(t0) >= deadline {
-			return nil, fmt.Errorf("start explorer %s: no go-plugin handshake within %s, so its process group was killed (an explorer must call sdk.Serve at start): %w", spec.Binary, deadline, err)
+			return nil, fmt.Errorf("start explorer %s: no go-plugin handshake within %s, so its process group was killed. %s: %w", spec.Binary, deadline, startHint, err)
 		}
 		return nil, fmt.Errorf("start explorer %s: %w", spec.Binary, err)
 	}

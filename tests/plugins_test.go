@@ -127,8 +127,15 @@ func (l *eventLog) kinds() []string {
 
 func openTest(t *testing.T, dir string, cfg string, timeout time.Duration) (*plugins.Explorer, *eventLog) {
 	t.Helper()
+	return openBinary(t, filepath.Join(dir, "hdet-explorer-test"), cfg, timeout)
+}
+
+// openBinary opens and initialises an explorer binary (or a wrapper of the
+// test explorer).
+func openBinary(t *testing.T, binary string, cfg string, timeout time.Duration) (*plugins.Explorer, *eventLog) {
+	t.Helper()
 	ev := &eventLog{}
-	x, err := plugins.Open(context.Background(), plugins.Spec{Name: "test", Binary: filepath.Join(dir, "hdet-explorer-test"), Timeout: timeout}, zerolog.Nop(), ev.add)
+	x, err := plugins.Open(context.Background(), plugins.Spec{Name: "test", Binary: binary, Timeout: timeout}, zerolog.Nop(), ev.add)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = x.Close() })
 	require.NoError(t, x.Init(context.Background(), hparam.Setup{Name: "test", Config: []byte(cfg), Ranks: 2, TotalSteps: 20, WindowSteps: 2, Seed: 1}))
@@ -297,15 +304,54 @@ func TestExplorerIgnoresGroupSignals(t *testing.T) {
 	assert.Equal(t, pid, x.Pid())
 }
 
+// wrappers writes two wrapper scripts for explorer into a directory of
+// their own, one that execs it and one that does not (so the shell stays
+// the group's leader with the explorer as its child).
+func wrappers(t *testing.T, explorer string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	w := map[string]string{}
+	for name, line := range map[string]string{"exec": "exec %q \"$@\"", "no exec": "%q \"$@\""} {
+		path := filepath.Join(dir, plugins.BinaryPrefix+strings.ReplaceAll(name, " ", "-"))
+		require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\n"+fmt.Sprintf(line, explorer)+"\n"), 0o755))
+		w[name] = path
+	}
+	return w
+}
+
+// readPID waits up to 10 s for a pid file a process writes.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
+			return pid
+		}
+		require.True(t, time.Now().Before(deadline), "no pid in %s", path)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// childConfig is the test explorer's config that makes it start a child
+// it never ends, and the file where the child's pid appears.
+func childConfig(t *testing.T) (string, string) {
+	file := filepath.Join(t.TempDir(), "child.pid")
+	return fmt.Sprintf(`{"child_pid_file":%q}`, file), file
+}
+
 func TestNoExplorerOutlivesItsHost(t *testing.T) {
 	dir := pluginDir(t)
 	host := buildBinary(t, "./plugins/internal/testhost")
 	explorer := filepath.Join(dir, "hdet-explorer-test")
+	wrap := wrappers(t, explorer)
 
 	// start runs the host in its own process group, as a shell runs a job,
-	// and returns it with its explorer's pid.
-	start := func(t *testing.T) (*exec.Cmd, int) {
-		cmd := exec.Command(host, explorer)
+	// and returns it with its explorer's pid and the pid of the child the
+	// explorer started.
+	start := func(t *testing.T, binary string) (*exec.Cmd, int, int) {
+		cfg, pidFile := childConfig(t)
+		cmd := exec.Command(host, binary, cfg)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -318,28 +364,96 @@ func TestNoExplorerOutlivesItsHost(t *testing.T) {
 		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "pid ")))
 		require.NoError(t, err, line)
 		require.True(t, alive(pid))
-		return cmd, pid
+		child := readPID(t, pidFile)
+		require.True(t, alive(child))
+		return cmd, pid, child
 	}
 
-	t.Run("normal end", func(t *testing.T) {
-		x, _ := openTest(t, dir, `{}`, 5*time.Second)
-		pid := x.Pid()
-		require.NoError(t, x.Close())
-		requireGone(t, dir, pid)
+	for _, binary := range []string{explorer, wrap["exec"], wrap["no exec"]} {
+		t.Run("normal end/"+filepath.Base(binary), func(t *testing.T) {
+			cfg, pidFile := childConfig(t)
+			x, _ := openBinary(t, binary, cfg, 5*time.Second)
+			base, err := window(x, 0)
+			require.NoError(t, err, "the explorer works through %s", binary)
+			assert.Equal(t, 1.0, base)
+			pid, child := x.Pid(), readPID(t, pidFile)
+			require.True(t, alive(child))
+			require.NoError(t, x.Close())
+			requireGone(t, dir, pid, child)
+		})
+	}
+	t.Run("the explorer's own exit", func(t *testing.T) {
+		cfg, pidFile := childConfig(t)
+		once := filepath.Join(t.TempDir(), "failed-once")
+		x, _ := openBinary(t, explorer, strings.TrimSuffix(cfg, "}")+fmt.Sprintf(`,"fail_at_window":0,"once_file":%q}`, once), 5*time.Second)
+		pid, child := x.Pid(), readPID(t, pidFile)
+		_, err := x.Plan(context.Background(), hparam.WindowRequest{Window: 0, Steps: 2})
+		require.NoError(t, err, "restarted once")
+		require.NotEqual(t, pid, x.Pid())
+		// The crashed explorer's child went with it (the restarted one lives on, so
+		// the plugin directory is not searched).
+		requireGone(t, t.TempDir(), pid, child)
 	})
 	t.Run("Ctrl-C to the process group", func(t *testing.T) {
-		cmd, pid := start(t)
+		cmd, pid, child := start(t, explorer)
 		require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
 		require.NoError(t, cmd.Wait(), "the host closes its explorer and exits 0")
-		requireGone(t, dir, pid)
+		requireGone(t, dir, pid, child)
 	})
-	t.Run("SIGKILL of the host", func(t *testing.T) {
-		cmd, pid := start(t)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		var exit *exec.ExitError
-		require.True(t, errors.As(cmd.Wait(), &exit))
-		requireGone(t, dir, pid)
-	})
+	for _, binary := range []string{explorer, wrap["exec"], wrap["no exec"]} {
+		t.Run("SIGKILL of the host/"+filepath.Base(binary), func(t *testing.T) {
+			cmd, pid, child := start(t, binary)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			var exit *exec.ExitError
+			require.True(t, errors.As(cmd.Wait(), &exit))
+			requireGone(t, dir, pid, child)
+		})
+	}
+}
+
+// TestExplorerThatNeverShakesHandsIsKilledWithItsChildren: a plugin that
+// hangs before the handshake while a child holds its stdout fails to open
+// at the handshake deadline with a message, and leaves no process behind.
+func TestExplorerThatNeverShakesHandsIsKilledWithItsChildren(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	script := filepath.Join(dir, "hdet-explorer-hang")
+	require.NoError(t, os.WriteFile(script, []byte(fmt.Sprintf("#!/bin/sh\nsleep 300 &\necho $$ $! > %q\nsleep 300\n", pids)), 0o755))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := plugins.Open(context.Background(), plugins.Spec{Name: "hang", Binary: script, Handshake: 2 * time.Second}, zerolog.Nop(), nil)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Open hangs past its 2 s handshake deadline")
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no go-plugin handshake within 2s")
+	assert.Contains(t, err.Error(), script)
+	b, rerr := os.ReadFile(pids)
+	require.NoError(t, rerr)
+	var leader, child int
+	_, serr := fmt.Sscan(string(b), &leader, &child)
+	require.NoError(t, serr)
+	requireGone(t, dir, leader, child)
+}
+
+// TestWrapperThatWritesToStdoutGetsAMessage: a wrapper that writes to
+// stdout before the explorer's handshake fails with a message that says
+// what to change, not go-plugin's guess about architectures.
+func TestWrapperThatWritesToStdoutGetsAMessage(t *testing.T) {
+	dir := pluginDir(t)
+	script := filepath.Join(t.TempDir(), "hdet-explorer-chatty")
+	require.NoError(t, os.WriteFile(script, []byte(fmt.Sprintf("#!/bin/sh\necho starting the explorer\nexec %q\n", filepath.Join(dir, "hdet-explorer-test"))), 0o755))
+	_, err := plugins.Open(context.Background(), plugins.Spec{Binary: script, Handshake: 10 * time.Second}, zerolog.Nop(), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exec /path/to/explorer")
+	assert.NotContains(t, err.Error(), "not compiled for this architecture")
+	requireGone(t, dir)
 }
 
 func TestPluginsListAndCheck(t *testing.T) {

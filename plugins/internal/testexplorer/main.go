@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
+	"strconv"
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/plugins/sdk"
@@ -23,6 +25,9 @@ type config struct {
 	FailIn   string `json:"fail_in"`        // "plan" (default) or "observe"
 	Mode     string `json:"mode"`           // "exit" (default), "error" or "hang"
 	OnceFile string `json:"once_file"`      // when set, fail only if this file does not exist yet, then create it
+	// ChildPIDFile: when set, Init starts a child process (sleep) that the
+	// explorer never ends, and writes its pid here; hdet must end it.
+	ChildPIDFile string `json:"child_pid_file"`
 }
 
 // state counts observed windows; Feedback.Base reports it so a test can see
@@ -54,6 +59,13 @@ func (x *explorer) Init(_ context.Context, s hparam.Setup) error {
 		if err := json.Unmarshal(s.Config, &x.cfg); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+	}
+	if x.cfg.ChildPIDFile != "" {
+		child := exec.Command("sleep", "300")
+		if err := child.Start(); err != nil {
+			return err
+		}
+		return os.WriteFile(x.cfg.ChildPIDFile, []byte(strconv.Itoa(child.Process.Pid)), 0o644)
 	}
 	return nil
 }

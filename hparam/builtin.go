@@ -206,6 +206,9 @@ func (b *builtin) Init(_ context.Context, s Setup) error {
 	if err := bounds.Validate(); err != nil {
 		return err
 	}
+	if err := admitSchedule(s.Name, sched, bounds); err != nil {
+		return err
+	}
 
 	ac := DefaultAutoConfig()
 	ac.Decay = b.kind.decay

@@ -171,7 +171,10 @@ func validDescriptor(d hparam.Descriptor) error {
 	case d.Scale != hparam.Linear && d.Scale != hparam.Log:
 		return fmt.Errorf("%w: scale %q is not linear or log", contract.ErrBadAnswer, d.Scale)
 	}
-	return validSpreadBounds(d.Spread, d.Bounds)
+	if err := validSpreadBounds(d.Spread, d.Bounds); err != nil {
+		return err
+	}
+	return hparam.AdmitBounds(d.Hyperparameter, d.Bounds)
 }
 
 func validPlan(p hparam.WindowPlan) error {

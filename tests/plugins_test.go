@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/plugins"
 )
 
@@ -504,6 +505,69 @@ func TestExplorerBinariesLinkOnlyTheContract(t *testing.T) {
 	assert.Contains(t, deps, "github.com/hdet-dev/hdet/plugins/contract")
 	assert.NotContains(t, deps, "github.com/hdet-dev/hdet/plugins")
 	assert.NotContains(t, deps, "github.com/rs/zerolog", "the host's logging stays in the host")
+}
+
+// admitRun is a short run with the lr explorer and a dropout explorer
+// block.
+func admitRun(dropout string) string {
+	return `
+workload: {hidden: [32], batch_size: 32}
+train: {steps: 60, window: 10, seed: 5}
+run: {progress: none}
+explorers:
+  - name: lr
+    plugin: hdet-explorer-lr
+    config: {schedule: {kind: onecycle, max_lr: 0.004}}
+  - name: dropout
+` + dropout + "\n"
+}
+
+// An explorer whose bounds or schedule leave what its hyperparameter admits
+// is refused before training, with exit 2 naming it, the field and what is
+// allowed; built-in or plugin.
+func TestExplorerOutsideTheAdmissibleRangeIsRefusedAtSetup(t *testing.T) {
+	hdet, dir := hdetBinaries(t)
+	data := mnistDir(t)
+	test := buildBinary(t, "./plugins/internal/testexplorer")
+	for _, tc := range []struct{ block, want string }{
+		{"    plugin: hdet-explorer-dropout\n    config: {schedule: 1.5, bounds: {upper: 2}}", "bounds.upper: 2 is outside what dropout admits, [0, 1)"},
+		{"    plugin: hdet-explorer-dropout\n    config: {schedule: 1.5}", "schedule: gives 1.5 at step 0, outside what dropout admits, [0, 1)"},
+		{"    plugin: " + test + "\n    config: {plan: {base: 0.1, bounds: [0, 2]}}", "bounds.upper: 2 is outside what dropout admits, [0, 1)"},
+	} {
+		cfg := filepath.Join(t.TempDir(), "cfg.yaml")
+		require.NoError(t, os.WriteFile(cfg, []byte(admitRun(tc.block)), 0o644))
+		out, code := runHdet(t, hdet, "run", cfg, "--run-dir", filepath.Join(t.TempDir(), "run"), "--plugin-dir", dir, "--set", "workload.data="+data)
+		assert.Equal(t, 2, code, out)
+		assert.Contains(t, lastLine(out), "dropout")
+		assert.Contains(t, lastLine(out), tc.want)
+		assert.NotContains(t, out, "rpc error")
+		assert.NotContains(t, out, "step 0 ", "refused before training")
+	}
+}
+
+// A plugin that plans values its hyperparameter does not admit mid-run is
+// clamped (a clamped event per window), then frozen; the run completes.
+func TestExplorerOutsideTheAdmissibleRangeMidRunIsClamped(t *testing.T) {
+	test := buildBinary(t, "./plugins/internal/testexplorer")
+	r := runHDET(t, 2, admitRun("    plugin: "+test+"\n    config: {plan: {base: 0.1, bounds: [0, 0.5]}, bad: {from: 2, base: -0.3, bounds: [-1, 2]}}"))
+	require.NoError(t, r.err, "the run completes with exit 0:\n%s", r.stderr)
+	r.end(t)
+	kinds := map[int][]string{}
+	for _, rec := range r.records(t) {
+		if rec.Type != metrics.TypeWindow {
+			continue
+		}
+		for _, v := range rec.Values["dropout"] {
+			assert.True(t, v >= 0 && v <= 0.5, "window %d: dropout %v", rec.Window, v)
+		}
+		for _, ev := range rec.Events {
+			if ev.Param == "dropout" {
+				kinds[rec.Window] = append(kinds[rec.Window], ev.Kind)
+				assert.Contains(t, ev.Message, "outside what dropout admits, [0, 1)")
+			}
+		}
+	}
+	assert.Equal(t, map[int][]string{2: {metrics.EventClamped}, 3: {metrics.EventClamped}, 4: {metrics.EventFrozen}}, kinds)
 }
 
 // runHdet runs hdet and returns its combined output and exit code.

@@ -125,7 +125,10 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 	br := bufio.NewReader(r)
 	var pending error // a bad line, forgiven only if it turns out to be the last
 	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
+		line, rerr := readLine(br)
+		if errors.Is(rerr, errLongLine) {
+			return nil, false, fmt.Errorf("%w: line %d: %w", ErrCorrupt, lineNo, rerr)
+		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			return nil, false, fmt.Errorf("metrics: %w", rerr)
 		}
@@ -154,6 +157,27 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 		return nil, false, ErrNoStart
 	}
 	return recs, pending != nil, nil
+}
+
+// MaxLine bounds a line of metrics.jsonl: a window record of thousands of
+// ranks is far shorter, and a reader never holds more than this of one line.
+const MaxLine = 64 << 20
+
+var errLongLine = fmt.Errorf("line longer than %d bytes", MaxLine)
+
+// readLine reads up to and including the next newline, at most MaxLine bytes.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		line = append(line, frag...)
+		if len(line) > MaxLine {
+			return nil, errLongLine
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
 }
 
 // ReadFile reads the metrics.jsonl at path; see Read.

@@ -27,6 +27,7 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/internal/logging"
+	"github.com/hdet-dev/hdet/internal/memcheck"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi"
 	"github.com/hdet-dev/hdet/plugins"
@@ -461,8 +462,11 @@ func (st *setup) makeReplica(ctx context.Context, w *mpi.Comm, f runFlags) error
 	if err != nil {
 		return &UsageError{Err: fmt.Errorf("workload.data: %w", err)}
 	}
-	mc := mnist.DefaultConfig()
 	wl := cfg.Workload
+	if err := memcheck.Fit(memcheck.MLPBytes(ds.Train.Dim, wl.Hidden, ds.Train.Classes, wl.BatchSize), w.LocalSize()); err != nil {
+		return Usagef("workload.hidden %v: %v", wl.Hidden, err)
+	}
+	mc := mnist.DefaultConfig()
 	mc.Hidden, mc.BatchSize, mc.Optimizer = wl.Hidden, wl.BatchSize, wl.Optimizer
 	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
 	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps

@@ -54,6 +54,9 @@ type Train struct {
 	EvalEvery int     `yaml:"eval_every"`
 	WarmStart string  `yaml:"warm_start"`
 	WarmNoise float64 `yaml:"warm_noise"`
+	// ProbeExamples is the size of the probe set the probe signal is
+	// evaluated on (training examples drawn by Seed, the same on every rank).
+	ProbeExamples int `yaml:"probe_examples"`
 	// FaultNaNRank is for tests: that rank's window loss becomes NaN from
 	// FaultNaNWindow on. -1 disables it.
 	FaultNaNRank   int `yaml:"fault_nan_rank"`
@@ -113,13 +116,16 @@ func Default() Config {
 			Optimizer: "adamw", LR: 1e-3, Momentum: 0.9, Beta2: 0.999, Eps: 1e-8,
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
-		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, FaultNaNRank: -1,
+		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024, FaultNaNRank: -1,
 			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3,
 			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultDivergeRank: -1},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}
 }
+
+// maxProbeExamples bounds train.probe_examples: the MNIST training set's size.
+const maxProbeExamples = 60000
 
 // DefaultExplorerTimeout bounds every call to an explorer plugin.
 const DefaultExplorerTimeout = 30 * time.Second
@@ -252,6 +258,7 @@ func (t Train) checks() []check {
 		{!inRange(t.EvalEvery, 0, MaxCount), "train.eval_every", fmt.Sprintf("an integer in [0, %d] (windows; 0 evaluates at the end only)", MaxCount), t.EvalEvery},
 		{len(t.WarmStart) > MaxPath, "train.warm_start", fmt.Sprintf("a model.bin path of at most %d bytes", MaxPath), t.WarmStart},
 		{!(t.WarmNoise >= 0) || !finite(t.WarmNoise), "train.warm_noise", "a finite number >= 0", t.WarmNoise},
+		{t.ProbeExamples < 1 || t.ProbeExamples > maxProbeExamples, "train.probe_examples", fmt.Sprintf("an integer in [1, %d] (examples; capped at the training set's size)", maxProbeExamples), t.ProbeExamples},
 		{t.Watchdog < 0 || t.Watchdog > MaxDuration, "train.watchdog", fmt.Sprintf("a duration in [0, %v] (0 disables the watchdog)", time.Duration(MaxDuration)), time.Duration(t.Watchdog)},
 		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || !finite(t.DivergenceFactor), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
 		{!inRange(t.MaxRollbacks, 0, MaxRollbacks), "train.max_rollbacks", fmt.Sprintf("an integer in [0, %d]", MaxRollbacks), t.MaxRollbacks},

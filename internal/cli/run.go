@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -28,6 +26,8 @@ import (
 	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/internal/memcheck"
+	"github.com/hdet-dev/hdet/internal/runlock"
+	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi"
 	"github.com/hdet-dev/hdet/plugins"
@@ -70,6 +70,7 @@ type runFlags struct {
 }
 
 func runRun(s Streams, args []string) error {
+	signals.Catch() // main already did; here for callers of Main
 	var f runFlags
 	fs := newFlagSet(s, "run")
 	fs.Var(&f.sets, "set", "override a config field, `key=value` (repeatable), e.g. train.window=50")
@@ -112,6 +113,7 @@ func runRun(s Streams, args []string) error {
 		f.sets = append(f.sets, "run.progress="+f.progress)
 	}
 
+	signals.Pause("mpi")
 	if err := mpi.Init(); err != nil {
 		return fmt.Errorf("MPI: %w", err)
 	}
@@ -229,23 +231,18 @@ func (st *setup) close() {
 func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byte, source string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	// SIGUSR1/SIGTERM (Slurm's warning, preemption) raise a flag; the ranks
-	// agree on it at the next converge, checkpoint and stop.
-	var preempt atomic.Bool
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	go func() {
-		for range sig {
-			preempt.Store(true)
-		}
-	}()
+	// SIGUSR1/SIGTERM (Slurm's warning, preemption), caught since main,
+	// raise a flag; the ranks agree on it before training and at each
+	// converge, checkpoint and stop.
 	st := &setup{}
 	defer st.close()
 	// Setup runs in phases that every rank enters together: after each one
 	// the ranks agree whether any failed, so none waits in a collective for
 	// a rank that already gave up.
 	if err := agree(w, st.loadConfig(w, f, data)); err != nil {
+		return err
+	}
+	if err := agree(w, st.lockRunDir(w, log)); err != nil {
 		return err
 	}
 	wd := startWatchdog(st.cfg, w, log, f.debugColl)
@@ -255,6 +252,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		return err
 	}
 	wd.Setup("setup: replica")
+	signals.Pause("data")
 	if err := agree(w, st.makeReplica(ctx, w, f)); err != nil {
 		return err
 	}
@@ -263,11 +261,15 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		return err
 	}
 	wd.Setup("setup: explorers and resume (rank 0)")
+	signals.Pause("explorers")
 	if err := agree(w, st.rankZero(ctx, w, log, f)); err != nil {
 		return err
 	}
 	wd.Setup("setup: share resume")
 	if err := st.shareResume(w); err != nil {
+		return err
+	}
+	if err := st.stopBeforeTraining(w, log, f); err != nil {
 		return err
 	}
 	wd.Setup("setup: start")
@@ -321,7 +323,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	res, err := engine.Run(ctx, engine.Options{
 		Comm: wd.Comm(w), Replica: st.replica, Controller: st.ctrl,
 		Steps: st.steps, Window: tc.Window, Sync: tc.Sync, EvalEvery: tc.EvalEvery,
-		StartStep: startStep, Converge: wd.Allreducer(st.converge), Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: preempt.Load,
+		StartStep: startStep, Converge: wd.Allreducer(st.converge), Metrics: st.mw, Progress: prog, Checkpoint: saver, Stop: signals.Received,
 		Fault: engine.Fault{NaN: faultAt(tc.FaultNaNRank, tc.FaultNaNWindow), NaNAll: faultAt(0, tc.FaultNaNAllWindow),
 			Stop: faultAt(tc.FaultStopRank, tc.FaultStopWindow), Diverge: faultAt(tc.FaultDivergeRank, tc.FaultDivergeWindow)},
 		Log:   log,
@@ -330,13 +332,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	wd.Stop() // the window loop's collectives are over
 	if errors.Is(err, engine.ErrStopped) && w.Rank() == 0 {
 		log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
-		if st.slurm.InSlurm() && !f.noRequeue {
-			if rerr := slurm.Requeue(context.Background(), st.slurm.JobID); rerr != nil {
-				log.Error().Err(rerr).Msg("requeue failed")
-			} else {
-				log.Info().Str("job", st.slurm.JobID).Msg("job requeued")
-			}
-		}
+		st.requeue(f, log)
 	}
 	if err != nil {
 		return err
@@ -388,6 +384,55 @@ func startWatchdog(cfg *config.Config, w *mpi.Comm, log zerolog.Logger, debugCol
 }
 
 func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }
+
+// stopBeforeTraining ends the run with engine.ErrStopped (exit 3) when any
+// rank caught a signal during setup, before the run directory is written:
+// nothing was trained, so a relaunch resumes where this one would have.
+func (st *setup) stopBeforeTraining(w *mpi.Comm, log zerolog.Logger, f runFlags) error {
+	got := []float64{0}
+	if signals.Received() {
+		got[0] = 1
+	}
+	if err := w.AllreduceFloat64(got, mpi.Max); err != nil || got[0] == 0 {
+		return err
+	}
+	if w.Rank() == 0 {
+		log.Warn().Msg("a signal arrived during setup: stopping before training; launch the same command again to run")
+		st.requeue(f, log)
+	}
+	return engine.ErrStopped
+}
+
+// requeue puts the Slurm job back in the queue after a signal stopped the
+// run (rank 0), unless --no-requeue.
+func (st *setup) requeue(f runFlags, log zerolog.Logger) {
+	if !st.slurm.InSlurm() || f.noRequeue {
+		return
+	}
+	if err := slurm.Requeue(context.Background(), st.slurm.JobID); err != nil {
+		log.Error().Err(err).Msg("requeue failed")
+	} else {
+		log.Info().Str("job", st.slurm.JobID).Msg("job requeued")
+	}
+}
+
+// lockRunDir makes rank 0 hold the run directory for the run's life.
+func (st *setup) lockRunDir(w *mpi.Comm, log zerolog.Logger) error {
+	if w.Rank() != 0 {
+		return nil
+	}
+	lk, stale, err := runlock.Acquire(st.cfg.Run.Dir)
+	switch {
+	case errors.Is(err, runlock.ErrHeld) || errors.Is(err, runlock.ErrBadDir):
+		return &UsageError{Err: err}
+	case err != nil:
+		return err
+	case stale != nil:
+		log.Warn().Str("holder", stale.String()).Msg("taking over the run directory's lock from a run that is gone")
+	}
+	st.closers = append(st.closers, func() { _ = lk.Release() })
+	return nil
+}
 
 func (st *setup) loadConfig(w *mpi.Comm, f runFlags, data []byte) error {
 	cfg, err := config.Load(data, f.sets)

@@ -95,8 +95,10 @@ lint: deps
 clean:
 	rm -rf $(BIN) runs
 
-# Benchmarks (issue 11): bench/hdetbench runs six studies under mpirun,
-# prints one table each and writes docs/benchmarks.md and docs/sweep.png.
-# bench-quick is the short variant (under 10 minutes on 2 cores).
+# Benchmarks (issues 11, 14): bench/hdetbench runs five studies under mpirun,
+# prints one table each, replaces their generated blocks in docs/benchmarks.md
+# (hand-written sections stay) and writes docs/sweep-<setup>.png. Finished
+# plain runs under runs/bench are reused (see docs/benchmarks.md). bench-quick
+# is the short variant: one seed, 7 sweep points (under 10 minutes on 2 cores).
 bench bench-quick: build data allreduce-bins
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)

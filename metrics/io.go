@@ -187,6 +187,9 @@ func ReadFile(path string) (recs []Record, truncated bool, err error) {
 		return nil, false, fmt.Errorf("metrics: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, path)
+	}
 	recs, truncated, err = Read(f)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", path, err)

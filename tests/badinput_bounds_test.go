@@ -15,6 +15,11 @@ func epochsCase(name, v, want string) badCase {
 	return badCase{name: name, args: runArgs("--set", "train.steps=0", "--set", "train.epochs="+v), cfg: badBase, want: want}
 }
 
+// noRunDir is runArgs without --run-dir, which would override run.dir.
+func noRunDir(set string) []string {
+	return []string{"run", "{cfg}", "--plugin-dir", "{plugins}", "--set", "workload.data={data}", "--set", set}
+}
+
 func reportCase(name, metrics, want string) badCase {
 	return badCase{name: name, args: []string{"report", "{run}"}, want: want, setup: func(t *testing.T, runDir string) {
 		require.NoError(t, os.MkdirAll(runDir, 0o755))
@@ -65,10 +70,11 @@ func TestBadInputBounds(t *testing.T) {
 	for i := range 65 {
 		many += fmt.Sprintf("  - {name: p%d, plugin: x}\n", i)
 	}
-	bomb := "a: &a [x, x, x, x, x, x, x, x, x]\n"
+	// A billion laughs in an explorer's free-form config block.
+	bomb := "config:\n      a: &a [x, x, x, x, x, x, x, x, x]\n"
 	for i, prev := 0, "a"; i < 9; i++ {
 		name := fmt.Sprintf("b%d", i)
-		bomb += fmt.Sprintf("%s: &%s [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n", name, name, prev, prev, prev, prev, prev, prev, prev, prev, prev)
+		bomb += fmt.Sprintf("      %s: &%s [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n", name, name, prev, prev, prev, prev, prev, prev, prev, prev, prev)
 		prev = name
 	}
 	huge := strings.Repeat("v", 50<<20)
@@ -121,7 +127,7 @@ func TestBadInputBounds(t *testing.T) {
 		setCase("label_smoothing 1", "workload.label_smoothing=1", "workload.label_smoothing: got 1"),
 		setCase("dropout negative", "workload.dropout=-0.1", "workload.dropout: got -0.1"),
 		// Duplicate keys and line numbers.
-		cfgCase("duplicate top-level section", badBase+"train: {seed: 3}\n", "line 10: train: duplicate key (first at line 3)"),
+		cfgCase("duplicate top-level section", badBase+"train: {seed: 3}\n", "line 9: train: duplicate key (first at line 3)"),
 		cfgCase("duplicate nested key", "train:\n  steps: 20\n  steps: 30\n", "line 3: train.steps: duplicate key (first at line 2)"),
 		cfgCase("duplicate key in an explorer entry", strings.Replace(badBase, "plugin: hdet-explorer-lr", "plugin: hdet-explorer-lr\n    plugin: other", 1), "explorers[0].plugin: duplicate key"),
 		cfgCase("duplicate key in an explorer's config", withExplorer("config: {schedule: 0.001, schedule: 0.002}"), `explorers[0].config: yaml: unmarshal errors:`),
@@ -130,13 +136,13 @@ func TestBadInputBounds(t *testing.T) {
 		setCase("--set error says --set", "train.window=0", "--set: train.window: got 0"),
 		cfgCase("YAML syntax error has its line", "train:\n  steps: [\n", "line"),
 		cfgCase("tab indentation", "train:\n\tsteps: 20\n", "YAML"),
-		cfgCase("alias bomb", bomb, "YAML"),
+		cfgCase("alias bomb", withExplorer(bomb), "explorers[0].config"),
 		cfgCase("binary garbage", "\x00\x01\x02\xff", "YAML"),
 		cfgCase("section is a list", "train: [1, 2]\n", "train: want a mapping of keys"),
 		// Long values are cut.
 		cfgCase("50 MB value", "train: {steps: 20, window: 10, sync: "+huge+"}\n", "...(52428800 bytes)"),
 		cfgCase("long unknown key", "train: {steps: 20, window: 10, "+strings.Repeat("k", 1000)+": 1}\n", "bytes): unknown key"),
-		setCase("long run.dir", "run.dir="+strings.Repeat("d", 5000), "run.dir: got ddd"),
+		{name: "long run.dir", args: noRunDir("run.dir=" + strings.Repeat("d", 5000)), cfg: badBase, want: "run.dir: got ddd"},
 		cfgCase("explorer name of 65 characters", strings.Replace(badBase, "name: lr", "name: "+strings.Repeat("l", 65), 1), "at most 64 characters"),
 		cfgCase("65 explorers", many, "explorers: got 65 explorers, want at most 64"),
 		cfgCase("uppercase sha256", strings.Replace(badBase, "plugin: hdet-explorer-lr", "plugin: hdet-explorer-lr\n    sha256: "+strings.Repeat("A", 64), 1), "want 64 lowercase hex digits"),
@@ -152,7 +158,7 @@ func TestBadInputBounds(t *testing.T) {
 		{name: "run dir under a file", args: runArgs("--run-dir", filepath.Join(file, "run")), cfg: badBase, want: "not a directory"},
 		{name: "run dir name too long", args: runArgs("--run-dir", filepath.Join(tmp, strings.Repeat("n", 300))), cfg: badBase, want: "file name too long"},
 		{name: "run dir under /proc", args: runArgs("--run-dir", "/proc/hdet-run"), cfg: badBase, want: "not a usable run directory"},
-		{name: "empty run dir", args: runArgs("--set", "run.dir="), cfg: badBase, want: "run.dir: got , want a directory path"},
+		{name: "empty run dir", args: noRunDir("run.dir="), cfg: badBase, want: "run.dir: got , want a directory path"},
 		inRunDir("checkpoints is a file", touch("checkpoints"), "checkpoints is not a directory"),
 		inRunDir("metrics.jsonl is a directory", mkdir("metrics.jsonl"), "metrics.jsonl"),
 		inRunDir("config.yaml is a directory", mkdir("config.yaml"), "run.dir"),

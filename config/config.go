@@ -83,6 +83,9 @@ type Explorer struct {
 	SHA256  string         `yaml:"sha256"`
 	Timeout Duration       `yaml:"timeout"`
 	Config  map[string]any `yaml:"config,omitempty"`
+	// Override: in a worker run, this entry's schedule replaces the
+	// script's where they differ (logged), instead of being an error.
+	Override bool `yaml:"override,omitempty"`
 }
 
 // Run is where the run's files go and how often it checkpoints.
@@ -124,6 +127,20 @@ const DefaultExplorerTimeout = 30 * time.Second
 // Load parses YAML data over the defaults, applies --set overrides
 // ("train.window=50", "explorers.lr.config.spread.alpha=0.2") and validates.
 func Load(data []byte, sets []string) (*Config, error) {
+	return load(data, sets, Default(), false)
+}
+
+// LoadWorker loads the configuration of a `--worker` run (data may be
+// empty: no file). The script says the run's length and sync mode, so
+// train.steps and train.sync default to unset (0 and "") and only need to
+// agree with the script when given; the window defaults to 50 steps.
+func LoadWorker(data []byte, sets []string) (*Config, error) {
+	c := Default()
+	c.Train.Sync, c.Train.Window = "", 50
+	return load(data, sets, c, true)
+}
+
+func load(data []byte, sets []string, c Config, worker bool) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("%w: YAML: %v", ErrInvalid, err)
@@ -140,7 +157,6 @@ func Load(data []byte, sets []string) (*Config, error) {
 			return nil, err
 		}
 	}
-	c := Default()
 	if err := decodeStrict(&root, &c); err != nil {
 		return nil, err
 	}
@@ -149,7 +165,7 @@ func Load(data []byte, sets []string) (*Config, error) {
 			c.Explorers[i].Timeout = Duration(DefaultExplorerTimeout)
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(worker); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -161,7 +177,11 @@ var (
 )
 
 // Validate checks every range; the error names the field and what is allowed.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(false) }
+
+// validate checks a worker run's configuration when worker is set: its
+// length and sync mode may be left to the script.
+func (c *Config) validate(worker bool) error {
 	w, t, r := c.Workload, c.Train, c.Run
 	checks := []struct {
 		bad         bool
@@ -182,9 +202,9 @@ func (c *Config) Validate() error {
 		{!(w.LabelSmoothing >= 0 && w.LabelSmoothing < 1), "workload.label_smoothing", "a number in [0, 1)", w.LabelSmoothing},
 		{t.Steps < 0, "train.steps", "an integer >= 1 (or 0 with train.epochs set)", t.Steps},
 		{t.Epochs < 0, "train.epochs", "an integer >= 1 (or 0 with train.steps set)", t.Epochs},
-		{t.Steps == 0 && t.Epochs == 0, "train.steps", "an integer >= 1, or train.epochs >= 1", t.Steps},
+		{t.Steps == 0 && t.Epochs == 0 && !worker, "train.steps", "an integer >= 1, or train.epochs >= 1", t.Steps},
 		{t.Steps > 0 && t.Epochs > 0, "train.epochs", "0 when train.steps is set (give one of them)", t.Epochs},
-		{!slices.Contains([]string{"local", "gradients"}, t.Sync), "train.sync", "local or gradients", t.Sync},
+		{!slices.Contains([]string{"local", "gradients"}, t.Sync) && !(worker && t.Sync == ""), "train.sync", "local or gradients", t.Sync},
 		{t.Window < 1, "train.window", "an integer >= 1 (steps per window, T)", t.Window},
 		{t.Steps > 0 && t.Window > t.Steps, "train.window", fmt.Sprintf("at most train.steps (%d)", t.Steps), t.Window},
 		{t.EvalEvery < 0, "train.eval_every", "an integer >= 0 (windows; 0 evaluates at the end only)", t.EvalEvery},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -96,6 +97,9 @@ func runRun(s Streams, args []string) error {
 		return Usagef("run takes at most one CONFIG.yaml, got %q", pos)
 	}
 	data, source := examples.MNIST, "embedded examples/mnist.yaml"
+	if f.worker {
+		data, source = nil, "the worker script (no config file)"
+	}
 	if len(pos) == 1 {
 		b, err := os.ReadFile(pos[0])
 		if err != nil {
@@ -338,6 +342,13 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	if err != nil {
 		return err
 	}
+	if st.worker != nil {
+		// STOP: the script finishes (its own evaluation and save) before
+		// the summary, and its exit status is the run's.
+		if err := st.worker.Close(); err != nil {
+			return err
+		}
+	}
 	if w.Rank() != 0 {
 		return nil
 	}
@@ -349,8 +360,12 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		Checksum: res.Checksum, WallSeconds: time.Since(start).Seconds()}); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
-		res.TestAccuracy, res.TestLoss, res.Steps, w.Size(), st.cfg.Run.Dir)
+	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
+		fmt.Fprintf(s.Out, "finished %d steps on %d ranks\nrun directory: %s\n", res.Steps, w.Size(), st.cfg.Run.Dir)
+	} else {
+		fmt.Fprintf(s.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
+			res.TestAccuracy, res.TestLoss, res.Steps, w.Size(), st.cfg.Run.Dir)
+	}
 	index, err := report.Write(st.cfg.Run.Dir, "", report.Options{CSV: true})
 	if err != nil {
 		// The run itself succeeded; `hdet report` can be run again later.
@@ -387,7 +402,11 @@ func startWatchdog(cfg *config.Config, w *mpi.Comm, log zerolog.Logger, debugCol
 func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }
 
 func (st *setup) loadConfig(w *mpi.Comm, f runFlags, data []byte) error {
-	cfg, err := config.Load(data, f.sets)
+	load := config.Load
+	if f.worker {
+		load = config.LoadWorker
+	}
+	cfg, err := load(data, f.sets)
 	if err != nil {
 		return &UsageError{Err: err}
 	}
@@ -507,25 +526,27 @@ func (st *setup) startWorker(ctx context.Context, w *mpi.Comm, command []string)
 		MasterAddr: host, MasterPort: port, GPU: st.workerGPU(), SyncMode: st.cfg.Train.Sync,
 	})
 	if err != nil {
-		return err
+		return usageIf(err)
 	}
 	st.worker, st.replica = wk, wk
 	st.closers = append(st.closers, func() { _ = wk.Close() })
-	st.steps = st.cfg.Train.Steps
-	if sched := wk.Hello().Schedule; sched != nil {
-		if st.steps == 0 {
-			st.steps = sched.TotalSteps
-		} else if st.steps != sched.TotalSteps {
-			return Usagef("train.steps: got %d, but the worker's OneCycleLR has total_steps %d; give the same length (or leave train.steps 0)", st.steps, sched.TotalSteps)
-		}
-	}
-	if st.steps == 0 {
-		return Usagef("train.steps: the worker's scheduler does not say how long the run is; set train.steps")
+	st.cfg.Train.Sync = wk.SyncMode()
+	if st.steps, err = bridge.RunSteps(st.cfg.Train.Steps, wk.Hello()); err != nil {
+		return usageIf(err)
 	}
 	if st.cfg.Train.Window > st.steps {
 		return Usagef("train.window: got %d, want at most the run's %d steps", st.cfg.Train.Window, st.steps)
 	}
 	return nil
+}
+
+// usageIf makes a disagreement between the script and the configuration
+// (or between ranks' scripts) a usage error: exit 2.
+func usageIf(err error) error {
+	if errors.Is(err, bridge.ErrConflict) {
+		return &UsageError{Err: err}
+	}
+	return err
 }
 
 func freePort() (int, error) {
@@ -544,6 +565,11 @@ func (st *setup) checkReplica(w *mpi.Comm) error {
 	lo, hi := slices.Clone(shape), slices.Clone(shape)
 	if err := errors.Join(w.AllreduceFloat64(lo, mpi.Min), w.AllreduceFloat64(hi, mpi.Max)); err != nil {
 		return err
+	}
+	if st.worker != nil {
+		if err := bridge.Agree(w, st.worker); err != nil {
+			return usageIf(err)
+		}
 	}
 	if !slices.Equal(lo, hi) {
 		return fmt.Errorf("the ranks' replicas differ: parameters %g..%g, sync buffer %g..%g floats, steps %g..%g", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
@@ -683,6 +709,16 @@ func (st *setup) start(ctx context.Context, w *mpi.Comm, log zerolog.Logger) err
 
 func (st *setup) openExplorers(ctx context.Context, w *mpi.Comm, log zerolog.Logger, f runFlags) error {
 	cfg := st.cfg
+	if st.worker != nil {
+		ex, notes, err := bridge.Explorers(cfg.Explorers, st.worker.Hello())
+		if err != nil {
+			return usageIf(err)
+		}
+		for _, n := range notes {
+			log.Warn().Msg(n)
+		}
+		cfg.Explorers = ex
+	}
 	var named []hparam.NamedExplorer
 	if len(cfg.Explorers) > 0 {
 		dir, err := plugins.Dir(f.pluginDir)

@@ -51,6 +51,9 @@ type Train struct {
 	EvalEvery int     `yaml:"eval_every"`
 	WarmStart string  `yaml:"warm_start"`
 	WarmNoise float64 `yaml:"warm_noise"`
+	// ProbeExamples is the size of the probe set the probe signal is
+	// evaluated on (training examples drawn by Seed, the same on every rank).
+	ProbeExamples int `yaml:"probe_examples"`
 	// FaultNaNRank is for tests: that rank's window loss becomes NaN from
 	// FaultNaNWindow on. -1 disables it.
 	FaultNaNRank   int `yaml:"fault_nan_rank"`
@@ -113,13 +116,16 @@ func Default() Config {
 			Optimizer: "adamw", LR: 1e-3, Momentum: 0.9, Beta2: 0.999, Eps: 1e-8,
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
-		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, FaultNaNRank: -1,
+		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024, FaultNaNRank: -1,
 			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3,
 			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultDivergeRank: -1},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}
 }
+
+// maxProbeExamples bounds train.probe_examples: the MNIST training set's size.
+const maxProbeExamples = 60000
 
 // DefaultExplorerTimeout bounds every call to an explorer plugin.
 const DefaultExplorerTimeout = 30 * time.Second
@@ -209,6 +215,7 @@ func (c *Config) validate(worker bool) error {
 		{t.Steps > 0 && t.Window > t.Steps, "train.window", fmt.Sprintf("at most train.steps (%d)", t.Steps), t.Window},
 		{t.EvalEvery < 0, "train.eval_every", "an integer >= 0 (windows; 0 evaluates at the end only)", t.EvalEvery},
 		{!(t.WarmNoise >= 0), "train.warm_noise", "a number >= 0", t.WarmNoise},
+		{t.ProbeExamples < 1 || t.ProbeExamples > maxProbeExamples, "train.probe_examples", fmt.Sprintf("an integer in [1, %d] (examples; capped at the training set's size)", maxProbeExamples), t.ProbeExamples},
 		{t.Watchdog < 0, "train.watchdog", "a duration >= 0 (0 disables the watchdog)", time.Duration(t.Watchdog)},
 		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || math.IsInf(t.DivergenceFactor, 0), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
 		{t.MaxRollbacks < 0, "train.max_rollbacks", "an integer >= 0", t.MaxRollbacks},

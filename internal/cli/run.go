@@ -484,6 +484,7 @@ func (st *setup) makeReplica(ctx context.Context, w *mpi.Comm, f runFlags) error
 	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
 	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
 	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
+	mc.ProbeExamples = cfg.Train.ProbeExamples
 	r, err := mnist.New(mc)
 	if err != nil {
 		return &UsageError{Err: fmt.Errorf("workload: %w", err)}
@@ -751,7 +752,7 @@ func (st *setup) openExplorers(ctx context.Context, w *mpi.Comm, log zerolog.Log
 			named = append(named, hparam.NamedExplorer{Name: e.Name, Explorer: ex, Config: block})
 		}
 	}
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: w.Size(), TotalSteps: st.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed}, named)
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: w.Size(), TotalSteps: st.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: st.replica.CanProbe()}, named)
 	if err != nil {
 		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
 			return Usagef("explorers: %v", err)

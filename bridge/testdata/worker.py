@@ -20,9 +20,14 @@ ap.add_argument("--fail-at-step", type=int, default=-1)
 ap.add_argument("--end-at-step", type=int, default=-1, help="leave the loop early")
 ap.add_argument("--extra-step", action="store_true", help="step the scheduler once past total_steps")
 ap.add_argument("--explicit-loss", action="store_true", help="step(loss) instead of step()")
+ap.add_argument("--fail-rank", type=int, default=-1, help="only this rank fails, ends early or hangs")
+ap.add_argument("--explore", default="lr,weight_decay,temperature")
+ap.add_argument("--sleep", type=float, default=0, help="seconds per step")
 ap.add_argument("--ddp", action="store_true", help="set up torch.distributed (gradients mode)")
 ap.add_argument("--probe", action="store_true", help="give hdet a probe function")
 args = ap.parse_args()
+if args.fail_rank >= 0 and args.fail_rank != hdet.rank():
+    args.die_at_step = args.hang_at_step = args.fail_at_step = args.end_at_step = -1
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
@@ -54,7 +59,7 @@ if args.probe:
     hdet.probe(lambda: float((model(probe_x) ** 2).mean()))
 sched = hdet.OneCycleLR(opt, max_lr=[0.05, 0.05], total_steps=args.steps,
                         callbacks={"temperature": lambda v: temperature.__setitem__(0, v)},
-                        explore=["lr", "weight_decay", "temperature"], evaluate=evaluate)
+                        explore=args.explore.split(","), evaluate=evaluate)
 gen = torch.Generator().manual_seed(1 + hdet.rank())
 w_true = torch.arange(8, dtype=torch.float32) / 8
 for step in range(args.steps):
@@ -62,6 +67,7 @@ for step in range(args.steps):
         os.kill(os.getpid(), signal.SIGKILL)
     if step == args.hang_at_step:
         time.sleep(3600)
+    time.sleep(args.sleep)
     if step == args.end_at_step:
         break
     if step == args.fail_at_step:

@@ -342,6 +342,11 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	if err != nil {
 		return err
 	}
+	if w.Rank() == 0 {
+		if err := checkpoint.WriteModel(filepath.Join(st.cfg.Run.Dir, "model.bin"), st.replica.SyncBuffer(false)[:st.replica.ParamCount()]); err != nil {
+			return err
+		}
+	}
 	if st.worker != nil {
 		// STOP: the script finishes (its own evaluation and save) before
 		// the summary, and its exit status is the run's.
@@ -351,9 +356,6 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 	}
 	if w.Rank() != 0 {
 		return nil
-	}
-	if err := checkpoint.WriteModel(filepath.Join(st.cfg.Run.Dir, "model.bin"), st.replica.SyncBuffer(false)[:st.replica.ParamCount()]); err != nil {
-		return err
 	}
 	if err := st.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
 		Eval:     &metrics.Eval{Loss: metrics.Float(res.TestLoss), Accuracy: metrics.Float(res.TestAccuracy)},

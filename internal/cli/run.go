@@ -26,6 +26,7 @@ import (
 	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/examples"
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi"
@@ -297,6 +298,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		MaxFailing: time.Duration(st.cfg.Run.CheckpointMaxFailing),
 	}
 	if w.Rank() == 0 {
+		saver.BeforeWrite = st.mw.Sync
 		saver.Controller = func(ctx context.Context) ([]byte, error) {
 			b, evs, err := st.ctrl.SaveState(ctx)
 			for _, e := range evs {
@@ -774,7 +776,7 @@ func (st *setup) openRunDir(ctx context.Context, w *mpi.Comm) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Run.Dir, "config.yaml"), b, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(cfg.Run.Dir, "config.yaml"), b); err != nil {
 		return Usagef("run.dir: %v", err)
 	}
 	hash, err := cfg.Hash()

@@ -77,7 +77,7 @@ bench-allreduce: allreduce-bins
 # hdet under mpirun against plain DDP + OneCycleLR on the PyTorch example.
 bench-pytorch: build data
 	scripts/deps.sh torch
-	$(GO) test -run XXX -bench BenchmarkPyTorchOverhead -benchtime 3x ./tests
+	$(GO) test -v -run XXX -bench BenchmarkPyTorchOverhead -benchtime 6x -timeout 60m ./tests
 
 # Regenerates plugins/proto with pinned generators.
 proto:

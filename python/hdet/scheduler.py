@@ -1,6 +1,7 @@
 """hdet.OneCycleLR: torch's OneCycleLR, plus hdet's per-rank values under hdet."""
 
 import math
+import time
 
 import torch
 from torch.optim.lr_scheduler import OneCycleLR as _TorchOneCycleLR
@@ -286,11 +287,17 @@ class _Run:
         if i < self.steps:
             self._apply(i)
             return
+        t0, window = time.perf_counter(), self.window
         self.session.hand_over()
         probe = self._probe() if self.tail else None
         losses = torch.stack([x.cpu() for x in self.losses]).double().tolist()
         self.session.done(self.window, self.steps, losses, self.applied, probe)
+        t1 = time.perf_counter()
         self._next_window()
+        # The exchange's cost (for `make bench-pytorch`'s profile): handing
+        # over and reporting, then waiting for the plan and loading it.
+        self.session.trace(event="exchange", window=window, send_s=t1 - t0,
+                           wait_s=time.perf_counter() - t1)
 
     @torch.no_grad()
     def _accumulate(self, k):

@@ -230,16 +230,25 @@ func (st *setup) close() {
 }
 
 func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byte, source string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	// SIGUSR1/SIGTERM (Slurm's warning, preemption) raise a flag; the ranks
-	// agree on it at the next converge, checkpoint and stop.
+	// SIGUSR1/SIGTERM (Slurm's warning, preemption) and a first SIGINT
+	// (Ctrl-C) raise a flag; the ranks agree on it at the next converge,
+	// checkpoint and stop (exit 3). A second SIGINT stops at once.
 	var preempt atomic.Bool
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sig)
 	go func() {
-		for range sig {
+		interrupted := false
+		for v := range sig {
+			if v == os.Interrupt && interrupted {
+				stop()
+			}
+			if v == os.Interrupt && !interrupted {
+				interrupted = true
+				log.Warn().Msg("interrupted: checkpointing at the end of this window, then stopping (Ctrl-C again to stop now)")
+			}
 			preempt.Store(true)
 		}
 	}()

@@ -174,9 +174,10 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, windows int, traceDir string) {
 	}
 }
 
-// convnetArgs: 25600 training images, batch 64: 400 steps on one process,
-// 200 per rank under DDP on 4 ranks (4 windows of the default 50).
-var convnetArgs = []string{"--train-samples", "25600", "--test-samples", "2000", "--epochs", "2"}
+// convnetArgs: 25600 training images, batch 64, one epoch: 100 steps per
+// rank under DDP on 4 ranks (2 windows of the default 50); the plain
+// script's test uses half the images, 200 steps (4 windows).
+var convnetArgs = []string{"--train-samples", "25600", "--test-samples", "2000", "--epochs", "1"}
 
 var testAccuracy = regexp.MustCompile(`(\d+) steps in [0-9.]+ s, test loss [0-9.]+, test accuracy ([0-9.]+)`)
 
@@ -286,13 +287,13 @@ print("loaded", s.last_epoch, s.get_last_lr()[0], ck["scheduler"]["hdet"]["rank"
 // convnet_hdet.py is convnet.py with one changed line: a single-process
 // script, so local mode; every rank trains on the whole data.
 func TestPyTorchConvNet(t *testing.T) {
-	checkConvNet(t, "convnet_hdet.py", 400, "--epochs", "1")
+	checkConvNet(t, "convnet_hdet.py", 200, "--train-samples", "12800")
 }
 
 // convnet_ddp_hdet.py is convnet_ddp.py with one changed line: DDP, so
 // gradients mode; DistributedSampler shards the data by hdet's RANK.
 func TestPyTorchConvNetDDP(t *testing.T) {
-	checkConvNet(t, "convnet_ddp_hdet.py", 200)
+	checkConvNet(t, "convnet_ddp_hdet.py", 100)
 }
 
 // Each way a worker can fail stops the job with a message naming the rank,

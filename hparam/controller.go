@@ -20,6 +20,7 @@ type RunShape struct {
 	TotalSteps  int    // S
 	WindowSteps int    // T
 	Seed        uint64 // seeds the permutations and, derived, each explorer
+	Probe       bool   // the workload can evaluate the probe signal (Setup.Probe)
 }
 
 // NamedExplorer is one explored hyperparameter: the instance name the
@@ -117,7 +118,7 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 		}
 		err = ne.Explorer.Init(ctx, Setup{
 			Name: ne.Name, Config: cfg, Ranks: shape.Ranks, TotalSteps: shape.TotalSteps,
-			WindowSteps: shape.WindowSteps, Seed: explorerSeed(shape.Seed, i),
+			WindowSteps: shape.WindowSteps, Seed: explorerSeed(shape.Seed, i), Probe: shape.Probe,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: init: %w", ErrExplorer, ne.Name, err)

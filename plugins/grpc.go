@@ -38,6 +38,7 @@ func (g *GRPCClient) Describe(ctx context.Context) (hparam.Descriptor, error) {
 		Scale:          hparam.Scale(d.GetScale()),
 		Bounds:         boundsFrom(d.GetBounds()),
 		Spread:         spreadFrom(d.GetSpread()),
+		ExampleConfig:  d.GetExampleConfig(),
 	}, nil
 }
 
@@ -49,6 +50,7 @@ func (g *GRPCClient) Init(ctx context.Context, s hparam.Setup) error {
 		TotalSteps:  int64(s.TotalSteps),
 		WindowSteps: int64(s.WindowSteps),
 		Seed:        s.Seed,
+		Probe:       s.Probe,
 	})
 	return err
 }
@@ -61,18 +63,18 @@ func (g *GRPCClient) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.W
 	if len(p.GetBase()) != r.Steps {
 		return hparam.WindowPlan{}, fmt.Errorf("%w: plan for window %d has %d base values, want %d", ErrBadAnswer, r.Window, len(p.GetBase()), r.Steps)
 	}
-	return hparam.WindowPlan{Base: p.GetBase(), Spread: spreadFrom(p.GetSpread()), Bounds: boundsFrom(p.GetBounds())}, nil
+	return hparam.WindowPlan{Base: p.GetBase(), Spread: spreadFrom(p.GetSpread()), Bounds: boundsFrom(p.GetBounds()), Probe: p.GetProbe()}, nil
 }
 
 func (g *GRPCClient) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
-	f, err := g.c.Observe(ctx, &proto.Observation{Window: int64(o.Window), Values: o.Values, Losses: o.Losses})
+	f, err := g.c.Observe(ctx, &proto.Observation{Window: int64(o.Window), Values: o.Values, Losses: o.Losses, Probe: o.Probe})
 	if err != nil {
 		return hparam.Feedback{}, err
 	}
 	if w := f.GetWeights(); len(w) != 0 && len(w) != len(o.Values) {
 		return hparam.Feedback{}, fmt.Errorf("%w: %d weights for %d ranks in window %d", ErrBadAnswer, len(w), len(o.Values), o.Window)
 	}
-	return hparam.Feedback{Weights: f.GetWeights(), Base: f.GetBase()}, nil
+	return hparam.Feedback{Weights: f.GetWeights(), Base: f.GetBase(), Estimate: f.GetEstimate(), Offset: f.GetOffset()}, nil
 }
 
 func (g *GRPCClient) SaveState(ctx context.Context) ([]byte, error) {
@@ -106,6 +108,7 @@ func (s *GRPCServer) Describe(ctx context.Context, _ *proto.DescribeRequest) (*p
 		Scale:          string(d.Scale),
 		Bounds:         boundsTo(d.Bounds),
 		Spread:         spreadTo(d.Spread),
+		ExampleConfig:  d.ExampleConfig,
 	}, nil
 }
 
@@ -117,6 +120,7 @@ func (s *GRPCServer) Init(ctx context.Context, in *proto.Setup) (*proto.InitResp
 		TotalSteps:  int(in.GetTotalSteps()),
 		WindowSteps: int(in.GetWindowSteps()),
 		Seed:        in.GetSeed(),
+		Probe:       in.GetProbe(),
 	})
 	if err != nil {
 		return nil, err
@@ -129,15 +133,15 @@ func (s *GRPCServer) Plan(ctx context.Context, in *proto.WindowRequest) (*proto.
 	if err != nil {
 		return nil, err
 	}
-	return &proto.WindowPlan{Base: p.Base, Spread: spreadTo(p.Spread), Bounds: boundsTo(p.Bounds)}, nil
+	return &proto.WindowPlan{Base: p.Base, Spread: spreadTo(p.Spread), Bounds: boundsTo(p.Bounds), Probe: p.Probe}, nil
 }
 
 func (s *GRPCServer) Observe(ctx context.Context, in *proto.Observation) (*proto.Feedback, error) {
-	f, err := s.Impl.Observe(ctx, hparam.Observation{Window: int(in.GetWindow()), Values: in.GetValues(), Losses: in.GetLosses()})
+	f, err := s.Impl.Observe(ctx, hparam.Observation{Window: int(in.GetWindow()), Values: in.GetValues(), Losses: in.GetLosses(), Probe: in.GetProbe()})
 	if err != nil {
 		return nil, err
 	}
-	return &proto.Feedback{Weights: f.Weights, Base: f.Base}, nil
+	return &proto.Feedback{Weights: f.Weights, Base: f.Base, Estimate: f.Estimate, Offset: f.Offset}, nil
 }
 
 func (s *GRPCServer) SaveState(ctx context.Context, _ *proto.SaveStateRequest) (*proto.State, error) {

@@ -27,7 +27,8 @@ type recorder struct {
 
 func (r *recorder) Describe(context.Context) (hparam.Descriptor, error) {
 	return hparam.Descriptor{Name: "rec", Version: "9.9", Hyperparameter: "h", Scale: hparam.Log,
-		Bounds: hparam.Bounds{Lower: 1e-6, Upper: 3}, Spread: hparam.Spread{Kind: hparam.Geometric, Alpha: 0.5}}, r.failWith
+		Bounds: hparam.Bounds{Lower: 1e-6, Upper: 3}, Spread: hparam.Spread{Kind: hparam.Geometric, Alpha: 0.5},
+		ExampleConfig: []byte(`{"x":1}`)}, r.failWith
 }
 
 func (r *recorder) Init(_ context.Context, s hparam.Setup) error { r.setup = s; return r.failWith }
@@ -43,12 +44,12 @@ func (r *recorder) Plan(_ context.Context, w hparam.WindowRequest) (hparam.Windo
 		base[i] = float64(w.Start + i)
 	}
 	return hparam.WindowPlan{Base: base, Spread: hparam.Spread{Kind: hparam.Additive, Alpha: 0.25},
-		Bounds: hparam.Bounds{Lower: -1, Upper: math.Inf(1)}}, r.failWith
+		Bounds: hparam.Bounds{Lower: -1, Upper: math.Inf(1)}, Probe: r.setup.Probe}, r.failWith
 }
 
 func (r *recorder) Observe(_ context.Context, o hparam.Observation) (hparam.Feedback, error) {
 	r.obs = o
-	return hparam.Feedback{Weights: r.weights, Base: math.Pi}, r.failWith
+	return hparam.Feedback{Weights: r.weights, Base: math.Pi, Estimate: -0.25, Offset: math.Ln2}, r.failWith
 }
 
 func (r *recorder) SaveState(context.Context) ([]byte, error) {
@@ -79,9 +80,10 @@ func TestGRPCRoundTripsEveryCall(t *testing.T) {
 	d, err := x.Describe(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, hparam.Descriptor{Name: "rec", Version: "9.9", Hyperparameter: "h", Scale: hparam.Log,
-		Bounds: hparam.Bounds{Lower: 1e-6, Upper: 3}, Spread: hparam.Spread{Kind: hparam.Geometric, Alpha: 0.5}}, d)
+		Bounds: hparam.Bounds{Lower: 1e-6, Upper: 3}, Spread: hparam.Spread{Kind: hparam.Geometric, Alpha: 0.5},
+		ExampleConfig: []byte(`{"x":1}`)}, d)
 
-	setup := hparam.Setup{Name: "lr/hidden", Config: []byte(`{"a":1}`), Ranks: 3, TotalSteps: 1 << 40, WindowSteps: 7, Seed: math.MaxUint64}
+	setup := hparam.Setup{Name: "lr/hidden", Config: []byte(`{"a":1}`), Ranks: 3, TotalSteps: 1 << 40, WindowSteps: 7, Seed: math.MaxUint64, Probe: true}
 	require.NoError(t, x.Init(ctx, setup))
 	assert.Equal(t, setup, rec.setup)
 
@@ -92,14 +94,22 @@ func TestGRPCRoundTripsEveryCall(t *testing.T) {
 	assert.Equal(t, hparam.Spread{Kind: hparam.Additive, Alpha: 0.25}, p.Spread)
 	assert.Equal(t, -1.0, p.Bounds.Lower)
 	assert.True(t, math.IsInf(p.Bounds.Upper, 1), "+Inf bound must cross the wire")
+	assert.True(t, p.Probe)
 
-	f, err := x.Observe(ctx, hparam.Observation{Window: 2, Values: []float64{1, 2, 3}, Losses: []float64{0.5, math.NaN(), math.Inf(1)}})
+	f, err := x.Observe(ctx, hparam.Observation{Window: 2, Values: []float64{1, 2, 3}, Losses: []float64{0.5, math.NaN(), math.Inf(1)}, Probe: []float64{math.Inf(-1), 0.25, math.NaN()}})
 	require.NoError(t, err)
 	assert.Equal(t, []float64{1, 2, 3}, rec.obs.Values)
 	assert.Equal(t, 0.5, rec.obs.Losses[0])
 	assert.True(t, math.IsNaN(rec.obs.Losses[1]), "NaN loss must reach the explorer as NaN")
 	assert.True(t, math.IsInf(rec.obs.Losses[2], 1))
-	assert.Equal(t, hparam.Feedback{Weights: []float64{0.1, 0.2, 0.7}, Base: math.Pi}, f)
+	assert.True(t, math.IsInf(rec.obs.Probe[0], -1))
+	assert.Equal(t, 0.25, rec.obs.Probe[1])
+	assert.True(t, math.IsNaN(rec.obs.Probe[2]), "an unhealthy rank's probe loss arrives as NaN")
+	assert.Equal(t, hparam.Feedback{Weights: []float64{0.1, 0.2, 0.7}, Base: math.Pi, Estimate: -0.25, Offset: math.Ln2}, f)
+
+	_, err = x.Observe(ctx, hparam.Observation{Window: 3, Values: []float64{1, 2, 3}, Losses: []float64{1, 1, 1}})
+	require.NoError(t, err)
+	assert.Nil(t, rec.obs.Probe, "a window without a probe arrives without one")
 
 	st, err := x.SaveState(ctx)
 	require.NoError(t, err)

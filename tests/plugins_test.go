@@ -175,6 +175,40 @@ func TestExplorerCrashOnceIsRestartedWithItsState(t *testing.T) {
 	}
 }
 
+// TestRevisionTwoFieldsCrossAPluginProcess sends the probe flag, probe
+// losses (NaN for an unhealthy rank) and the estimate and offset through a
+// real explorer process, which echoes them.
+func TestRevisionTwoFieldsCrossAPluginProcess(t *testing.T) {
+	dir := pluginDir(t)
+	ctx := context.Background()
+	for _, probe := range []bool{true, false} {
+		x, err := plugins.Open(ctx, plugins.Spec{Name: "test", Binary: filepath.Join(dir, "hdet-explorer-test")}, zerolog.Nop(), nil)
+		require.NoError(t, err)
+		require.NoError(t, x.Init(ctx, hparam.Setup{Name: "test", Config: []byte("{}"), Ranks: 3, TotalSteps: 20, WindowSteps: 2, Probe: probe}))
+		p, err := x.Plan(ctx, hparam.WindowRequest{Window: 0, Start: 0, Steps: 2})
+		require.NoError(t, err)
+		assert.Equal(t, probe, p.Probe, "Setup.Probe in, WindowPlan.Probe out")
+		var probes []float64
+		if probe {
+			probes = []float64{0.5, math.NaN(), math.Inf(1)}
+		}
+		f, err := x.Observe(ctx, hparam.Observation{Window: 0, Values: []float64{1, 2, 3}, Losses: []float64{1, math.NaN(), 2}, Probe: probes})
+		require.NoError(t, err)
+		assert.Equal(t, float64(len(probes)), f.Offset)
+		if probe {
+			require.Len(t, f.Weights, 3)
+			assert.Equal(t, 0.5, f.Weights[0])
+			assert.True(t, math.IsNaN(f.Weights[1]), "the unhealthy rank's probe loss stays NaN both ways")
+			assert.True(t, math.IsInf(f.Weights[2], 1))
+			assert.Equal(t, 1.0, f.Estimate, "one NaN reached the explorer")
+		} else {
+			assert.Empty(t, f.Weights)
+		}
+		require.NoError(t, x.Close())
+	}
+	requireGone(t, dir)
+}
+
 func TestExplorerCrashingTwiceFailsForGood(t *testing.T) {
 	dir := pluginDir(t)
 	x, ev := openTest(t, dir, `{"fail_at_window":3}`, 5*time.Second)

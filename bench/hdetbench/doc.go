@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 )
 
 // docHeader is what the doc says about an invocation.
@@ -74,7 +76,7 @@ func writeDoc(path string, h docHeader, tables map[int]*table) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(doc), 0o644)
+	return atomicfile.Write(path, []byte(doc))
 }
 
 // replaceBlock puts b between its markers in doc. A block not yet in the

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/report"
 )
@@ -102,7 +103,7 @@ func (rn *runner) run(ctx context.Context, name, config, fingerprint string, set
 	err := cmd.Run()
 	elapsed := time.Since(t0).Seconds()
 	if mkErr := os.MkdirAll(dir, 0o755); mkErr == nil {
-		_ = os.WriteFile(filepath.Join(dir, "hdetbench.log"), out.Bytes(), 0o644)
+		_ = atomicfile.Write(filepath.Join(dir, "hdetbench.log"), out.Bytes())
 	}
 	if err != nil {
 		return result{}, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(out.String(), 2000))
@@ -112,7 +113,7 @@ func (rn *runner) run(ctx context.Context, name, config, fingerprint string, set
 		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, cmdline, err)
 	}
 	if key != "" {
-		if err := os.WriteFile(filepath.Join(dir, keyFile), []byte(key), 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, keyFile), []byte(key)); err != nil {
 			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
 		}
 	}

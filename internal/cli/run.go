@@ -25,6 +25,7 @@ import (
 	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/examples"
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi"
@@ -293,6 +294,7 @@ func runWorld(s Streams, w *mpi.Comm, log zerolog.Logger, f runFlags, data []byt
 		MaxFailing: time.Duration(st.cfg.Run.CheckpointMaxFailing),
 	}
 	if w.Rank() == 0 {
+		saver.BeforeWrite = st.mw.Sync
 		saver.Controller = func(ctx context.Context) ([]byte, error) {
 			b, evs, err := st.ctrl.SaveState(ctx)
 			for _, e := range evs {
@@ -465,6 +467,7 @@ func (st *setup) makeReplica(ctx context.Context, w *mpi.Comm, f runFlags) error
 	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
 	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
 	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
+	mc.ProbeExamples = cfg.Train.ProbeExamples
 	r, err := mnist.New(mc)
 	if err != nil {
 		return &UsageError{Err: fmt.Errorf("workload: %w", err)}
@@ -715,7 +718,7 @@ func (st *setup) openExplorers(ctx context.Context, w *mpi.Comm, log zerolog.Log
 			named = append(named, hparam.NamedExplorer{Name: e.Name, Explorer: ex, Config: block})
 		}
 	}
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: w.Size(), TotalSteps: st.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed}, named)
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: w.Size(), TotalSteps: st.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: st.replica.CanProbe()}, named)
 	if err != nil {
 		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
 			return Usagef("explorers: %v", err)
@@ -735,7 +738,7 @@ func (st *setup) openRunDir(ctx context.Context, w *mpi.Comm) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Run.Dir, "config.yaml"), b, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(cfg.Run.Dir, "config.yaml"), b); err != nil {
 		return Usagef("run.dir: %v", err)
 	}
 	hash, err := cfg.Hash()

@@ -175,9 +175,12 @@ type Descriptor struct {
 	Version        string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	Hyperparameter string                 `protobuf:"bytes,3,opt,name=hyperparameter,proto3" json:"hyperparameter,omitempty"`
 	// "linear" or "log".
-	Scale         string  `protobuf:"bytes,4,opt,name=scale,proto3" json:"scale,omitempty"`
-	Bounds        *Bounds `protobuf:"bytes,5,opt,name=bounds,proto3" json:"bounds,omitempty"`
-	Spread        *Spread `protobuf:"bytes,6,opt,name=spread,proto3" json:"spread,omitempty"`
+	Scale  string  `protobuf:"bytes,4,opt,name=scale,proto3" json:"scale,omitempty"`
+	Bounds *Bounds `protobuf:"bytes,5,opt,name=bounds,proto3" json:"bounds,omitempty"`
+	Spread *Spread `protobuf:"bytes,6,opt,name=spread,proto3" json:"spread,omitempty"`
+	// A config block (JSON) that Init accepts, for `hdet plugins check`
+	// without --config; empty when "{}" will do.
+	ExampleConfig []byte `protobuf:"bytes,7,opt,name=example_config,json=exampleConfig,proto3" json:"example_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -254,16 +257,26 @@ func (x *Descriptor) GetSpread() *Spread {
 	return nil
 }
 
+func (x *Descriptor) GetExampleConfig() []byte {
+	if x != nil {
+		return x.ExampleConfig
+	}
+	return nil
+}
+
 type Setup struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Instance name, the key the workload receives ("lr", "lr/hidden").
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The explorer's config block as JSON ("{}" when empty).
-	Config        []byte `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
-	Ranks         int64  `protobuf:"varint,3,opt,name=ranks,proto3" json:"ranks,omitempty"`
-	TotalSteps    int64  `protobuf:"varint,4,opt,name=total_steps,json=totalSteps,proto3" json:"total_steps,omitempty"`
-	WindowSteps   int64  `protobuf:"varint,5,opt,name=window_steps,json=windowSteps,proto3" json:"window_steps,omitempty"`
-	Seed          uint64 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
+	Config      []byte `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	Ranks       int64  `protobuf:"varint,3,opt,name=ranks,proto3" json:"ranks,omitempty"`
+	TotalSteps  int64  `protobuf:"varint,4,opt,name=total_steps,json=totalSteps,proto3" json:"total_steps,omitempty"`
+	WindowSteps int64  `protobuf:"varint,5,opt,name=window_steps,json=windowSteps,proto3" json:"window_steps,omitempty"`
+	Seed        uint64 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
+	// The workload can evaluate the probe signal (DESIGN §1, revision 2): a
+	// plan that asks for it gets Observation.probe.
+	Probe         bool `protobuf:"varint,7,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +351,13 @@ func (x *Setup) GetSeed() uint64 {
 		return x.Seed
 	}
 	return 0
+}
+
+func (x *Setup) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
 }
 
 type InitResponse struct {
@@ -437,10 +457,13 @@ func (x *WindowRequest) GetSteps() int64 {
 }
 
 type WindowPlan struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Base          []float64              `protobuf:"fixed64,1,rep,packed,name=base,proto3" json:"base,omitempty"`
-	Spread        *Spread                `protobuf:"bytes,2,opt,name=spread,proto3" json:"spread,omitempty"`
-	Bounds        *Bounds                `protobuf:"bytes,3,opt,name=bounds,proto3" json:"bounds,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Base   []float64              `protobuf:"fixed64,1,rep,packed,name=base,proto3" json:"base,omitempty"`
+	Spread *Spread                `protobuf:"bytes,2,opt,name=spread,proto3" json:"spread,omitempty"`
+	Bounds *Bounds                `protobuf:"bytes,3,opt,name=bounds,proto3" json:"bounds,omitempty"`
+	// Ask the ranks to evaluate their tail-averaged parameters on the probe
+	// examples at the end of this window.
+	Probe         bool `protobuf:"varint,4,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,11 +519,21 @@ func (x *WindowPlan) GetBounds() *Bounds {
 	return nil
 }
 
+func (x *WindowPlan) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
+}
+
 type Observation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Window        int64                  `protobuf:"varint,1,opt,name=window,proto3" json:"window,omitempty"`
-	Values        []float64              `protobuf:"fixed64,2,rep,packed,name=values,proto3" json:"values,omitempty"`
-	Losses        []float64              `protobuf:"fixed64,3,rep,packed,name=losses,proto3" json:"losses,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Window int64                  `protobuf:"varint,1,opt,name=window,proto3" json:"window,omitempty"`
+	Values []float64              `protobuf:"fixed64,2,rep,packed,name=values,proto3" json:"values,omitempty"`
+	Losses []float64              `protobuf:"fixed64,3,rep,packed,name=losses,proto3" json:"losses,omitempty"`
+	// Each rank's probe loss (NaN or Inf for an unhealthy rank); empty when
+	// the window did not probe.
+	Probe         []float64 `protobuf:"fixed64,4,rep,packed,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,10 +589,22 @@ func (x *Observation) GetLosses() []float64 {
 	return nil
 }
 
+func (x *Observation) GetProbe() []float64 {
+	if x != nil {
+		return x.Probe
+	}
+	return nil
+}
+
 type Feedback struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Weights       []float64              `protobuf:"fixed64,1,rep,packed,name=weights,proto3" json:"weights,omitempty"`
-	Base          float64                `protobuf:"fixed64,2,opt,name=base,proto3" json:"base,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Weights []float64              `protobuf:"fixed64,1,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	Base    float64                `protobuf:"fixed64,2,opt,name=base,proto3" json:"base,omitempty"`
+	// x*, the estimated best offset from the window's centre, and the learned
+	// offset u after this update, in the hyperparameter's scale; 0 outside
+	// the auto phase.
+	Estimate      float64 `protobuf:"fixed64,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	Offset        float64 `protobuf:"fixed64,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,6 +649,20 @@ func (x *Feedback) GetWeights() []float64 {
 func (x *Feedback) GetBase() float64 {
 	if x != nil {
 		return x.Base
+	}
+	return 0
+}
+
+func (x *Feedback) GetEstimate() float64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *Feedback) GetOffset() float64 {
+	if x != nil {
+		return x.Offset
 	}
 	return 0
 }
@@ -735,7 +794,7 @@ const file_explorer_proto_rawDesc = "" +
 	"\x05upper\x18\x02 \x01(\x01R\x05upper\"2\n" +
 	"\x06Spread\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
-	"\x05alpha\x18\x02 \x01(\x01R\x05alpha\"\xdc\x01\n" +
+	"\x05alpha\x18\x02 \x01(\x01R\x05alpha\"\x83\x02\n" +
 	"\n" +
 	"Descriptor\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -743,7 +802,8 @@ const file_explorer_proto_rawDesc = "" +
 	"\x0ehyperparameter\x18\x03 \x01(\tR\x0ehyperparameter\x12\x14\n" +
 	"\x05scale\x18\x04 \x01(\tR\x05scale\x120\n" +
 	"\x06bounds\x18\x05 \x01(\v2\x18.hdet.explorer.v1.BoundsR\x06bounds\x120\n" +
-	"\x06spread\x18\x06 \x01(\v2\x18.hdet.explorer.v1.SpreadR\x06spread\"\xa1\x01\n" +
+	"\x06spread\x18\x06 \x01(\v2\x18.hdet.explorer.v1.SpreadR\x06spread\x12%\n" +
+	"\x0eexample_config\x18\a \x01(\fR\rexampleConfig\"\xb7\x01\n" +
 	"\x05Setup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x14\n" +
@@ -751,24 +811,29 @@ const file_explorer_proto_rawDesc = "" +
 	"\vtotal_steps\x18\x04 \x01(\x03R\n" +
 	"totalSteps\x12!\n" +
 	"\fwindow_steps\x18\x05 \x01(\x03R\vwindowSteps\x12\x12\n" +
-	"\x04seed\x18\x06 \x01(\x04R\x04seed\"\x0e\n" +
+	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x14\n" +
+	"\x05probe\x18\a \x01(\bR\x05probe\"\x0e\n" +
 	"\fInitResponse\"S\n" +
 	"\rWindowRequest\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\x03R\x06window\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x14\n" +
-	"\x05steps\x18\x03 \x01(\x03R\x05steps\"\x84\x01\n" +
+	"\x05steps\x18\x03 \x01(\x03R\x05steps\"\x9a\x01\n" +
 	"\n" +
 	"WindowPlan\x12\x12\n" +
 	"\x04base\x18\x01 \x03(\x01R\x04base\x120\n" +
 	"\x06spread\x18\x02 \x01(\v2\x18.hdet.explorer.v1.SpreadR\x06spread\x120\n" +
-	"\x06bounds\x18\x03 \x01(\v2\x18.hdet.explorer.v1.BoundsR\x06bounds\"U\n" +
+	"\x06bounds\x18\x03 \x01(\v2\x18.hdet.explorer.v1.BoundsR\x06bounds\x12\x14\n" +
+	"\x05probe\x18\x04 \x01(\bR\x05probe\"k\n" +
 	"\vObservation\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\x03R\x06window\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\x01R\x06values\x12\x16\n" +
-	"\x06losses\x18\x03 \x03(\x01R\x06losses\"8\n" +
+	"\x06losses\x18\x03 \x03(\x01R\x06losses\x12\x14\n" +
+	"\x05probe\x18\x04 \x03(\x01R\x05probe\"l\n" +
 	"\bFeedback\x12\x18\n" +
 	"\aweights\x18\x01 \x03(\x01R\aweights\x12\x12\n" +
-	"\x04base\x18\x02 \x01(\x01R\x04base\"\x12\n" +
+	"\x04base\x18\x02 \x01(\x01R\x04base\x12\x1a\n" +
+	"\bestimate\x18\x03 \x01(\x01R\bestimate\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x01R\x06offset\"\x12\n" +
 	"\x10SaveStateRequest\"\x1d\n" +
 	"\x05State\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\fR\x05state\"\x13\n" +

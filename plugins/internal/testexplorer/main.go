@@ -1,6 +1,8 @@
 // Command testexplorer is an explorer for the plugins tests only (never
-// installed in bin/plugins): it counts the windows it observed, and its
-// config makes it crash, fail or hang at a chosen window.
+// installed in bin/plugins): it counts the windows it observed, echoes the
+// probe signal back (Plan.Probe = Setup.Probe; Feedback.Weights = the probe
+// losses it got), and its config makes it crash, fail or hang at a chosen
+// window.
 package main
 
 import (
@@ -32,8 +34,9 @@ type state struct {
 }
 
 type explorer struct {
-	cfg config
-	st  state
+	cfg   config
+	st    state
+	probe bool // Setup.Probe
 }
 
 func (x *explorer) Describe(context.Context) (hparam.Descriptor, error) {
@@ -46,7 +49,7 @@ func (x *explorer) Describe(context.Context) (hparam.Descriptor, error) {
 }
 
 func (x *explorer) Init(_ context.Context, s hparam.Setup) error {
-	x.cfg, x.st = config{}, state{}
+	x.cfg, x.st, x.probe = config{}, state{}, s.Probe
 	if len(s.Config) > 0 {
 		if err := json.Unmarshal(s.Config, &x.cfg); err != nil {
 			return fmt.Errorf("config: %w", err)
@@ -92,7 +95,7 @@ func (x *explorer) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.Win
 		base[i] = float64(x.st.Observed)
 	}
 	d, _ := x.Describe(ctx)
-	return hparam.WindowPlan{Base: base, Spread: d.Spread, Bounds: d.Bounds}, nil
+	return hparam.WindowPlan{Base: base, Spread: d.Spread, Bounds: d.Bounds, Probe: x.probe}, nil
 }
 
 func (x *explorer) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
@@ -107,7 +110,14 @@ func (x *explorer) Observe(ctx context.Context, o hparam.Observation) (hparam.Fe
 		}
 		x.st.LossSum += l
 	}
-	return hparam.Feedback{Base: float64(x.st.Observed)}, nil
+	// Estimate and Offset carry what arrived, so a test sees both fields cross.
+	fb := hparam.Feedback{Base: float64(x.st.Observed), Weights: o.Probe, Offset: float64(len(o.Probe))}
+	for _, p := range o.Probe {
+		if math.IsNaN(p) {
+			fb.Estimate++
+		}
+	}
+	return fb, nil
 }
 
 func (x *explorer) SaveState(context.Context) ([]byte, error) { return json.Marshal(x.st) }

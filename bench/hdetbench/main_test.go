@@ -243,6 +243,17 @@ func TestCacheReusesOnlyAnEqualKey(t *testing.T) {
 	other, err := cacheKey(4, cfg, "canary abd", []string{"run", cfg, "--set", "x=1"})
 	require.NoError(t, err)
 	assert.NotEqual(t, changed, other, "a changed canary is a different key")
+
+	diverged := filepath.Join(dir, "diverged")
+	require.NoError(t, os.MkdirAll(diverged, 0o755))
+	writeRun(t, diverged, metrics.Record{Type: metrics.TypeStart, Time: 100, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.Record{Type: metrics.TypeWindow, Time: 104, Step: 10, Losses: []metrics.Float{1e4, 1e4}, Healthy: []bool{true, true}})
+	require.NoError(t, saveKey(diverged, key, true))
+	r, ok = reuse(diverged, key)
+	require.True(t, ok, "a diverged run is a result too")
+	assert.True(t, r.diverged())
+	assert.True(t, math.IsNaN(r.TestLoss))
+	assert.Equal(t, 4.0, r.WallSeconds, "up to its last window")
 }
 
 // fakeRuns builds a setupRuns with one seed from test losses and wall times.

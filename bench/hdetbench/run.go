@@ -105,15 +105,16 @@ func (rn *runner) run(ctx context.Context, name, config, fingerprint string, set
 	if mkErr := os.MkdirAll(dir, 0o755); mkErr == nil {
 		_ = atomicfile.Write(filepath.Join(dir, "hdetbench.log"), out.Bytes())
 	}
-	if err != nil {
+	diverged := err != nil && strings.Contains(out.String(), allUnhealthy)
+	if err != nil && !diverged {
 		return result{}, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(out.String(), 2000))
 	}
-	res, err := readResult(dir)
+	res, err := readRun(dir, diverged)
 	if err != nil {
 		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, cmdline, err)
 	}
 	if key != "" {
-		if err := atomicfile.Write(filepath.Join(dir, keyFile), []byte(key)); err != nil {
+		if err := saveKey(dir, key, diverged); err != nil {
 			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
 		}
 	}
@@ -121,19 +122,34 @@ func (rn *runner) run(ctx context.Context, name, config, fingerprint string, set
 	return res, nil
 }
 
+// allUnhealthy is how hdet run fails when training diverged on every rank
+// with no checkpoint to roll back to (engine.ErrAllUnhealthy): at a
+// learning rate far too high that is a result, not a broken benchmark.
+const allUnhealthy = "every rank is unhealthy"
+
 // readResult summarises a finished run directory's metrics.jsonl.
-func readResult(dir string) (result, error) {
+func readResult(dir string) (result, error) { return readRun(dir, false) }
+
+// readRun summarises a run directory's metrics.jsonl; a diverged run, which
+// stopped without an end record, has a NaN test loss and the wall time up
+// to its last window.
+func readRun(dir string, diverged bool) (result, error) {
 	r, err := report.Load(dir)
 	if err != nil {
 		return result{}, err
 	}
-	if r.End == nil {
+	if r.End == nil && !diverged {
 		return result{}, fmt.Errorf("%s: the run has no end record", dir)
 	}
 	s := report.Summarize(r)
 	res := result{
-		Dir: dir, TestLoss: s.FinalTestLoss, Accuracy: s.FinalAccuracy,
-		WallSeconds: r.End.WallSeconds, Steps: s.Steps, Checksum: r.End.Checksum, FinalBase: math.NaN(), FinalOffset: math.NaN(),
+		Dir: dir, TestLoss: s.FinalTestLoss, Accuracy: s.FinalAccuracy, NonFinite: diverged,
+		WallSeconds: r.WallSeconds(), Steps: s.Steps, FinalBase: math.NaN(), FinalOffset: math.NaN(),
+	}
+	if r.End != nil {
+		res.Checksum = r.End.Checksum
+	} else {
+		res.TestLoss, res.Accuracy = math.NaN(), math.NaN()
 	}
 	for _, w := range r.Windows {
 		if !finiteRecord(w) {

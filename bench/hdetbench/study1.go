@@ -76,13 +76,15 @@ func (b *bench) plainRun(ctx context.Context, s setup, seed, k int, canary strin
 // and HDET runs. A failed HDET run is kept as a failed result so that one
 // broken variant does not hide the others.
 func (b *bench) runSetup(ctx context.Context, s setup, t *table) (*setupRuns, error) {
-	canary, err := b.canaryFingerprint(ctx, s)
+	canary, err := b.canaryFingerprint(ctx, s, "plain", sweepConfig, 60)
 	if err != nil {
 		return nil, err
 	}
-	bins, err := binaryFingerprint(b.p.Bin)
-	if err != nil {
-		return nil, err
+	formCanary := make([]string, len(forms))
+	for i, f := range forms {
+		if formCanary[i], err = b.canaryFingerprint(ctx, s, f.Name, hdetConfig, 200, f.Sets...); err != nil {
+			b.rn.log("  %v: the %s runs are made afresh", firstLine(err), f.Label)
+		}
 	}
 	from := s.GridFrom
 	if b.p.Quick {
@@ -125,7 +127,7 @@ func (b *bench) runSetup(ctx context.Context, s setup, t *table) (*setupRuns, er
 			var runs []result
 			for _, k := range sr.starts {
 				name := filepath.Join("s1", s.Name, fmt.Sprintf("seed%d", seed), f.Name+"-"+lrText(gridLR(k)))
-				r, err := b.rn.run(ctx, name, hdetConfig, bins, append(b.seedSets(seed, s, k), f.Sets...)...)
+				r, err := b.rn.run(ctx, name, hdetConfig, formCanary[fi], append(b.seedSets(seed, s, k), f.Sets...)...)
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil, err
@@ -351,10 +353,15 @@ func column(rows [][]result, i int) []result {
 }
 
 func (b *bench) study1Notes(t *table) {
-	cached := 0
+	cached, runs := 0, 0
 	for _, sr := range b.study1 {
-		for _, rows := range append(slices.Clone(sr.sweep), sr.plain...) {
+		all := slices.Concat(sr.sweep, sr.plain)
+		for _, f := range sr.hdet {
+			all = append(all, f...)
+		}
+		for _, rows := range all {
 			for _, r := range rows {
+				runs++
 				if r.Cached {
 					cached++
 				}
@@ -370,6 +377,6 @@ func (b *bench) study1Notes(t *table) {
 		b.p.NP, b.p.Epochs, steps, strings.Join(seeds, ", "), b.p.SweepN)
 	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed. gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (NaN for the paper form, which has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (all points, same seed); rank-s = %d x the run's wall time from its end record, on a shared machine.", b.p.NP)
 	if cached > 0 {
-		t.note("%d plain runs were reused from earlier invocations (their key: command, config bytes and a 60-step canary run's final parameter checksum per setup, made fresh now; see cache.go); their timings are from when they ran.", cached)
+		t.note("%d of the %d runs were reused from earlier invocations (key: the command, the config's bytes and the final parameter checksum of a short canary run per setup and variant, made fresh by this invocation; see cache.go); their timings are from when they ran, under that time's load.", cached, runs)
 	}
 }

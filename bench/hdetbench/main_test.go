@@ -314,3 +314,13 @@ func TestSpreadAndBestPoint(t *testing.T) {
 	assert.Equal(t, 1, bestPoint(sweep), "medians 0.2 and 0.1: a diverged seed counts as +Inf, not as missing")
 	assert.Equal(t, -1, bestPoint([][]result{{{TestLoss: math.NaN()}}}))
 }
+
+func TestConfigSummaryQuotesTrainAndExplorers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("workload: {kind: mnist}\ntrain: {window: 50}\nexplorers:\n  - name: lr\n    config: {auto: {form: paper}}\n"), 0o644))
+	s := configSummary(path)
+	assert.Contains(t, s, `"window":50`)
+	assert.Contains(t, s, `"auto":{"form":"paper"}`)
+	assert.NotContains(t, s, "mnist")
+	assert.Contains(t, configSummary(filepath.Join(t.TempDir(), "missing.yaml")), "no such file")
+}

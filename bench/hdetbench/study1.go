@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // setup is one workload configuration of study 1: the sweep and HDET runs
@@ -375,8 +379,30 @@ func (b *bench) study1Notes(t *table) {
 	steps := b.study1[0].sweep[0][0].Steps
 	t.note("Setups: the 784-256-256-10 MLP, batch 64 per rank, N = %d, %d epochs (%d steps), with AdamW or with SGD + momentum 0.9; seeds %s. Sweep: %d points per setup, 3 per decade (10^(k/3) rounded), plain DP (bench/configs/sweep.yaml: the lr explorer with spread alpha 0 and the auto phase off, OneCycle pct_start 0.25). HDET: bench/configs/hdet.yaml (the lr explorer with its default spread and auto phase) started at the best sweep point (lowest median test loss over the seeds) and 10x below and above; paper form: the same with auto.form paper.",
 		b.p.NP, b.p.Epochs, steps, strings.Join(seeds, ", "), b.p.SweepN)
+	t.note("bench/configs/hdet.yaml as run: %s.", configSummary(hdetConfig))
 	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed. gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (NaN for the paper form, which has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (all points, same seed); rank-s = %d x the run's wall time from its end record, on a shared machine.", b.p.NP)
 	if cached > 0 {
 		t.note("%d of the %d runs were reused from earlier invocations (key: the command, the config's bytes and the final parameter checksum of a short canary run per setup and variant, made fresh by this invocation; see cache.go); their timings are from when they ran, under that time's load.", cached, runs)
 	}
+}
+
+// configSummary quotes what a config sets for training and its explorers,
+// so the doc says which HDET settings produced the numbers.
+func configSummary(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var cfg struct {
+		Train     map[string]any   `yaml:"train"`
+		Explorers []map[string]any `yaml:"explorers"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return err.Error()
+	}
+	js, err := json.Marshal(map[string]any{"train": cfg.Train, "explorers": cfg.Explorers})
+	if err != nil {
+		return err.Error()
+	}
+	return "`" + string(js) + "` (fields not set take the explorer's defaults, README's config table)"
 }

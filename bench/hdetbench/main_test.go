@@ -262,7 +262,7 @@ func fakeRuns(sweep []float64, plain, hdet []float64, offsets []float64) *setupR
 	var row []result
 	for i, l := range sweep {
 		sr.ks = append(sr.ks, -9+i)
-		row = append(row, result{TestLoss: l, WallSeconds: 10})
+		row = append(row, result{Dir: "d", TestLoss: l, WallSeconds: 10})
 	}
 	sr.sweep = [][]result{row}
 	sr.best = bestPoint(sr.sweep)
@@ -307,12 +307,17 @@ func TestSpreadAndBestPoint(t *testing.T) {
 	assert.Equal(t, "-", spread(nil, pct))
 	// the median over seeds decides: point 1 is best in 2 of 3 seeds.
 	sweep := [][]result{
-		{{TestLoss: 0.2}, {TestLoss: 0.1}},
-		{{TestLoss: 0.05}, {TestLoss: 0.1}},
-		{{TestLoss: 0.3}, {TestLoss: math.NaN()}},
+		{{Dir: "d", TestLoss: 0.2}, {Dir: "d", TestLoss: 0.1}, {Dir: "d", TestLoss: 0.01}},
+		{{Dir: "d", TestLoss: 0.05}, {Dir: "d", TestLoss: 0.1}, {}},
+		{{Dir: "d", TestLoss: 0.3}, {Dir: "d", TestLoss: math.NaN()}, {}},
 	}
-	assert.Equal(t, 1, bestPoint(sweep), "medians 0.2 and 0.1: a diverged seed counts as +Inf, not as missing")
-	assert.Equal(t, -1, bestPoint([][]result{{{TestLoss: math.NaN()}}}))
+	assert.Equal(t, 1, bestPoint(sweep), "medians 0.2 and 0.1: a diverged seed counts as +Inf, not as missing; point 2 is not run by every seed")
+	assert.Equal(t, -1, bestPoint([][]result{{{Dir: "d", TestLoss: math.NaN()}}}))
+	partial := &setupRuns{sweep: [][]result{
+		{{Dir: "d", WallSeconds: 1}, {Dir: "d", WallSeconds: 2}},
+		{{}, {Dir: "d", WallSeconds: 5}},
+	}}
+	assert.Equal(t, 12.0, partial.sweepCompute(4), "the whole sweep is a seed that ran every point")
 }
 
 func TestConfigSummaryQuotesTrainAndExplorers(t *testing.T) {
@@ -323,4 +328,39 @@ func TestConfigSummaryQuotesTrainAndExplorers(t *testing.T) {
 	assert.Contains(t, s, `"auto":{"form":"paper"}`)
 	assert.NotContains(t, s, "mnist")
 	assert.Contains(t, configSummary(filepath.Join(t.TempDir(), "missing.yaml")), "no such file")
+}
+
+func TestStudy1TablesRenderTargetsAndMissingRuns(t *testing.T) {
+	sr := fakeRuns([]float64{0.3, 0.2, 0.15, 0.1, 0.12, 0.2, math.NaN()},
+		[]float64{0.3, 0.1, math.NaN()}, []float64{0.104, 0.102, 0.103}, []float64{2, 0, -2})
+	for i := range sr.sweep[0] {
+		sr.sweep[0][i].Dir = "d"
+	}
+	// a second seed that ran only some points, and a paper form that failed
+	sr.sweep = append(sr.sweep, make([]result, len(sr.ks)))
+	sr.sweep[1][sr.best] = result{Dir: "d", TestLoss: 0.11, WallSeconds: 10}
+	sr.plain = append(sr.plain, sr.plain[0])
+	sr.hdet[0] = append(sr.hdet[0], sr.hdet[0][0])
+	failed := result{TestLoss: math.NaN(), FinalOffset: math.NaN(), Failed: "exit status 2"}
+	sr.hdet = append(sr.hdet, [][]result{{failed, failed, failed}})
+	b := &bench{p: defaults(false), study1: []*setupRuns{sr}}
+	b.p.Seeds = []int{1, 2}
+	sr.sweep[0][0].Steps = 702
+	tb := &table{Title: "Study 1", Header: []string{"setup"}}
+	b.summarizeSetup(tb, sr)
+	b.study1Notes(tb)
+	var md bytes.Buffer
+	tb.markdown(&md)
+	s := md.String()
+	// seed 1 against 0.1, seed 2 against its own best-point run, 0.11
+	assert.Contains(t, s, "| AdamW | HDET default | 10x below | 0.001 | -0.7% (-5.5%..+4.0%) | -65.3% (-65.3%..-65.3%) | 101% (98%..103%) | 0.0074 (0.0074..0.0074) | 17.1% (max 17.1%) |")
+	assert.Contains(t, s, "| AdamW | HDET default | 10x above | 0.1 | -1.7% (-6.4%..+3.0%) | - |", "plain DP diverged there")
+	assert.Contains(t, s, "Target met (AdamW): every HDET start (default config) within +5% of the best sweep point, median over 2 seed(s): 10x below -0.7%, at best -2.6%, 10x above -1.7%.")
+	assert.Contains(t, s, "Target NOT met (AdamW): every HDET run (default config) at most 1/7")
+	assert.Contains(t, s, "Target met (AdamW): at the best start, HDET (default config) no worse than +3% against plain DP at that max_lr: median +2.0%.")
+	assert.Contains(t, s, "| AdamW | HDET paper form (1 failed: exit status 2) | 10x below | 0.001 | - | - | - | - |")
+	assert.Contains(t, s, "### Study 1 sweep, AdamW")
+	assert.Contains(t, s, "| 0.01 (best) | 0.1000 | 0.1100 |")
+	assert.Contains(t, s, "| 0.001 | 0.3000 | - |")
+	assert.Contains(t, s, "| 0.1 | NaN (diverged) | - |", "a diverged point says so")
 }

@@ -242,7 +242,9 @@ func (sr *setupRuns) stats(fi, si int, np int) startStats {
 			st.closed = append(st.closed, (pl-chanceLoss(h))/(pl-ref.TestLoss))
 		}
 		st.share = append(st.share, h.rankSeconds(np)/sr.sweepCompute(np))
-		st.effLR = append(st.effLR, gridLR(sr.starts[si])*math.Exp(h.FinalOffset))
+		if forms[fi].Name != "paper" { // the paper's absolute update has no offset
+			st.effLR = append(st.effLR, gridLR(sr.starts[si])*math.Exp(h.FinalOffset))
+		}
 	}
 	return st
 }
@@ -456,7 +458,7 @@ func (b *bench) study1Notes(t *table) {
 		t.note("Compute: the first %d seed(s) swept all %d points; the other seeds ran the points 1 and 3 grid steps (2.2x and 10x) either side of the best, which decide the best point, the starts and the gaps (\"-\" in the sweep tables). The paper form ran the first %d seed(s).", b.p.SweepSeeds, b.p.SweepN, b.p.PaperSeeds)
 	}
 	t.note("bench/configs/hdet.yaml as run: %s.", configSummary(hdetConfig))
-	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed (\"-\" where plain DP diverged). gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (NaN for the paper form, which has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (every point of a fully swept seed); rank-s = %d x the run's wall time from its end record, on a shared machine.", b.p.NP)
+	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed (\"-\" where plain DP diverged). gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (\"-\" for the paper form, whose absolute update has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (every point of a fully swept seed); rank-s = %d x the run's wall time from its end record, on a shared machine.", b.p.NP)
 	if cached > 0 {
 		t.note("%d of the %d runs were reused from earlier invocations (key: the command, the config's bytes and the final parameter checksum of a short canary run per setup and variant, made fresh by this invocation; see cache.go); their timings are from when they ran, under that time's load.", cached, runs)
 	}

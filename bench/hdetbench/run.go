@@ -54,6 +54,7 @@ type result struct {
 	Cached        bool    // reused from an earlier hdetbench invocation, not run now
 	Checksum      string  // of the final parameters (end record)
 	Failed        string  // why the run failed, for a study that goes on without it
+	Pace          float64 // seconds per step at the run's calmest: the first quartile over its windows
 	ProcessSecond float64 // mpirun's wall time, start-up included
 }
 
@@ -65,6 +66,13 @@ func (r result) diverged() bool {
 
 // rankSeconds is the compute the run held: N ranks for its wall time.
 func (r result) rankSeconds(np int) float64 { return float64(np) * r.WallSeconds }
+
+// calmRankSeconds is the compute the run would hold at its calmest pace:
+// on a machine shared with other work one run's wall time can be 10x
+// another's for the same steps, depending on the load while it ran; the
+// first quartile of the per-step time over a run's windows is close to
+// what its steps cost at the lowest load it saw.
+func (r result) calmRankSeconds(np int) float64 { return float64(np) * r.Pace * float64(r.Steps) }
 
 // run starts `hdet run config --run-dir root/name --set ...` and reads the
 // run's metrics. The run directory is wiped first so that a stale metrics
@@ -151,6 +159,7 @@ func readRun(dir string, diverged bool) (result, error) {
 	} else {
 		res.TestLoss, res.Accuracy = math.NaN(), math.NaN()
 	}
+	res.Pace = pace(r.Windows)
 	for _, w := range r.Windows {
 		if !finiteRecord(w) {
 			res.NonFinite = true
@@ -173,6 +182,20 @@ func readRun(dir string, diverged bool) (result, error) {
 		}
 	}
 	return res, nil
+}
+
+// pace is the first quartile over windows of the seconds per step a window
+// took (training, probe, converge and plan).
+func pace(ws []metrics.Record) float64 {
+	var per []float64
+	prev := 0
+	for _, w := range ws {
+		if n := w.Step - prev; n > 0 {
+			per = append(per, (w.FanoutSeconds+w.ConvergeSeconds+w.PlanSeconds)/float64(n))
+		}
+		prev = w.Step
+	}
+	return quantile(per, 0.25)
 }
 
 // finiteRecord is false when a window saw a NaN/Inf loss.

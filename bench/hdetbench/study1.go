@@ -223,7 +223,7 @@ func chanceLoss(r result) float64 {
 
 // startStats are one form's numbers at one start, one value per seed.
 type startStats struct {
-	vsBest, vsPlain, closed, share, effLR []float64
+	vsBest, vsPlain, closed, share, wallShare, effLR []float64
 	failed                                []string
 }
 
@@ -241,7 +241,8 @@ func (sr *setupRuns) stats(fi, si int, np int) startStats {
 			pl := chanceLoss(p)
 			st.closed = append(st.closed, (pl-chanceLoss(h))/(pl-ref.TestLoss))
 		}
-		st.share = append(st.share, h.rankSeconds(np)/sr.sweepCompute(np))
+		st.share = append(st.share, h.calmRankSeconds(np)/sr.sweepCompute(np, result.calmRankSeconds))
+		st.wallShare = append(st.wallShare, h.rankSeconds(np)/sr.sweepCompute(np, result.rankSeconds))
 		if forms[fi].Name != "paper" { // the paper's absolute update has no offset
 			st.effLR = append(st.effLR, gridLR(sr.starts[si])*math.Exp(h.FinalOffset))
 		}
@@ -249,9 +250,9 @@ func (sr *setupRuns) stats(fi, si int, np int) startStats {
 	return st
 }
 
-// sweepCompute is the rank-seconds of the whole sweep: the median over the
-// seeds that ran every point of their totals.
-func (sr *setupRuns) sweepCompute(np int) float64 {
+// sweepCompute is the rank-seconds of the whole sweep, by the given
+// measure: the median over the seeds that ran every point of their totals.
+func (sr *setupRuns) sweepCompute(np int, cost func(result, int) float64) float64 {
 	var totals []float64
 	for _, row := range sr.sweep {
 		total := 0.0
@@ -260,7 +261,7 @@ func (sr *setupRuns) sweepCompute(np int) float64 {
 				total = math.NaN()
 				break
 			}
-			total += r.rankSeconds(np)
+			total += cost(r, np)
 		}
 		totals = append(totals, total)
 	}
@@ -304,7 +305,7 @@ func share(v float64) string { return num(100*v, 1) + "%" }
 // sweep's best point, in the default and the paper form.
 func (b *bench) studySweep(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 1: finding max_lr, plain DP sweep vs HDET from three starts",
-		Header: []string{"setup", "run", "start", "max_lr", "vs best sweep point", "vs plain at start", "gap closed", "final effective max_lr", "compute share"}}
+		Header: []string{"setup", "run", "start", "max_lr", "vs best sweep point", "vs plain at start", "gap closed", "final effective max_lr", "compute share", "wall-time share"}}
 	b.study1 = nil
 	for _, s := range setups {
 		sr, err := b.sweepSetup(ctx, s, t)
@@ -353,7 +354,8 @@ func (b *bench) summarizeSetup(t *table, sr *setupRuns) {
 			}
 			t.add(sr.s.Label, run, startNames[si], lrText(gridLR(k)), spread(st.vsBest, pctf),
 				spread(st.vsPlain, pctf), spread(st.closed, closedf), spread(st.effLR, lrText),
-				fmt.Sprintf("%s (max %s)", share(median(st.share)), share(maxFinite(st.share))))
+				fmt.Sprintf("%s (max %s)", share(median(st.share)), share(maxFinite(st.share))),
+				fmt.Sprintf("%s (max %s)", share(median(st.wallShare)), share(maxFinite(st.wallShare))))
 			if fi != 0 {
 				continue
 			}
@@ -452,13 +454,23 @@ func (b *bench) study1Notes(t *table) {
 		seeds[i] = fmt.Sprint(s)
 	}
 	steps := b.study1[0].sweep[0][0].Steps
+	lo, hi := math.Inf(1), 0.0
+	for _, sr := range b.study1 {
+		for _, row := range sr.sweep {
+			for _, r := range row {
+				if r.Dir != "" && !r.diverged() {
+					lo, hi = min(lo, r.WallSeconds), max(hi, r.WallSeconds)
+				}
+			}
+		}
+	}
 	t.note("Setups: the 784-256-256-10 MLP, batch 64 per rank, N = %d, %d epochs (%d steps), with AdamW or with SGD + momentum 0.9; seeds %s. Sweep: %d points per setup, 3 per decade (10^(k/3) rounded), plain DP (bench/configs/sweep.yaml: the lr explorer with spread alpha 0 and the auto phase off, OneCycle pct_start 0.25). HDET: bench/configs/hdet.yaml (the lr explorer with its default spread and auto phase) started at the best sweep point (lowest median test loss over the seeds) and 10x below and above; paper form: the same with auto.form paper.",
 		b.p.NP, b.p.Epochs, steps, strings.Join(seeds, ", "), b.p.SweepN)
 	if len(b.p.Seeds) > b.p.SweepSeeds {
 		t.note("Compute: the first %d seed(s) swept all %d points; the other seeds ran the points 1 and 3 grid steps (2.2x and 10x) either side of the best, which decide the best point, the starts and the gaps (\"-\" in the sweep tables). The paper form ran the first %d seed(s).", b.p.SweepSeeds, b.p.SweepN, b.p.PaperSeeds)
 	}
 	t.note("bench/configs/hdet.yaml as run: %s.", configSummary(hdetConfig))
-	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed (\"-\" where plain DP diverged). gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (\"-\" for the paper form, whose absolute update has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (every point of a fully swept seed); rank-s = %d x the run's wall time from its end record, on a shared machine.", b.p.NP)
+	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed (\"-\" where plain DP diverged). gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (\"-\" for the paper form, whose absolute update has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (every point of a fully swept seed), each run's rank-seconds taken at its calmest pace: %d ranks x its steps x the first quartile over its windows of the seconds per step (training, probe, converge, plan). The machine is shared with other work whose load varied over the study, so the same %d steps took %.0f s to %.0f s of wall time; the wall-time share (%d x the run's wall time from its end record, over the sweep's) is shown beside it but compares runs made under different loads.", b.p.NP, steps, lo, hi, b.p.NP)
 	if cached > 0 {
 		t.note("%d of the %d runs were reused from earlier invocations (key: the command, the config's bytes and the final parameter checksum of a short canary run per setup and variant, made fresh by this invocation; see cache.go); their timings are from when they ran, under that time's load.", cached, runs)
 	}

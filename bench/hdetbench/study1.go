@@ -224,7 +224,7 @@ func chanceLoss(r result) float64 {
 // startStats are one form's numbers at one start, one value per seed.
 type startStats struct {
 	vsBest, vsPlain, closed, share, wallShare, effLR []float64
-	failed                                []string
+	failed                                           []string
 }
 
 func (sr *setupRuns) stats(fi, si int, np int) startStats {

@@ -367,3 +367,17 @@ func TestStudy1TablesRenderTargetsAndMissingRuns(t *testing.T) {
 	assert.Contains(t, s, "| 0.001 | 0.3000 | - |")
 	assert.Contains(t, s, "| 0.1 | NaN (diverged) | - |", "a diverged point says so")
 }
+
+func TestStudy1PlotPerSetup(t *testing.T) {
+	sr := fakeRuns([]float64{0.3, 0.2, 0.15, 0.1, 0.12, 0.2, math.NaN()},
+		[]float64{0.3, 0.1, math.NaN()}, []float64{0.104, 0.102, 0.103}, []float64{2, 0, -2})
+	sr.hdet = append(sr.hdet, [][]result{{{TestLoss: 0.2}, {TestLoss: 0.11}, {TestLoss: math.NaN()}}})
+	b := &bench{p: defaults(true), study1: []*setupRuns{sr}}
+	dir := t.TempDir()
+	paths, err := b.plot(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(dir, "sweep-adamw.png")}, paths)
+	data, err := os.ReadFile(paths[0])
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(data, []byte("\x89PNG")))
+}

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	plotDir := fs.String("plots", "docs", "where study 1's plots go (sweep-<setup>.png)")
 	runs := fs.String("runs", "runs/bench", "where the run directories go")
 	only := fs.String("studies", "1,2,3,4,5", "comma-separated studies to run (2 needs 1); the doc keeps the others' blocks")
+	seeds := fs.String("seeds", "", "study 1's seeds, comma-separated (default 1,2,3; the quick variant 1)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -95,6 +97,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if *np < 1 {
 		return o, fmt.Errorf("-np: want >= 1, got %d", *np)
+	}
+	if *seeds != "" {
+		o.p.Seeds = nil
+		for _, f := range strings.Split(*seeds, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 || slices.Contains(o.p.Seeds, n) {
+				return o, fmt.Errorf("-seeds: %q is not a new seed (a whole number >= 0)", f)
+			}
+			o.p.Seeds = append(o.p.Seeds, n)
+		}
 	}
 	return o, nil
 }

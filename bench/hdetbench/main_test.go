@@ -151,6 +151,12 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "-studies")
 	err = run([]string{"-np", "0"}, &out, &errb)
 	assert.ErrorContains(t, err, "-np")
+	for _, bad := range []string{"1,x", "1,1", "-2"} {
+		assert.ErrorContains(t, run([]string{"-seeds", bad}, &out, &errb), "-seeds")
+	}
+	o, err := parseFlags([]string{"-seeds", "2, 3", "-quick"}, &errb)
+	require.NoError(t, err)
+	assert.Equal(t, []int{2, 3}, o.p.Seeds)
 }
 
 func TestWriteDocOrdersStudiesAndLinksThePlot(t *testing.T) {

@@ -155,33 +155,26 @@ func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, 
 	return sr, nil
 }
 
-// hdetRuns makes (or reuses) one form's HDET runs of a setup, every seed
-// (the paper form: the first PaperSeeds) at every start. A failed run is
-// kept as a failed result so that one broken variant does not hide the
-// others.
-func (b *bench) hdetRuns(ctx context.Context, sr *setupRuns, fi int, t *table) error {
+// hdetRuns makes (or reuses) one form's HDET runs of a setup for one seed
+// at every start. A failed run is kept as a failed result so that one
+// broken variant does not hide the others.
+func (b *bench) hdetRuns(ctx context.Context, sr *setupRuns, fi, seed int, t *table) error {
 	f := forms[fi]
-	seeds := b.p.Seeds
-	if f.Name == "paper" {
-		seeds = seeds[:min(b.p.PaperSeeds, len(seeds))]
-	}
-	for _, seed := range seeds {
-		var runs []result
-		for _, k := range sr.starts {
-			name := filepath.Join("s1", sr.s.Name, fmt.Sprintf("seed%d", seed), f.Name+"-"+lrText(gridLR(k)))
-			r, err := b.rn.run(ctx, name, hdetConfig, sr.canary[fi], append(b.seedSets(seed, sr.s, k), f.Sets...)...)
-			if err != nil {
-				if ctx.Err() != nil {
-					return err
-				}
-				b.rn.log("  FAILED: %v", firstLine(err))
-				r = result{TestLoss: math.NaN(), FinalOffset: math.NaN(), Failed: firstLine(err)}
+	var runs []result
+	for _, k := range sr.starts {
+		name := filepath.Join("s1", sr.s.Name, fmt.Sprintf("seed%d", seed), f.Name+"-"+lrText(gridLR(k)))
+		r, err := b.rn.run(ctx, name, hdetConfig, sr.canary[fi], append(b.seedSets(seed, sr.s, k), f.Sets...)...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
 			}
-			t.Commands = append(t.Commands, r.Command)
-			runs = append(runs, r)
+			b.rn.log("  FAILED: %v", firstLine(err))
+			r = result{TestLoss: math.NaN(), FinalOffset: math.NaN(), Failed: firstLine(err)}
 		}
-		sr.hdet[fi] = append(sr.hdet[fi], runs)
+		t.Commands = append(t.Commands, r.Command)
+		runs = append(runs, r)
 	}
+	sr.hdet[fi] = append(sr.hdet[fi], runs)
 	return nil
 }
 
@@ -315,12 +308,19 @@ func (b *bench) studySweep(ctx context.Context) (*table, error) {
 		sr.hdet = make([][][]result, len(forms))
 		b.study1 = append(b.study1, sr)
 	}
-	// Every setup's default runs before any paper-form run: the default
-	// is what the targets are about.
-	for fi := range forms {
-		for _, sr := range b.study1 {
-			if err := b.hdetRuns(ctx, sr, fi, t); err != nil {
-				return t, err
+	// Every setup's default runs before any paper-form run (the default is
+	// what the targets are about), seed by seed across the setups; the
+	// paper form on the first PaperSeeds seeds.
+	for fi, f := range forms {
+		seeds := b.p.Seeds
+		if f.Name == "paper" {
+			seeds = seeds[:min(b.p.PaperSeeds, len(seeds))]
+		}
+		for _, seed := range seeds {
+			for _, sr := range b.study1 {
+				if err := b.hdetRuns(ctx, sr, fi, seed, t); err != nil {
+					return t, err
+				}
 			}
 		}
 	}

@@ -38,7 +38,7 @@ func fakeWorker(mode string) {
 		os.Exit(9)
 	}
 	hello := &Hello{Protocol: ProtocolVersion, Hyperparameters: []string{"lr"}, ParamCount: 2, Dtype: "float32",
-		Buffers: []string{BufferSHM}, ParamGroups: []ParamGroup{{Key: "0", Size: 2}}}
+		Buffers: []string{BufferFD}, ParamGroups: []ParamGroup{{Key: "0", Size: 2}}, SyncMode: SyncLocal}
 	switch mode {
 	case "garbage":
 		_, _ = c.Write([]byte("Traceback (most recent call last):\n"))
@@ -74,9 +74,6 @@ func startFake(t *testing.T, mode string, opts Options) (*Worker, error) {
 	if opts.WorldSize == 0 {
 		opts.WorldSize = 1
 	}
-	if opts.SyncMode == "" {
-		opts.SyncMode = engine.SyncLocal
-	}
 	opts.Command = []string{os.Args[0]}
 	opts.Env = append(opts.Env, "BRIDGE_FAKE_WORKER="+mode)
 	opts.Stdout, opts.Stderr = io.Discard, io.Discard
@@ -94,11 +91,11 @@ func TestStartFailures(t *testing.T) {
 	}{
 		{"exit3", "exit status 3", ErrExited, 0},
 		{"garbage", "frame does not start with", ErrProtocol, 0},
-		{"version", "worker speaks 99, this hdet speaks 1", ErrVersion, 0},
+		{"version", "worker speaks 99, this hdet speaks 2", ErrVersion, 0},
 		{"silent", "no HELLO within 500ms", ErrTimeout, 500 * time.Millisecond},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			w, err := startFake(t, tc.mode, Options{Rank: 2, WorldSize: 4, StartTimeout: tc.timeout})
+			w, err := startFake(t, tc.mode, Options{Rank: 2, WorldSize: 4, MasterPort: 29557, StartTimeout: tc.timeout})
 			require.Error(t, err)
 			assert.Nil(t, w)
 			assert.ErrorIs(t, err, tc.is)
@@ -120,7 +117,7 @@ func TestBadDoneIsProtocolError(t *testing.T) {
 func TestEnvironment(t *testing.T) {
 	t.Setenv("RANK", "77") // inherited values must not leak through
 	t.Setenv("MASTER_PORT", "1")
-	_, err := startFake(t, "env", Options{Rank: 1, WorldSize: 3, LocalRank: 1, SyncMode: engine.SyncGradients,
+	_, err := startFake(t, "env", Options{Rank: 1, WorldSize: 3, LocalRank: 1, SyncMode: SyncGradients,
 		MasterPort: 29555, GPU: "1", Env: []string{"EXTRA=x"}})
 	require.ErrorIs(t, err, ErrWorker)
 	for _, kv := range []string{"HDET_RANK=1", "HDET_WORLD_SIZE=3", "HDET_LOCAL_RANK=1", "HDET_SYNC_MODE=gradients",
@@ -128,21 +125,24 @@ func TestEnvironment(t *testing.T) {
 		assert.Contains(t, err.Error(), kv)
 	}
 
-	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, SyncMode: engine.SyncLocal})
+	t.Setenv("HDET_SYNC_MODE", "gradients")
+	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, MasterPort: 29556, SyncMode: ""})
 	require.ErrorIs(t, err, ErrWorker)
-	assert.Contains(t, err.Error(), "HDET_SYNC_MODE=local")
-	assert.NotContains(t, err.Error(), "RANK=77", "local mode: no torch.distributed variables, so no DDP")
-	assert.NotContains(t, err.Error(), "MASTER_PORT")
+	assert.NotContains(t, err.Error(), "HDET_SYNC_MODE", "no configured mode: the script's")
+	assert.NotContains(t, err.Error(), "RANK=77")
+	for _, kv := range []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29556"} {
+		assert.Contains(t, err.Error(), kv, "torchrun's variables in every mode")
+	}
 }
 
 func TestOptionsValidation(t *testing.T) {
 	for name, o := range map[string]Options{
-		"no command":   {WorldSize: 1, SyncMode: engine.SyncLocal},
-		"bad rank":     {Command: []string{"x"}, Rank: 4, WorldSize: 4, SyncMode: engine.SyncLocal},
+		"no command":   {WorldSize: 1, SyncMode: SyncLocal},
+		"bad rank":     {Command: []string{"x"}, Rank: 4, WorldSize: 4, SyncMode: SyncLocal},
 		"bad mode":     {Command: []string{"x"}, WorldSize: 1, SyncMode: "diloco"},
-		"no port":      {Command: []string{"x"}, WorldSize: 2, SyncMode: engine.SyncGradients},
-		"bad timeout":  {Command: []string{"x"}, WorldSize: 1, SyncMode: engine.SyncLocal, Timeout: -1},
-		"neg local rk": {Command: []string{"x"}, WorldSize: 1, SyncMode: engine.SyncLocal, LocalRank: -1},
+		"no port":      {Command: []string{"x"}, WorldSize: 2, SyncMode: SyncGradients},
+		"bad timeout":  {Command: []string{"x"}, WorldSize: 1, SyncMode: SyncLocal, Timeout: -1},
+		"neg local rk": {Command: []string{"x"}, WorldSize: 1, SyncMode: SyncLocal, LocalRank: -1},
 	} {
 		_, err := Start(context.Background(), o)
 		assert.ErrorIs(t, err, ErrOptions, name)

@@ -70,7 +70,7 @@ var builtinKinds = map[string]builtinKind{
 //	                       // paper: the schedule's warm-up end (OneCycle: int(pct_start*total_steps))
 //	    "until": ...,      // offset: fraction of the run after which u stops moving, (0, 1]; default: the first
 //	                       // window boundary after the schedule's warm-up (1 for schedules without one)
-//	    "guard": 1,        // offset: warm-up guard threshold, a fraction of the spread's half-width; 0: off
+//	    "guard": 0.5,      // offset: warm-up guard threshold, a fraction of the spread's half-width; 0: off
 //	    "signal": "probe", // probe (train where the workload cannot probe) | train; paper default: train
 //	    "estimator": "quadratic", // quadratic | softmax; paper: softmax only
 //	    "clip":    1.5,    // quadratic: |x*| <= clip * the spread's half-width in scale space

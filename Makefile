@@ -16,7 +16,7 @@ EXPLORERS := lr dropout weight-decay
 PURE     = $(shell $(GO) list ./config/... ./checkpoint/... ./hparam/... ./metrics/... ./report/... ./progress/... ./slurm/... ./internal/logging/... ./plugins/...)
 OTHER    = $(filter-out $(PURE),$(shell $(GO) list ./...))
 
-.PHONY: all build deps test test-go test-faults run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps test test-go test-faults test-multihost run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -42,18 +42,27 @@ test: deps data
 	scripts/deps.sh slurm torch chromium
 	$(MAKE) lint
 	$(MAKE) test-go
+	$(MAKE) test-multihost
 
 # The fault suite runs in directory mode, where go test shows a passing
 # test's output: its closing lines list each fault and "N passed, N failed".
 FAULTS  := TestFaults|TestBadInput
+# Multi-host tests need root and the netns test bed (scripts/testbed.sh).
+MULTI   := TestMultiHost|TestLarge
 
 test-go:
 	$(GO) test -race -count=1 $(PURE)
-	$(GO) test -count=1 -timeout 40m -skip '$(FAULTS)' $(OTHER)
+	$(GO) test -count=1 -timeout 40m -skip '$(FAULTS)|$(MULTI)' $(OTHER)
 	$(MAKE) test-faults
 
 test-faults:
 	cd tests && $(GO) test -count=1 -timeout 20m -run '$(FAULTS)'
+
+# hdet across 3 fake hosts (network namespaces, one slurmd each): mpirun
+# --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB.
+test-multihost: deps data
+	scripts/deps.sh netns slurm
+	cd tests && $(GO) test -count=1 -timeout 15m -v -run '$(MULTI)' .
 
 
 # The same in-place MPI_Allreduce through the Go binding and in C.
@@ -70,7 +79,12 @@ bench-pytorch: build data
 	scripts/deps.sh torch
 	$(GO) test -run XXX -bench BenchmarkPyTorchOverhead -benchtime 3x ./tests
 
-# Regenerates plugins/proto with pinned generators.
+# One training step of the built-in MLP against its GEMMs alone, AdamW and
+# SGD, with the AVX2 and the Go element-wise kernels (issue 15 item 6).
+bench-trainer:
+	$(GO) test -run XXX -bench BenchmarkTrainerGemmShare -benchtime 60x -cpu 1 ./workload/mnist
+
+# Regenerates plugins/contract/proto with pinned generators.
 proto:
 	scripts/deps.sh protoc
 	sh scripts/gen-proto.sh
@@ -86,8 +100,10 @@ lint: deps
 clean:
 	rm -rf $(BIN) runs
 
-# Benchmarks (issue 11): bench/hdetbench runs six studies under mpirun,
-# prints one table each and writes docs/benchmarks.md and docs/sweep.png.
-# bench-quick is the short variant (under 10 minutes on 2 cores).
+# Benchmarks (issues 11, 14): bench/hdetbench runs five studies under mpirun,
+# prints one table each, replaces their generated blocks in docs/benchmarks.md
+# (hand-written sections stay) and writes docs/sweep-<setup>.png. Finished
+# plain runs under runs/bench are reused (see docs/benchmarks.md). bench-quick
+# is the short variant: one seed, 7 sweep points (under 10 minutes on 2 cores).
 bench bench-quick: build data allreduce-bins
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)

@@ -299,6 +299,9 @@ func (b *builtin) parse(s Setup) (parsedConfig, error) {
 	if err := p.bounds.Validate(); err != nil {
 		return p, err
 	}
+	if err := admitSchedule(s.Name, p.sched, p.bounds); err != nil {
+		return p, err
+	}
 	// The schedule must cover every step it gives a value for: all of them
 	// in the offset form or without the auto phase, else those before the
 	// first paper-form update.

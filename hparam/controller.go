@@ -32,10 +32,18 @@ type NamedExplorer struct {
 	Config   []byte
 }
 
+// Event kinds.
+const (
+	EventFrozen  = "frozen"  // the explorer failed; its hyperparameter is frozen
+	EventClamped = "clamped" // its plan left what the hyperparameter admits and was clamped (admissible.go)
+)
+
 // Event reports that an explorer failed during window Window's call Op and
 // was frozen: hyperparameter Param keeps base Base with spread Spread (and
-// its bounds) for the rest of the run.
+// its bounds) for the rest of the run. Kind EventClamped reports a plan
+// clamped into what the hyperparameter admits instead (Err says how).
 type Event struct {
+	Kind   string // EventFrozen or EventClamped
 	Window int
 	Param  string
 	Op     string // the failed call: "plan", "observe", "save_state", "load_state"
@@ -45,6 +53,9 @@ type Event struct {
 }
 
 func (e Event) String() string {
+	if e.Kind == EventClamped {
+		return fmt.Sprintf("window %d: explorer %q: %v", e.Window, e.Param, e.Err)
+	}
 	return fmt.Sprintf("window %d: explorer %q: %s failed: %v; frozen at %g with spread %s for the rest of the run",
 		e.Window, e.Param, e.Op, e.Err, e.Base, e.Spread)
 }
@@ -65,6 +76,9 @@ type param struct {
 	base    float64 // the current base: the last plan's base at its last step
 	spread  Spread
 	bounds  Bounds
+	// violations counts the windows whose plan was clamped (admissible.go);
+	// not checkpointed.
+	violations int
 
 	// Scratch for Observe, reused every window: the value of each slot and
 	// of each rank (explorers must not keep Observation.Values).
@@ -124,6 +138,9 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: init: %w", ErrExplorer, ne.Name, err)
+		}
+		if err := admitSetup(ctx, ne, d, shape); err != nil {
+			return nil, err
 		}
 		c.params = append(c.params, &param{name: ne.Name, ex: ne.Explorer, desc: d, spread: d.Spread, bounds: d.Bounds})
 	}
@@ -185,7 +202,7 @@ func (c *Controller) Frozen(name string) bool {
 
 func (c *Controller) freeze(p *param, op string, err error) Event {
 	p.frozen = true
-	return Event{Window: c.next, Param: p.name, Op: op, Err: err, Base: p.base, Spread: p.spread}
+	return Event{Kind: EventFrozen, Window: c.next, Param: p.name, Op: op, Err: err, Base: p.base, Spread: p.spread}
 }
 
 func checkWindowPlan(wp WindowPlan, steps int) error {
@@ -242,6 +259,8 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 				return nil, events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, req.Window, err)
 			}
 			events = append(events, c.freeze(p, "plan", err))
+		} else if !p.frozen {
+			events = append(events, c.admit(p, &wps[i])...)
 		}
 		wp := wps[i]
 		if p.frozen {

@@ -9,6 +9,7 @@
 #   torch     Debian's PyTorch under /usr/bin/python3 (the PyTorch bridge)
 #   chromium  headless Chromium (the report page test)
 #   protoc    protoc (make proto)
+#   netns     ip, nsenter, unshare, flock (the multi-host test bed, scripts/testbed.sh)
 set -euo pipefail
 
 updated=
@@ -58,10 +59,13 @@ for c in "$@"; do
 		need "PyTorch" "/usr/bin/python3 -c 'import torch'" "python3-torch" "apt-get install python3-torch" ;;
 	chromium)
 		need "Chromium" "command -v chromium" "chromium" "apt-get install chromium" ;;
+	netns)
+		need "the test bed's tools" "command -v ip && command -v nsenter && command -v unshare && command -v flock" \
+			"iproute2 util-linux" "apt-get install iproute2 util-linux" ;;
 	protoc)
 		need "protoc" "command -v protoc" "protobuf-compiler" "apt-get install protobuf-compiler" ;;
 	*)
-		echo "deps.sh: unknown component '$c' (allowed: mpi blas slurm torch chromium protoc)" >&2
+		echo "deps.sh: unknown component '$c' (allowed: mpi blas slurm torch chromium protoc netns)" >&2
 		exit 2 ;;
 	esac
 done

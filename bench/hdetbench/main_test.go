@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -20,12 +21,6 @@ func TestMedianAndQuantileSkipNonFinite(t *testing.T) {
 	assert.True(t, math.IsNaN(median([]float64{math.NaN()})))
 	assert.InDelta(t, 9.1, quantile([]float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.91), 1e-12)
 	assert.Equal(t, 5.0, quantile([]float64{5}, 0.9))
-}
-
-func TestLogSpaceSpansTheRangeRounded(t *testing.T) {
-	got := logSpace(3e-5, 3e-2, 7)
-	assert.Equal(t, []float64{3e-5, 9.5e-5, 0.0003, 0.00095, 0.003, 0.0095, 0.03}, got)
-	assert.Len(t, logSpace(3e-5, 3e-2, 10), 10)
 }
 
 func TestModelFloatsIsTheMLPsParameterCount(t *testing.T) {
@@ -139,12 +134,12 @@ func TestPlotSweepWritesAPNG(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sweep.png")
 	sweep := series{Label: "sweep", LR: []float64{1e-4, 1e-3, 1e-2}, Loss: []float64{0.3, 0.1, math.NaN()}}
 	hd := series{Label: "HDET", LR: []float64{1e-3}, Loss: []float64{0.11}}
-	require.NoError(t, plotSweep(path, sweep, hd))
+	require.NoError(t, plotSweep(path, "title", sweep, hd))
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(data, []byte("\x89PNG")), "a PNG file")
 
-	err = plotSweep(path, series{LR: []float64{1e-3}, Loss: []float64{math.NaN()}})
+	err = plotSweep(path, "title", series{LR: []float64{1e-3}, Loss: []float64{math.NaN()}})
 	assert.ErrorContains(t, err, "no finite point")
 }
 
@@ -164,13 +159,147 @@ func TestWriteDocOrdersStudiesAndLinksThePlot(t *testing.T) {
 		1: {Title: "Study 1: sweep", Header: []string{"run"}},
 	}
 	h := docHeader{Quick: true, Settings: defaults(true), Machine: machine{CPUs: 2, Model: "CPU"},
-		Plot: true, PlotPath: filepath.Join(dir, "docs", "sweep.png"), OutPath: out, Args: []string{"-quick"}}
+		Plots: []string{filepath.Join(dir, "docs", "sweep-adamw.png")}, OutPath: out, Args: []string{"-quick"}}
 	require.NoError(t, writeDoc(out, h, tables))
 	data, err := os.ReadFile(out)
 	require.NoError(t, err)
 	s := string(data)
 	assert.Less(t, strings.Index(s, "## Study 1"), strings.Index(s, "## Study 3"))
-	assert.Contains(t, s, "](sweep.png)")
+	assert.Contains(t, s, "](sweep-adamw.png)")
 	assert.Contains(t, s, "make bench-quick")
 	assert.Contains(t, s, "go run ./bench/hdetbench -quick")
+}
+
+func TestWriteDocKeepsHandWrittenSectionsAndOtherStudies(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "benchmarks.md")
+	h := docHeader{Settings: defaults(false), OutPath: out}
+	require.NoError(t, writeDoc(out, h, map[int]*table{
+		1: {Title: "Study 1: old", Header: []string{"run"}},
+		3: {Title: "Study 3: old", Header: []string{"run"}},
+	}))
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	hand := "\n## Trainer speed (by hand)\n\n12 ms/step.\n"
+	edited := strings.Replace(string(data), "# hdet benchmarks\n", "# hdet benchmarks\n\nA hand-written preface.\n", 1) + hand
+	require.NoError(t, os.WriteFile(out, []byte(edited), 0o644))
+
+	require.NoError(t, writeDoc(out, h, map[int]*table{
+		1: {Title: "Study 1: new", Header: []string{"run"}},
+		2: {Title: "Study 2: new", Header: []string{"run"}},
+	}))
+	data, err = os.ReadFile(out)
+	require.NoError(t, err)
+	s := string(data)
+	assert.Contains(t, s, "A hand-written preface.")
+	assert.Contains(t, s, hand, "a hand-written section after the blocks stays")
+	assert.NotContains(t, s, "Study 1: old")
+	assert.Contains(t, s, "Study 3: old", "a study not run this time keeps its block")
+	assert.Less(t, strings.Index(s, "Study 1: new"), strings.Index(s, "Study 2: new"))
+	assert.Less(t, strings.Index(s, "Study 2: new"), strings.Index(s, "Study 3: old"), "a new block goes after its predecessor")
+	assert.Equal(t, 1, strings.Count(s, "hdetbench:begin study1"))
+
+	broken := strings.Replace(s, fmt.Sprintf(endMark, "study1"), "", 1)
+	require.NoError(t, os.WriteFile(out, []byte(broken), 0o644))
+	assert.ErrorContains(t, writeDoc(out, h, map[int]*table{1: {Title: "x", Header: []string{"run"}}}), "unpaired")
+	data, err = os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, broken, string(data), "nothing written on a broken doc")
+}
+
+func TestGridLRIsThreePerDecadeAndClosedUnderTenX(t *testing.T) {
+	assert.Equal(t, []float64{0.001, 0.0022, 0.0046, 0.01}, []float64{gridLR(-9), gridLR(-8), gridLR(-7), gridLR(-6)})
+	for k := -15; k < 3; k++ {
+		assert.InDelta(t, 10*gridLR(k), gridLR(k+3), 1e-12*gridLR(k+3), "k=%d", k)
+	}
+}
+
+func TestCacheReusesOnlyAnEqualKey(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("a: 1\n"), 0o644))
+	key, err := cacheKey(4, cfg, "canary abc", []string{"run", cfg, "--set", "x=1"})
+	require.NoError(t, err)
+	assert.Contains(t, key, "np 4\nargs run "+cfg+" --set x=1\n")
+	assert.Contains(t, key, "trainer canary abc\n")
+
+	run := filepath.Join(dir, "run")
+	require.NoError(t, os.MkdirAll(run, 0o755))
+	writeRun(t, run, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 10, WindowSteps: 10},
+		metrics.Record{Type: metrics.TypeWindow, Step: 10, Losses: []metrics.Float{1, 1}, Healthy: []bool{true, true}},
+		metrics.Record{Type: metrics.TypeEnd, Step: 10, Checksum: "ff", Eval: &metrics.Eval{Loss: 0.25}, WallSeconds: 2})
+	_, ok := reuse(run, key)
+	assert.False(t, ok, "no key file yet")
+	require.NoError(t, os.WriteFile(filepath.Join(run, keyFile), []byte(key), 0o644))
+	r, ok := reuse(run, key)
+	require.True(t, ok)
+	assert.Equal(t, 0.25, r.TestLoss)
+	assert.Equal(t, "ff", r.Checksum)
+
+	require.NoError(t, os.WriteFile(cfg, []byte("a: 2\n"), 0o644))
+	changed, err := cacheKey(4, cfg, "canary abc", []string{"run", cfg, "--set", "x=1"})
+	require.NoError(t, err)
+	_, ok = reuse(run, changed)
+	assert.False(t, ok, "a changed config is a different key")
+	other, err := cacheKey(4, cfg, "canary abd", []string{"run", cfg, "--set", "x=1"})
+	require.NoError(t, err)
+	assert.NotEqual(t, changed, other, "a changed canary is a different key")
+}
+
+// fakeRuns builds a setupRuns with one seed from test losses and wall times.
+func fakeRuns(sweep []float64, plain, hdet []float64, offsets []float64) *setupRuns {
+	sr := &setupRuns{s: setups[0]}
+	var row []result
+	for i, l := range sweep {
+		sr.ks = append(sr.ks, -9+i)
+		row = append(row, result{TestLoss: l, WallSeconds: 10})
+	}
+	sr.sweep = [][]result{row}
+	sr.best = bestPoint(sr.sweep)
+	kb := sr.ks[sr.best]
+	sr.starts = []int{kb - 3, kb, kb + 3}
+	var p, h []result
+	for i := range plain {
+		p = append(p, result{TestLoss: plain[i], WallSeconds: 10})
+		h = append(h, result{TestLoss: hdet[i], WallSeconds: 12, FinalOffset: offsets[i]})
+	}
+	sr.plain = [][]result{p}
+	sr.hdet = [][][]result{{h}}
+	return sr
+}
+
+func TestStudy1Stats(t *testing.T) {
+	// best point 0.1 at index 3 (lr 0.01); plain 10x below 0.3, 10x above
+	// diverged (counts as ln 10).
+	sr := fakeRuns([]float64{0.3, 0.2, 0.15, 0.1, 0.12, 0.2, math.NaN()},
+		[]float64{0.3, 0.1, math.NaN()}, []float64{0.15, 0.102, 0.11}, []float64{math.Log(4), 0, -math.Log(2)})
+	require.Equal(t, 3, sr.best)
+	assert.Equal(t, []int{-9, -6, -3}, sr.starts)
+
+	below := sr.stats(0, 0, 4)
+	assert.InDelta(t, 0.5, below.vsBest[0], 1e-12)
+	assert.InDelta(t, 0.75, below.closed[0], 1e-12, "(0.3-0.15)/(0.3-0.1)")
+	assert.InDelta(t, 0.004, below.effLR[0], 1e-12, "0.001 x 4")
+	assert.InDelta(t, 12.0/70, below.share[0], 1e-12, "one run against 7 sweep runs")
+
+	at := sr.stats(0, 1, 4)
+	assert.Empty(t, at.closed, "no gap to close at the best start")
+	assert.InDelta(t, 0.02, at.vsPlain[0], 1e-12)
+
+	above := sr.stats(0, 2, 4)
+	assert.InDelta(t, (math.Log(10)-0.11)/(math.Log(10)-0.1), above.closed[0], 1e-12)
+	assert.InDelta(t, 0.05, above.effLR[0], 1e-12)
+}
+
+func TestSpreadAndBestPoint(t *testing.T) {
+	assert.Equal(t, "+2.0% (+1.0%..+5.0%)", spread([]float64{0.05, 0.01, 0.02}, pct))
+	assert.Equal(t, "+2.0%", spread([]float64{0.02}, pct))
+	assert.Equal(t, "-", spread(nil, pct))
+	// the median over seeds decides: point 1 is best in 2 of 3 seeds.
+	sweep := [][]result{
+		{{TestLoss: 0.2}, {TestLoss: 0.1}},
+		{{TestLoss: 0.05}, {TestLoss: 0.1}},
+		{{TestLoss: 0.3}, {TestLoss: math.NaN()}},
+	}
+	assert.Equal(t, 1, bestPoint(sweep), "medians 0.2 and 0.1: a diverged seed counts as +Inf, not as missing")
+	assert.Equal(t, -1, bestPoint([][]result{{{TestLoss: math.NaN()}}}))
 }

@@ -32,9 +32,9 @@ func (s series) xys() plotter.XYs {
 // plotSweep draws final test loss against the starting learning rate, both
 // axes logarithmic: the sweep as a line with dots, each further series
 // (HDET runs) as markers only.
-func plotSweep(path string, sweep series, others ...series) error {
+func plotSweep(path, title string, sweep series, others ...series) error {
 	p := plot.New()
-	p.Title.Text = "Final test loss vs starting max_lr (MNIST MLP, 4 ranks)"
+	p.Title.Text = title
 	p.X.Label.Text = "starting max_lr (OneCycle peak)"
 	p.Y.Label.Text = "final test loss"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}

@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/report"
 )
@@ -48,6 +50,10 @@ type result struct {
 	PlanSeconds   []float64 // per window: rank 0's controller plan + broadcast
 	ConvergeSecs  []float64
 	FinalBase     float64 // the lr base of the last window, NaN without an lr explorer
+	FinalOffset   float64 // the lr offset u after the last window, NaN when no window has one
+	Cached        bool    // reused from an earlier hdetbench invocation, not run now
+	Checksum      string  // of the final parameters (end record)
+	Failed        string  // why the run failed, for a study that goes on without it
 	ProcessSecond float64 // mpirun's wall time, start-up included
 }
 
@@ -62,17 +68,33 @@ func (r result) rankSeconds(np int) float64 { return float64(np) * r.WallSeconds
 
 // run starts `hdet run config --run-dir root/name --set ...` and reads the
 // run's metrics. The run directory is wiped first so that a stale metrics
-// file can never be read as this run's.
-func (rn *runner) run(ctx context.Context, name, config string, sets ...string) (result, error) {
+// file can never be read as this run's. With a non-empty fingerprint (what
+// the trainer's numbers depend on besides the command and the config, see
+// cacheKey) a finished run whose key file matches is reused instead.
+func (rn *runner) run(ctx context.Context, name, config, fingerprint string, sets ...string) (result, error) {
 	dir := filepath.Join(rn.root, name)
+	hdetArgs := []string{"run", config, "--run-dir", dir, "--progress", "none"}
+	for _, s := range sets {
+		hdetArgs = append(hdetArgs, "--set", s)
+	}
+	args := append(append(append([]string{}, rn.mpirun...), rn.hdet), hdetArgs...)
+	cmdline := strings.Join(args, " ")
+	var key string
+	if fingerprint != "" {
+		var err error
+		keyArgs := slices.Concat(hdetArgs[:2], hdetArgs[4:]) // the run directory is where the key lives, not part of it
+		if key, err = cacheKey(rn.np, config, fingerprint, keyArgs); err != nil {
+			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
+		}
+		if res, ok := reuse(dir, key); ok {
+			rn.log("  reused %s", dir)
+			res.Command, res.Cached = cmdline, true
+			return res, nil
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
 	}
-	args := append(append([]string{}, rn.mpirun...), rn.hdet, "run", config, "--run-dir", dir, "--progress", "none")
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
-	cmdline := strings.Join(args, " ")
 	rn.log("  %s", cmdline)
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
@@ -81,7 +103,7 @@ func (rn *runner) run(ctx context.Context, name, config string, sets ...string) 
 	err := cmd.Run()
 	elapsed := time.Since(t0).Seconds()
 	if mkErr := os.MkdirAll(dir, 0o755); mkErr == nil {
-		_ = os.WriteFile(filepath.Join(dir, "hdetbench.log"), out.Bytes(), 0o644)
+		_ = atomicfile.Write(filepath.Join(dir, "hdetbench.log"), out.Bytes())
 	}
 	if err != nil {
 		return result{}, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(out.String(), 2000))
@@ -89,6 +111,11 @@ func (rn *runner) run(ctx context.Context, name, config string, sets ...string) 
 	res, err := readResult(dir)
 	if err != nil {
 		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, cmdline, err)
+	}
+	if key != "" {
+		if err := atomicfile.Write(filepath.Join(dir, keyFile), []byte(key)); err != nil {
+			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
+		}
 	}
 	res.Command, res.ProcessSecond = cmdline, elapsed
 	return res, nil
@@ -106,7 +133,7 @@ func readResult(dir string) (result, error) {
 	s := report.Summarize(r)
 	res := result{
 		Dir: dir, TestLoss: s.FinalTestLoss, Accuracy: s.FinalAccuracy,
-		WallSeconds: r.End.WallSeconds, Steps: s.Steps, FinalBase: math.NaN(),
+		WallSeconds: r.End.WallSeconds, Steps: s.Steps, Checksum: r.End.Checksum, FinalBase: math.NaN(), FinalOffset: math.NaN(),
 	}
 	for _, w := range r.Windows {
 		if !finiteRecord(w) {
@@ -124,6 +151,9 @@ func readResult(dir string) (result, error) {
 		res.ConvergeSecs = append(res.ConvergeSecs, w.ConvergeSeconds)
 		if b, ok := w.Base["lr"]; ok {
 			res.FinalBase = float64(b)
+		}
+		if u, ok := w.Offset["lr"]; ok {
+			res.FinalOffset = float64(u)
 		}
 	}
 	return res, nil

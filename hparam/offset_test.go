@@ -280,7 +280,9 @@ func TestOffsetDefaultUntil(t *testing.T) {
 	}
 	assert.Equal(t, []bool{true, true, true, false, false, false, false, false, false, false}, probes)
 	assert.InDeltaSlice(t, []float64{0.5, 0.5, 0.5, 0.5, 0.05, 0, 0, 0, 0, 0}, alphas, 1e-12)
-	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1}`, lrSetup)
+	dropSetup := lrSetup
+	dropSetup.Name = "dropout"
+	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1}`, dropSetup)
 	require.NoError(t, err)
 	for k := range 10 {
 		wp, err := e.Plan(context.Background(), WindowRequest{Window: k, Start: 10 * k, Steps: 10})

@@ -84,7 +84,7 @@ bench-pytorch: build data
 bench-trainer:
 	$(GO) test -run XXX -bench BenchmarkTrainerGemmShare -benchtime 60x -cpu 1 ./workload/mnist
 
-# Regenerates plugins/proto with pinned generators.
+# Regenerates plugins/contract/proto with pinned generators.
 proto:
 	scripts/deps.sh protoc
 	sh scripts/gen-proto.sh

@@ -13,7 +13,7 @@ type Schedule interface {
 	At(step int) (float64, error)
 	// Steps is the number of steps the schedule covers.
 	Steps() int
-	// Final is the value the schedule ends on; `decay: floor` aims there.
+	// Final is the value the schedule ends on.
 	Final() float64
 }
 

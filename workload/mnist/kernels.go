@@ -17,8 +17,9 @@ type kernels struct {
 	backMask func(prev, act, mask []float32)
 	// biasGrad sets gb to the column sums of the rows×len(gb) matrix delta.
 	biasGrad func(gb, delta []float32)
-	// average moves avg toward p by w: avg += (p - avg)*w.
-	average func(avg, p []float32, w float32)
+	// average folds p into the running average avg of k-1 iterates:
+	// avg += (p - avg)/k.
+	average func(avg, p []float32, k float32)
 	adamW   func(p, g, m, v []float32, c adamWConsts)
 	sgd     func(p, g, buf []float32, mu, lr, wd float32)
 }
@@ -91,10 +92,10 @@ func goBiasGrad(gb, delta []float32) {
 	}
 }
 
-func goAverage(avg, p []float32, w float32) {
+func goAverage(avg, p []float32, k float32) {
 	p = p[:len(avg)]
 	for i, a := range avg {
-		avg[i] = a + (p[i]-a)*w
+		avg[i] = a + (p[i]-a)/k
 	}
 }
 

@@ -85,8 +85,8 @@ func TestAVX2KernelsMatchGoBitForBit(t *testing.T) {
 		}
 		avg, it := randomVec(s, n, 1), randomVec(s, n, 1)
 		a, b := clone(avg), clone(avg)
-		goKernels.average(a[0], it, 1/float32(3))
-		avx2Kernels.average(b[0], it, 1/float32(3))
+		goKernels.average(a[0], it, 3)
+		avx2Kernels.average(b[0], it, 3)
 		sameBits(t, "average", a[0], b[0])
 		p, g, m1, v := randomVec(s, n, 1), randomVec(s, n, 1), randomVec(s, n, 0.1), randomVec(s, n, 0.01)
 		for i := range v {

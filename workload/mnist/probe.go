@@ -43,16 +43,16 @@ func (r *Replica) probeScratch() *probeState {
 }
 
 // accumulateTail folds the current parameters into the tail average as its
-// k-th iterate (k >= 1): avg += (θ - avg)/k, exactly θ when k = 1 (the 1/k
-// is one float32 reciprocal: a division per parameter cost as much as the
-// probe's evaluation).
+// k-th iterate (k >= 1): avg += (θ - avg)/k, exactly θ when k = 1 (in a
+// kernel: the scalar division per parameter cost as much as the probe's
+// evaluation).
 func (r *Replica) accumulateTail(k int) {
 	avg, p := r.probeScratch().avg, r.slab[:r.nParam]
 	if k == 1 {
 		copy(avg, p)
 		return
 	}
-	kern.average(avg, p, 1/float32(k))
+	kern.average(avg, p, float32(k))
 }
 
 // probeLoss is the eval-mode mean cross-entropy of the tail average on the

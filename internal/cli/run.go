@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/rs/zerolog"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/hdet-dev/hdet/examples"
 	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/internal/session"
+	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/mpi"
 )
 
@@ -106,12 +106,13 @@ func runRun(s Streams, args []string) Outcome {
 	if err != nil {
 		return Outcome{Code: exitCode(s, "run", err)}
 	}
-	// SIGINT cancels the run; SIGUSR1/SIGTERM (Slurm's warning, preemption)
-	// make the ranks agree at the next converge to checkpoint and stop.
+	// SIGINT cancels the run; SIGUSR1/SIGTERM (Slurm's warning, preemption),
+	// caught since main's first line, make the ranks agree to checkpoint and
+	// stop (before training, or at the next converge).
+	signals.Catch() // main already did; here for callers of Main
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	stop, stopCancel := signal.NotifyContext(context.Background(), syscall.SIGUSR1, syscall.SIGTERM)
-	defer stopCancel()
+	signals.Pause("mpi")
 	if err := mpi.Init(); err != nil {
 		return Outcome{Code: exitCode(s, "run", fmt.Errorf("MPI: %w", err))}
 	}
@@ -124,7 +125,7 @@ func runRun(s Streams, args []string) Outcome {
 		World: w, Out: s.Out, Log: log, Config: f.data, Source: f.source, Sets: f.sets, PluginDir: f.pluginDir,
 		Worker: f.command, AllreducePath: f.path, CUDAAware: mpi.CUDAAware(), DebugCollectives: f.debugColl,
 		NoRequeue: f.noRequeue, Host: mpi.ProcessorName, Abort: mpi.Abort,
-		Stop: func() bool { return stop.Err() != nil },
+		Stop: signals.Received,
 	})
 	return runOutcome(s, log, out, err)
 }

@@ -57,10 +57,6 @@ type Train struct {
 	// ProbeExamples is the size of the probe set the probe signal is
 	// evaluated on (training examples drawn by Seed, the same on every rank).
 	ProbeExamples int `yaml:"probe_examples"`
-	// FaultNaNRank is for tests: that rank's window loss becomes NaN from
-	// FaultNaNWindow on. -1 disables it.
-	FaultNaNRank   int `yaml:"fault_nan_rank"`
-	FaultNaNWindow int `yaml:"fault_nan_window"`
 	// Watchdog aborts the job when a rank's phase or collective lasts this
 	// long (a stuck or stopped rank); 0 disables it.
 	Watchdog Duration `yaml:"watchdog"`
@@ -70,16 +66,6 @@ type Train struct {
 	// MaxRollbacks bounds the rollbacks to the last checkpoint (learning
 	// rates halved each time) after a window where every rank is unhealthy.
 	MaxRollbacks int `yaml:"max_rollbacks"`
-	// Test-only faults (-1 disables each): every rank's loss is NaN in
-	// window FaultNaNAllWindow (first pass only); rank FaultStopRank stops
-	// itself with SIGSTOP when it starts training window FaultStopWindow;
-	// rank FaultDivergeRank's loss is 1000 times larger (still finite) from
-	// window FaultDivergeWindow on.
-	FaultNaNAllWindow  int `yaml:"fault_nan_all_window"`
-	FaultStopRank      int `yaml:"fault_stop_rank"`
-	FaultStopWindow    int `yaml:"fault_stop_window"`
-	FaultDivergeRank   int `yaml:"fault_diverge_rank"`
-	FaultDivergeWindow int `yaml:"fault_diverge_window"`
 }
 
 // Explorer is one explored hyperparameter, driven by an explorer plugin.
@@ -116,9 +102,8 @@ func Default() Config {
 			Optimizer: "adamw", LR: 1e-3, Momentum: 0.9, Beta2: 0.999, Eps: 1e-8,
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
-		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024, FaultNaNRank: -1,
-			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3,
-			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultDivergeRank: -1},
+		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024,
+			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}
@@ -186,7 +171,7 @@ const (
 	MaxSteps      = 1 << 40 // train.steps, and train.epochs times the steps per epoch
 	MaxEpochs     = 1 << 20
 	MaxWindow     = hparam.MaxWindowSteps
-	MaxCount      = 1 << 30 // eval_every, checkpoint_every (windows), fault settings
+	MaxCount      = 1 << 30 // eval_every, checkpoint_every (windows)
 	MaxRollbacks  = 1000
 	MaxKeep       = 1000
 	MaxExplorers  = 64
@@ -245,7 +230,6 @@ func (w Workload) checks() []check {
 }
 
 func (t Train) checks() []check {
-	fault := fmt.Sprintf("an integer in [-1, %d] (-1: off)", MaxCount)
 	return []check{
 		{!inRange(t.Steps, 0, MaxSteps), "train.steps", fmt.Sprintf("an integer in [1, %d] (or 0 with train.epochs set)", MaxSteps), t.Steps},
 		{!inRange(t.Epochs, 0, MaxEpochs), "train.epochs", fmt.Sprintf("an integer in [1, %d] (or 0 with train.steps set)", MaxEpochs), t.Epochs},
@@ -262,13 +246,6 @@ func (t Train) checks() []check {
 		{t.Watchdog < 0 || t.Watchdog > MaxDuration, "train.watchdog", fmt.Sprintf("a duration in [0, %v] (0 disables the watchdog)", time.Duration(MaxDuration)), time.Duration(t.Watchdog)},
 		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || !finite(t.DivergenceFactor), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
 		{!inRange(t.MaxRollbacks, 0, MaxRollbacks), "train.max_rollbacks", fmt.Sprintf("an integer in [0, %d]", MaxRollbacks), t.MaxRollbacks},
-		{!inRange(t.FaultNaNRank, -1, MaxCount), "train.fault_nan_rank", fault, t.FaultNaNRank},
-		{!inRange(t.FaultNaNWindow, -1, MaxCount), "train.fault_nan_window", fault, t.FaultNaNWindow},
-		{!inRange(t.FaultNaNAllWindow, -1, MaxCount), "train.fault_nan_all_window", fault, t.FaultNaNAllWindow},
-		{!inRange(t.FaultStopRank, -1, MaxCount), "train.fault_stop_rank", fault, t.FaultStopRank},
-		{!inRange(t.FaultStopWindow, -1, MaxCount), "train.fault_stop_window", fault, t.FaultStopWindow},
-		{!inRange(t.FaultDivergeRank, -1, MaxCount), "train.fault_diverge_rank", fault, t.FaultDivergeRank},
-		{!inRange(t.FaultDivergeWindow, -1, MaxCount), "train.fault_diverge_window", fault, t.FaultDivergeWindow},
 	}
 }
 

@@ -61,6 +61,6 @@ func (r *Replica) accumulateTail(k int) {
 // probe set.
 func (r *Replica) probeLoss(ctx context.Context) (float64, error) {
 	p := r.probeScratch()
-	loss, _, err := r.evalOn(ctx, p.layers, r.cfg.Data.Train, len(p.idx), func(k int) int { return int(p.idx[k]) })
-	return loss, err
+	sum, _, err := r.evalOn(ctx, p.layers, r.cfg.Data.Train, len(p.idx), func(k int) int { return int(p.idx[k]) })
+	return sum / float64(len(p.idx)), err
 }

@@ -248,26 +248,37 @@ func (r *Replica) epochOrder(e int) []int32 {
 // Evaluate implements engine.Replica: mean cross-entropy (no label smoothing,
 // no dropout) and accuracy over the whole test set.
 func (r *Replica) Evaluate(ctx context.Context) (loss, accuracy float64, err error) {
-	test := r.cfg.Data.Test
-	if test == nil {
-		return 0, 0, ErrNoTestSet
-	}
-	loss, correct, err := r.evalOn(ctx, r.layers, test, test.N, func(k int) int { return k })
+	sum, correct, n, err := r.EvaluateShard(ctx, 0, 1)
 	if err != nil {
 		return 0, 0, err
 	}
-	return loss, float64(correct) / float64(test.N), nil
+	return sum / n, correct / n, nil
+}
+
+// EvaluateShard evaluates the shard-th of shards contiguous parts of the
+// test set (engine.ShardEvaluator): the summed loss, the correct
+// predictions and the examples it holds.
+func (r *Replica) EvaluateShard(ctx context.Context, shard, shards int) (lossSum, correct, n float64, err error) {
+	test := r.cfg.Data.Test
+	if test == nil {
+		return 0, 0, 0, ErrNoTestSet
+	}
+	lo, hi := shard*test.N/shards, (shard+1)*test.N/shards
+	sum, c, err := r.evalOn(ctx, r.layers, test, hi-lo, func(k int) int { return lo + k })
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return sum, float64(c), float64(hi - lo), nil
 }
 
 // evalOn runs layers in eval mode over n examples of d (the k-th being
-// idx(k)) in chunks of min(evalBatch, n), and returns the mean cross-entropy
-// and the count of correct argmaxes.
-func (r *Replica) evalOn(ctx context.Context, layers []layer, d *Dataset, n int, idx func(k int) int) (loss float64, correct int, err error) {
-	chunk := min(evalBatch, n)
+// idx(k)) in chunks of min(evalBatch, n), and returns the summed
+// cross-entropy and the count of correct argmaxes.
+func (r *Replica) evalOn(ctx context.Context, layers []layer, d *Dataset, n int, idx func(k int) int) (lossSum float64, correct int, err error) {
+	chunk := max(1, min(evalBatch, n))
 	if r.eval == nil || r.eval.batch < chunk {
 		r.eval = newWorkspace(r.layers, chunk)
 	}
-	var total float64
 	for lo := 0; lo < n; lo += chunk {
 		if err := ctx.Err(); err != nil {
 			return 0, 0, err
@@ -275,8 +286,8 @@ func (r *Replica) evalOn(ctx context.Context, layers []layer, d *Dataset, n int,
 		m := min(chunk, n-lo)
 		r.eval.load(d, m, func(k int) int { return idx(lo + k) })
 		l, c := forward(layers, r.eval, m, 0, 0, nil, false)
-		total += l * float64(m)
+		lossSum += l * float64(m)
 		correct += c
 	}
-	return total / float64(n), correct, nil
+	return lossSum, correct, nil
 }

@@ -77,7 +77,7 @@ bench-allreduce: allreduce-bins
 # hdet under mpirun against plain DDP + OneCycleLR on the PyTorch example.
 bench-pytorch: build data
 	scripts/deps.sh torch
-	$(GO) test -run XXX -bench BenchmarkPyTorchOverhead -benchtime 3x ./tests
+	$(GO) test -v -run XXX -bench BenchmarkPyTorchOverhead -benchtime 6x -timeout 60m ./tests
 
 # One training step of the built-in MLP against its GEMMs alone, AdamW and
 # SGD, with the AVX2 and the Go element-wise kernels (issue 15 item 6).

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -82,6 +83,9 @@ func parseRun(s Streams, args []string) (runFlags, error) {
 		return f, Usagef("run takes at most one CONFIG.yaml, got %q", pos)
 	}
 	f.data, f.source = examples.MNIST, "embedded examples/mnist.yaml"
+	if f.worker {
+		f.data, f.source = nil, "the worker script (no config file)"
+	}
 	if len(pos) == 1 {
 		b, err := os.ReadFile(pos[0])
 		if err != nil {
@@ -106,11 +110,11 @@ func runRun(s Streams, args []string) Outcome {
 	if err != nil {
 		return Outcome{Code: exitCode(s, "run", err)}
 	}
-	// SIGINT cancels the run; SIGUSR1/SIGTERM (Slurm's warning, preemption),
-	// caught since main's first line, make the ranks agree to checkpoint and
+	// SIGUSR1/SIGTERM (Slurm's warning, preemption), caught since main's
+	// first line, and a first Ctrl-C make the ranks agree to checkpoint and
 	// stop (before training, or at the next converge).
 	signals.Catch() // main already did; here for callers of Main
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, cancel, interrupted := runSignals()
 	defer cancel()
 	signals.Pause("mpi")
 	if err := mpi.Init(); err != nil {
@@ -125,9 +129,30 @@ func runRun(s Streams, args []string) Outcome {
 		World: w, Out: s.Out, Log: log, Config: f.data, Source: f.source, Sets: f.sets, PluginDir: f.pluginDir,
 		Worker: f.command, AllreducePath: f.path, CUDAAware: mpi.CUDAAware(), DebugCollectives: f.debugColl,
 		NoRequeue: f.noRequeue, Host: mpi.ProcessorName, Abort: mpi.Abort,
-		Stop: signals.Received,
+		Stop: func() bool { return signals.Received() || interrupted.Load() },
 	})
 	return runOutcome(s, log, out, err)
+}
+
+// runSignals: a first SIGINT (Ctrl-C) raises stop, on which the ranks agree
+// to checkpoint and stop (exit 3) as for SIGUSR1/SIGTERM (package signals);
+// a second SIGINT cancels ctx.
+func runSignals() (ctx context.Context, cancel func(), stop *atomic.Bool) {
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	stop = new(atomic.Bool)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt)
+	go func() {
+		for range sig {
+			if stop.Swap(true) {
+				cancelCtx() // the second Ctrl-C
+				continue
+			}
+			fmt.Fprintln(os.Stderr, "hdet: interrupted: checkpointing at the end of this window, then stopping (Ctrl-C again to stop now)")
+		}
+	}()
+	// Stop guarantees no more sends, so closing ends the goroutine.
+	return ctx, func() { signal.Stop(sig); close(sig); cancelCtx() }, stop
 }
 
 // runOutcome maps a run's end to its exit code, in one place: 0, 2 for

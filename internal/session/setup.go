@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hdet-dev/hdet/bridge"
 	"github.com/hdet-dev/hdet/config"
 	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/engine"
@@ -60,12 +61,16 @@ func (s *session) setup(ctx context.Context) error {
 }
 
 func (s *session) loadConfig() error {
-	cfg, err := config.Load(s.o.Config, s.o.Sets)
+	load := config.Load
+	if len(s.o.Worker) > 0 {
+		load = config.LoadWorker // the script says what the config leaves out
+	}
+	cfg, err := load(s.o.Config, s.o.Sets)
 	if err != nil {
 		return &UsageError{Err: err}
 	}
 	s.cfg = cfg
-	if s.sync, err = engine.ParseSyncMode(cfg.Train.Sync); err != nil {
+	if s.sync, err = engine.ParseSyncMode(cfg.Train.Sync); err != nil && !(len(s.o.Worker) > 0 && cfg.Train.Sync == "") {
 		return Usagef("train.sync: %v", err)
 	}
 	if s.slurm, err = slurm.FromOS(); err != nil {
@@ -187,6 +192,11 @@ func (s *session) checkReplica(context.Context) error {
 	if err := errors.Join(w.AllreduceFloat64(lo, reduce.Min), w.AllreduceFloat64(hi, reduce.Max)); err != nil {
 		return err
 	}
+	if s.worker != nil {
+		if err := bridge.Agree(w, s.worker); err != nil {
+			return usageIf(err)
+		}
+	}
 	if !slices.Equal(lo, hi) {
 		return fmt.Errorf("the ranks' replicas differ: parameters %g..%g, sync buffer %g..%g floats, steps %g..%g", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
 	}
@@ -205,6 +215,16 @@ func (s *session) openExplorers(ctx context.Context) error {
 		return nil
 	}
 	cfg := s.cfg
+	if s.worker != nil {
+		ex, notes, err := bridge.Explorers(cfg.Explorers, s.worker.Hello())
+		if err != nil {
+			return usageIf(err)
+		}
+		for _, n := range notes {
+			s.o.Log.Warn().Msg(n)
+		}
+		cfg.Explorers = ex
+	}
 	var named []hparam.NamedExplorer
 	if len(cfg.Explorers) > 0 {
 		dir, err := plugins.Dir(s.o.PluginDir)
@@ -281,7 +301,7 @@ func (s *session) lockRunDir() error {
 // nothing was trained, so a relaunch runs as this one would have.
 func (s *session) stopBeforeTraining(context.Context) error {
 	got := []float64{0}
-	if signals.Received() {
+	if s.o.Stop != nil && s.o.Stop() {
 		got[0] = 1
 	}
 	if err := s.o.World.AllreduceFloat64(got, reduce.Max); err != nil || got[0] == 0 {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hdet-dev/hdet/checkpoint"
@@ -36,13 +38,15 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 	if errors.Is(err, engine.ErrStopped) {
 		s.stopped(res)
 	}
+	// The final parameters, before the worker (and with it the buffer) goes.
+	params := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
 	if err == nil || errors.Is(err, engine.ErrStopped) {
 		err = errors.Join(err, s.closeWorker())
 	}
 	if err != nil || s.rank != 0 {
 		return Outcome{Result: res}, err
 	}
-	return s.finish(res, time.Since(start))
+	return s.finish(res, params, time.Since(start))
 }
 
 func (s *session) engineOptions() (engine.Options, error) {
@@ -123,9 +127,9 @@ func (s *session) requeue() {
 
 // finish (rank 0) writes model.bin and the end record, prints the closing
 // lines and hands back the report for after MPI_Finalize.
-func (s *session) finish(res engine.Result, wall time.Duration) (Outcome, error) {
+func (s *session) finish(res engine.Result, params []float32, wall time.Duration) (Outcome, error) {
 	dir := s.cfg.Run.Dir
-	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), s.replica.SyncBuffer(false)[:s.replica.ParamCount()]); err != nil {
+	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), params); err != nil {
 		return Outcome{Result: res}, err
 	}
 	if err := s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
@@ -133,8 +137,12 @@ func (s *session) finish(res engine.Result, wall time.Duration) (Outcome, error)
 		Checksum: res.Checksum, WallSeconds: wall.Seconds()}); err != nil {
 		return Outcome{Result: res}, err
 	}
-	fmt.Fprintf(s.o.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
-		res.TestAccuracy, res.TestLoss, res.Steps, s.o.World.Size(), dir)
+	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
+		fmt.Fprintf(s.o.Out, "finished %d steps on %d ranks\nrun directory: %s\n", res.Steps, s.o.World.Size(), dir)
+	} else {
+		fmt.Fprintf(s.o.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
+			res.TestAccuracy, res.TestLoss, res.Steps, s.o.World.Size(), dir)
+	}
 	out, log := s.o.Out, s.o.Log
 	return Outcome{Result: res, Report: func() error {
 		index, err := report.Write(dir, "", report.Options{CSV: true})

@@ -79,7 +79,12 @@ bench-pytorch: build data
 	scripts/deps.sh torch
 	$(GO) test -v -run XXX -bench BenchmarkPyTorchOverhead -benchtime 6x -timeout 60m ./tests
 
-# Regenerates plugins/proto with pinned generators.
+# One training step of the built-in MLP against its GEMMs alone, AdamW and
+# SGD, with the AVX2 and the Go element-wise kernels (issue 15 item 6).
+bench-trainer:
+	$(GO) test -run XXX -bench BenchmarkTrainerGemmShare -benchtime 60x -cpu 1 ./workload/mnist
+
+# Regenerates plugins/contract/proto with pinned generators.
 proto:
 	scripts/deps.sh protoc
 	sh scripts/gen-proto.sh

@@ -296,6 +296,9 @@ func plotRun(r *Run, dir string) ([]Figure, error) {
 		}
 	}
 
+	if err := plotOffsets(r, xs, add); err != nil {
+		return nil, err
+	}
 	if err := plotLoss(r, xs, cols, legend, add); err != nil {
 		return nil, err
 	}

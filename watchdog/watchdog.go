@@ -83,7 +83,11 @@ type Options struct {
 	Timeout time.Duration // how long a phase or collective may last; 0: never abort
 	// Abort ends the whole job (mpi.Abort); it is called at most once.
 	Abort func(code int)
-	Log   zerolog.Logger
+	// Exit ends this rank when Abort has not within AbortGrace (default
+	// os.Exit, and the package's AbortGrace).
+	Exit       func(code int)
+	AbortGrace time.Duration
+	Log        zerolog.Logger
 	// Collectives, when set, logs every collective with its duration.
 	Collectives *zerolog.Logger
 }
@@ -279,11 +283,14 @@ func (w *Watchdog) check() {
 		if waited <= limit {
 			continue
 		}
-		late, detail := w.diagnose(self)
+		late, silent, detail := w.diagnose(self)
+		if silent != "" {
+			silent = "silent: " + silent + "; "
+		}
 		w.o.Log.Error().Ints("late_ranks", late).Str("waiting_in", self.where()).Dur("waited", waited).
-			Msgf("watchdog: this rank has waited %.1fs in %s, longer than %s; %s; aborting the job",
-				waited.Seconds(), self.where(), what, detail)
-		w.o.Abort(1)
+			Msgf("watchdog: this rank has waited %.1fs in %s, longer than %s; %s%s; aborting the job",
+				waited.Seconds(), self.where(), what, silent, detail)
+		w.abort(1)
 		return
 	}
 }
@@ -294,8 +301,9 @@ const readTimeout = 10 * time.Second
 
 // diagnose reads every rank's heartbeat and names the late ranks: those
 // whose heartbeat is missing or stale (stopped, dead or hung in a way that
-// also stops their heartbeat goroutine) and those behind the furthest rank.
-func (w *Watchdog) diagnose(self Beat) ([]int, string) {
+// also stops their heartbeat goroutine, the silent ones) and those behind
+// the furthest rank.
+func (w *Watchdog) diagnose(self Beat) (late []int, silent, detail string) {
 	type result struct {
 		beats []*Beat
 		errs  []error
@@ -316,9 +324,11 @@ func (w *Watchdog) diagnose(self Beat) ([]int, string) {
 	}()
 	select {
 	case r := <-ch:
-		return Late(r.beats, r.errs, time.Now(), 3*w.period+time.Second)
+		now, stale := time.Now(), 3*w.period+time.Second
+		late, detail = Late(r.beats, r.errs, now, stale)
+		return late, Silent(r.beats, now, stale), detail
 	case <-time.After(readTimeout):
-		return nil, fmt.Sprintf("the heartbeats in %s could not be read within %s", w.o.Dir, readTimeout)
+		return nil, "", fmt.Sprintf("the heartbeats in %s could not be read within %s", w.o.Dir, readTimeout)
 	}
 }
 

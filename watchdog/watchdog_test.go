@@ -71,7 +71,7 @@ func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
 	var logs testenv.SyncBuffer
 	aborted := make(chan int, 1)
 	w := Start(Options{Dir: dir, Rank: 0, Size: 2, Timeout: 100 * time.Millisecond, Log: zerolog.New(&logs),
-		Abort: func(code int) { aborted <- code }})
+		Abort: func(code int) { aborted <- code }, Exit: func(int) {}})
 	defer w.Stop()
 	w.Enter(0, 0, engine.PhaseGather)
 	end := w.collective("allgather") // never ends: rank 1 is gone
@@ -86,6 +86,7 @@ func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
 	assert.Contains(t, out, "longer than train.watchdog (100ms)")
 	assert.Contains(t, out, "rank 1 (pid 101 on n): not responding")
 	assert.Contains(t, out, `"late_ranks":[1]`)
+	assert.Contains(t, out, "silent: rank 1 on n;")
 
 	own, err := ReadBeat(filepath.Join(dir, "rank-0"))
 	require.NoError(t, err)
@@ -170,4 +171,35 @@ func TestPeriod(t *testing.T) {
 	assert.Equal(t, 500*time.Millisecond, Period(5*time.Second))
 	assert.Equal(t, 50*time.Millisecond, Period(0))
 	assert.Equal(t, 10*time.Second, Period(30*time.Minute))
+}
+
+// An MPI_Abort that hangs (a frozen host's launcher) does not keep the rank
+// alive: after the grace period the watchdog exits it with the same code.
+func TestWatchdogExitsWhenAbortHangs(t *testing.T) {
+	var logs testenv.SyncBuffer
+	exited := make(chan int, 1)
+	w := Start(Options{Dir: t.TempDir(), Rank: 0, Size: 1, Timeout: 100 * time.Millisecond, Log: zerolog.New(&logs),
+		Abort: func(int) { select {} }, Exit: func(code int) { exited <- code }, AbortGrace: 200 * time.Millisecond})
+	defer w.Stop()
+	w.Enter(0, 0, engine.PhaseConverge)
+	defer w.collective("converge allreduce")()
+	select {
+	case code := <-exited:
+		assert.Equal(t, 1, code)
+	case <-time.After(time.Minute):
+		t.Fatal("the rank did not exit")
+	}
+	assert.Contains(t, logs.String(), "MPI_Abort has not ended this rank within 200ms; exiting it locally")
+}
+
+func TestSilentGroupsRanksByHost(t *testing.T) {
+	now := time.Now()
+	beat := func(rank int, host string, age time.Duration) *Beat {
+		b := beatAt(rank, 1, engine.PhaseConverge, "", age, now)
+		b.Host = host
+		return b
+	}
+	beats := []*Beat{beat(0, "a", 0), beat(1, "a", 0), beat(2, "b", time.Minute), beat(3, "b", time.Minute), nil}
+	assert.Equal(t, "ranks 2, 3 on b; rank 4 on an unknown host", Silent(beats, now, time.Second))
+	assert.Empty(t, Silent(beats[:2], now, time.Second))
 }

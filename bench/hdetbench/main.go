@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,8 @@ type settings struct {
 	Epochs              int   // per training run of studies 1 and 2
 	Seeds               []int // study 1's seeds
 	SweepN              int   // study 1's sweep points per setup
+	SweepSeeds          int   // how many of Seeds sweep every point (the others: the points around the best)
+	PaperSeeds          int   // how many of Seeds run the paper form
 	OverheadSteps       int   // steps per run of study 3
 	OverheadReps        int   // repetitions of every study-3 row
 	Windows             []int // study 3's T values
@@ -42,7 +45,7 @@ type settings struct {
 }
 
 func defaults(quick bool) settings {
-	s := settings{NP: 4, Bin: "bin", Quick: quick, Epochs: 3, Seeds: []int{1, 2, 3}, SweepN: 12,
+	s := settings{NP: 4, Bin: "bin", Quick: quick, Epochs: 3, Seeds: []int{1, 2, 3}, SweepN: 12, SweepSeeds: 1, PaperSeeds: 1,
 		OverheadSteps: 2000, OverheadReps: 3, Windows: []int{10, 100, 1000},
 		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s"}
 	if quick {
@@ -79,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	plotDir := fs.String("plots", "docs", "where study 1's plots go (sweep-<setup>.png)")
 	runs := fs.String("runs", "runs/bench", "where the run directories go")
 	only := fs.String("studies", "1,2,3,4,5", "comma-separated studies to run (2 needs 1); the doc keeps the others' blocks")
+	seeds := fs.String("seeds", "", "study 1's seeds, comma-separated (default 1,2,3; the quick variant 1)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -93,6 +97,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if *np < 1 {
 		return o, fmt.Errorf("-np: want >= 1, got %d", *np)
+	}
+	if *seeds != "" {
+		o.p.Seeds = nil
+		for _, f := range strings.Split(*seeds, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 || slices.Contains(o.p.Seeds, n) {
+				return o, fmt.Errorf("-seeds: %q is not a new seed (a whole number >= 0)", f)
+			}
+			o.p.Seeds = append(o.p.Seeds, n)
+		}
 	}
 	return o, nil
 }
@@ -175,11 +189,13 @@ func (b *bench) plot(dir string) ([]string, error) {
 	}
 	var paths []string
 	for _, sr := range b.study1 {
-		sweep := series{Label: fmt.Sprintf("plain DP sweep (median of %d seed(s))", len(sr.sweep))}
+		sweep := series{Label: "plain DP sweep (median over the seeds that ran the point)"}
 		for i, k := range sr.ks {
 			var ls []float64
 			for _, r := range column(sr.sweep, i) {
-				ls = append(ls, r.TestLoss)
+				if r.Dir != "" {
+					ls = append(ls, r.TestLoss)
+				}
 			}
 			sweep.LR, sweep.Loss = append(sweep.LR, gridLR(k)), append(sweep.Loss, median(ls))
 		}

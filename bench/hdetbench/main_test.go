@@ -107,6 +107,8 @@ func TestReadResult(t *testing.T) {
 	assert.True(t, r.diverged())
 	assert.Equal(t, []float64{0.002, 0.004}, r.PlanSeconds)
 	assert.Equal(t, 0.005, r.FinalBase)
+	assert.InDelta(t, 0.0012+0.25*0.0012, r.Pace, 1e-12, "first quartile of (converge+plan)/10 over the two windows")
+	assert.InDelta(t, 4*r.Pace*20, r.calmRankSeconds(4), 1e-12)
 
 	unfinished := t.TempDir()
 	writeRun(t, unfinished, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10})
@@ -149,6 +151,12 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "-studies")
 	err = run([]string{"-np", "0"}, &out, &errb)
 	assert.ErrorContains(t, err, "-np")
+	for _, bad := range []string{"1,x", "1,1", "-2"} {
+		assert.ErrorContains(t, run([]string{"-seeds", bad}, &out, &errb), "-seeds")
+	}
+	o, err := parseFlags([]string{"-seeds", "2, 3", "-quick"}, &errb)
+	require.NoError(t, err)
+	assert.Equal(t, []int{2, 3}, o.p.Seeds)
 }
 
 func TestWriteDocOrdersStudiesAndLinksThePlot(t *testing.T) {
@@ -243,6 +251,17 @@ func TestCacheReusesOnlyAnEqualKey(t *testing.T) {
 	other, err := cacheKey(4, cfg, "canary abd", []string{"run", cfg, "--set", "x=1"})
 	require.NoError(t, err)
 	assert.NotEqual(t, changed, other, "a changed canary is a different key")
+
+	diverged := filepath.Join(dir, "diverged")
+	require.NoError(t, os.MkdirAll(diverged, 0o755))
+	writeRun(t, diverged, metrics.Record{Type: metrics.TypeStart, Time: 100, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.Record{Type: metrics.TypeWindow, Time: 104, Step: 10, Losses: []metrics.Float{1e4, 1e4}, Healthy: []bool{true, true}})
+	require.NoError(t, saveKey(diverged, key, true))
+	r, ok = reuse(diverged, key)
+	require.True(t, ok, "a diverged run is a result too")
+	assert.True(t, r.diverged())
+	assert.True(t, math.IsNaN(r.TestLoss))
+	assert.Equal(t, 4.0, r.WallSeconds, "up to its last window")
 }
 
 // fakeRuns builds a setupRuns with one seed from test losses and wall times.
@@ -251,7 +270,7 @@ func fakeRuns(sweep []float64, plain, hdet []float64, offsets []float64) *setupR
 	var row []result
 	for i, l := range sweep {
 		sr.ks = append(sr.ks, -9+i)
-		row = append(row, result{TestLoss: l, WallSeconds: 10})
+		row = append(row, result{Dir: "d", TestLoss: l, WallSeconds: 10, Steps: 100, Pace: 0.05})
 	}
 	sr.sweep = [][]result{row}
 	sr.best = bestPoint(sr.sweep)
@@ -259,8 +278,8 @@ func fakeRuns(sweep []float64, plain, hdet []float64, offsets []float64) *setupR
 	sr.starts = []int{kb - 3, kb, kb + 3}
 	var p, h []result
 	for i := range plain {
-		p = append(p, result{TestLoss: plain[i], WallSeconds: 10})
-		h = append(h, result{TestLoss: hdet[i], WallSeconds: 12, FinalOffset: offsets[i]})
+		p = append(p, result{TestLoss: plain[i], WallSeconds: 10, Steps: 100, Pace: 0.05})
+		h = append(h, result{TestLoss: hdet[i], WallSeconds: 12, FinalOffset: offsets[i], Steps: 100, Pace: 0.04})
 	}
 	sr.plain = [][]result{p}
 	sr.hdet = [][][]result{{h}}
@@ -279,7 +298,8 @@ func TestStudy1Stats(t *testing.T) {
 	assert.InDelta(t, 0.5, below.vsBest[0], 1e-12)
 	assert.InDelta(t, 0.75, below.closed[0], 1e-12, "(0.3-0.15)/(0.3-0.1)")
 	assert.InDelta(t, 0.004, below.effLR[0], 1e-12, "0.001 x 4")
-	assert.InDelta(t, 12.0/70, below.share[0], 1e-12, "one run against 7 sweep runs")
+	assert.InDelta(t, 0.04/(7*0.05), below.share[0], 1e-12, "one run against 7 sweep runs, each at its calm pace")
+	assert.InDelta(t, 12.0/70, below.wallShare[0], 1e-12, "the same by wall time")
 
 	at := sr.stats(0, 1, 4)
 	assert.Empty(t, at.closed, "no gap to close at the best start")
@@ -296,10 +316,74 @@ func TestSpreadAndBestPoint(t *testing.T) {
 	assert.Equal(t, "-", spread(nil, pct))
 	// the median over seeds decides: point 1 is best in 2 of 3 seeds.
 	sweep := [][]result{
-		{{TestLoss: 0.2}, {TestLoss: 0.1}},
-		{{TestLoss: 0.05}, {TestLoss: 0.1}},
-		{{TestLoss: 0.3}, {TestLoss: math.NaN()}},
+		{{Dir: "d", TestLoss: 0.2}, {Dir: "d", TestLoss: 0.1}, {Dir: "d", TestLoss: 0.01}},
+		{{Dir: "d", TestLoss: 0.05}, {Dir: "d", TestLoss: 0.1}, {}},
+		{{Dir: "d", TestLoss: 0.3}, {Dir: "d", TestLoss: math.NaN()}, {}},
 	}
-	assert.Equal(t, 1, bestPoint(sweep), "medians 0.2 and 0.1: a diverged seed counts as +Inf, not as missing")
-	assert.Equal(t, -1, bestPoint([][]result{{{TestLoss: math.NaN()}}}))
+	assert.Equal(t, 1, bestPoint(sweep), "medians 0.2 and 0.1: a diverged seed counts as +Inf, not as missing; point 2 is not run by every seed")
+	assert.Equal(t, -1, bestPoint([][]result{{{Dir: "d", TestLoss: math.NaN()}}}))
+	partial := &setupRuns{sweep: [][]result{
+		{{Dir: "d", WallSeconds: 1}, {Dir: "d", WallSeconds: 2}},
+		{{}, {Dir: "d", WallSeconds: 5}},
+	}}
+	assert.Equal(t, 12.0, partial.sweepCompute(4, result.rankSeconds), "the whole sweep is a seed that ran every point")
+}
+
+func TestConfigSummaryQuotesTrainAndExplorers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("workload: {kind: mnist}\ntrain: {window: 50}\nexplorers:\n  - name: lr\n    config: {auto: {form: paper}}\n"), 0o644))
+	s := configSummary(path)
+	assert.Contains(t, s, `"window":50`)
+	assert.Contains(t, s, `"auto":{"form":"paper"}`)
+	assert.NotContains(t, s, "mnist")
+	assert.Contains(t, configSummary(filepath.Join(t.TempDir(), "missing.yaml")), "no such file")
+}
+
+func TestStudy1TablesRenderTargetsAndMissingRuns(t *testing.T) {
+	sr := fakeRuns([]float64{0.3, 0.2, 0.15, 0.1, 0.12, 0.2, math.NaN()},
+		[]float64{0.3, 0.1, math.NaN()}, []float64{0.104, 0.102, 0.103}, []float64{2, 0, -2})
+	for i := range sr.sweep[0] {
+		sr.sweep[0][i].Dir = "d"
+	}
+	// a second seed that ran only some points, and a paper form that failed
+	sr.sweep = append(sr.sweep, make([]result, len(sr.ks)))
+	sr.sweep[1][sr.best] = result{Dir: "d", TestLoss: 0.11, WallSeconds: 10}
+	sr.plain = append(sr.plain, sr.plain[0])
+	sr.hdet[0] = append(sr.hdet[0], sr.hdet[0][0])
+	failed := result{TestLoss: math.NaN(), FinalOffset: math.NaN(), Failed: "exit status 2"}
+	sr.hdet = append(sr.hdet, [][]result{{failed, failed, failed}})
+	b := &bench{p: defaults(false), study1: []*setupRuns{sr}}
+	b.p.Seeds = []int{1, 2}
+	sr.sweep[0][0].Steps = 702
+	tb := &table{Title: "Study 1", Header: []string{"setup"}}
+	b.summarizeSetup(tb, sr)
+	b.study1Notes(tb)
+	var md bytes.Buffer
+	tb.markdown(&md)
+	s := md.String()
+	// seed 1 against 0.1, seed 2 against its own best-point run, 0.11
+	assert.Contains(t, s, "| AdamW | HDET default | 10x below | 0.001 | -0.7% (-5.5%..+4.0%) | -65.3% (-65.3%..-65.3%) | 101% (98%..103%) | 0.0074 (0.0074..0.0074) | 6.1% (max 6.1%) | 17.1% (max 17.1%) |")
+	assert.Contains(t, s, "| AdamW | HDET default | 10x above | 0.1 | -1.7% (-6.4%..+3.0%) | - |", "plain DP diverged there")
+	assert.Contains(t, s, "Target met (AdamW): every HDET start (default config) within +5% of the best sweep point, median over 2 seed(s): 10x below -0.7%, at best -2.6%, 10x above -1.7%.")
+	assert.Contains(t, s, "Target met (AdamW): every HDET run (default config) at most 1/7")
+	assert.Contains(t, s, "Target met (AdamW): at the best start, HDET (default config) no worse than +3% against plain DP at that max_lr: median +2.0%.")
+	assert.Contains(t, s, "| AdamW | HDET paper form (1 failed: exit status 2) | 10x below | 0.001 | - | - | - | - |")
+	assert.Contains(t, s, "### Study 1 sweep, AdamW")
+	assert.Contains(t, s, "| 0.01 (best) | 0.1000 | 0.1100 |")
+	assert.Contains(t, s, "| 0.001 | 0.3000 | - |")
+	assert.Contains(t, s, "| 0.1 | NaN (diverged) | - |", "a diverged point says so")
+}
+
+func TestStudy1PlotPerSetup(t *testing.T) {
+	sr := fakeRuns([]float64{0.3, 0.2, 0.15, 0.1, 0.12, 0.2, math.NaN()},
+		[]float64{0.3, 0.1, math.NaN()}, []float64{0.104, 0.102, 0.103}, []float64{2, 0, -2})
+	sr.hdet = append(sr.hdet, [][]result{{{TestLoss: 0.2}, {TestLoss: 0.11}, {TestLoss: math.NaN()}}})
+	b := &bench{p: defaults(true), study1: []*setupRuns{sr}}
+	dir := t.TempDir()
+	paths, err := b.plot(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(dir, "sweep-adamw.png")}, paths)
+	data, err := os.ReadFile(paths[0])
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(data, []byte("\x89PNG")))
 }

@@ -40,8 +40,9 @@ func plotSweep(path, title string, sweep series, others ...series) error {
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = ticks125{}, ticks125{}
 	p.Add(plotter.NewGrid())
-	// The sweep falls from the top left, so the bottom left is free.
-	p.Legend.Left = true
+	// The legend goes in headroom above the data (see below): a sweep is
+	// U-shaped, and its corners hold the runs from the extreme starts.
+	p.Legend.Top, p.Legend.Left = true, true
 
 	xy := sweep.xys()
 	if len(xy) == 0 {
@@ -79,6 +80,10 @@ func plotSweep(path, title string, sweep series, others ...series) error {
 		p.Add(sc)
 		p.Legend.Add(s.Label, sc)
 	}
+	// Room above the highest point for the legend, and beside the outermost
+	// starts so that their markers are not cut in half.
+	p.X.Min, p.X.Max = p.X.Min/1.3, p.X.Max*1.3
+	p.Y.Min, p.Y.Max = p.Y.Min/1.1, p.Y.Max*math.Pow(p.Y.Max/p.Y.Min, 0.6)
 	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}

@@ -76,7 +76,7 @@ func (b *bench) studyStability(ctx context.Context) (*table, error) {
 		t.Commands = append(t.Commands, r.Command)
 		t.add(c.label, lrText(lr), yesNo(r.diverged()), fmt.Sprint(r.Unhealthy), num(r.TestLoss, 4), num(r.Accuracy, 4), lrText(r.FinalBase))
 	}
-	t.note("9 x the best sweep max_lr (%s); the HDET spread (alpha 0.5) is symmetric, so the replicas' mean learning rate is the base's.", lrText(b.sweepLRs[b.best]))
+	t.note("9 x the best sweep max_lr (%s); the HDET spread is symmetric, so the replicas' mean learning rate is the base's.", lrText(b.sweepLRs[b.best]))
 	t.note("diverged: a NaN/Inf window loss, or a final test loss >= ln 10 (no better than chance). NaN windows: windows in which some replica was left out of the average.")
 	return t, nil
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // setup is one workload configuration of study 1: the sweep and HDET runs
@@ -52,12 +56,15 @@ func gridLR(k int) float64 {
 // setupRuns is study 1's runs of one setup.
 type setupRuns struct {
 	s      setup
-	ks     []int      // sweep points: max_lr = gridLR(k)
-	sweep  [][]result // [seed][point]
-	best   int        // index into ks of the lowest median test loss over seeds
-	starts []int      // grid exponents of the starts: best-3, best, best+3
-	plain  [][]result // [seed][start]: plain DP at each start
-	hdet   [][][]result
+	ks     []int        // sweep points: max_lr = gridLR(k)
+	sweep  [][]result   // [seed][point]; a point a seed did not run has Dir ""
+	best   int          // index into ks of the lowest median test loss over seeds
+	starts []int        // grid exponents of the starts: best-3, best, best+3
+	plain  [][]result   // [seed][start]: plain DP at each start
+	hdet   [][][]result // [form][seed][start]
+
+	plainCanary string   // cache fingerprints: the plain runs'
+	canary      []string // and each form's
 }
 
 func (b *bench) seedSets(seed int, s setup, k int) []string {
@@ -72,48 +79,71 @@ func (b *bench) plainRun(ctx context.Context, s setup, seed, k int, canary strin
 	return b.rn.run(ctx, name, sweepConfig, canary, b.seedSets(seed, s, k)...)
 }
 
-// runSetup makes (or reuses) one setup's sweep, plain runs at the starts
-// and HDET runs. A failed HDET run is kept as a failed result so that one
-// broken variant does not hide the others.
-func (b *bench) runSetup(ctx context.Context, s setup, t *table) (*setupRuns, error) {
-	canary, err := b.canaryFingerprint(ctx, s)
-	if err != nil {
+// sweepSetup makes (or reuses) one setup's canaries, sweep and plain runs
+// at the starts. The first SweepSeeds seeds sweep every point; the others
+// run the points around the best (3 and 1 grid steps either side), enough
+// for the best point, the starts and the gaps with every seed.
+func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, error) {
+	sr := &setupRuns{s: s, canary: make([]string, len(forms))}
+	var err error
+	if sr.plainCanary, err = b.canaryFingerprint(ctx, s, "plain", sweepConfig, 60); err != nil {
 		return nil, err
 	}
-	bins, err := binaryFingerprint(b.p.Bin)
-	if err != nil {
-		return nil, err
+	for i, f := range forms {
+		if sr.canary[i], err = b.canaryFingerprint(ctx, s, f.Name, hdetConfig, 200, f.Sets...); err != nil {
+			b.rn.log("  %v: the %s runs are made afresh", firstLine(err), f.Label)
+		}
 	}
 	from := s.GridFrom
 	if b.p.Quick {
 		from = s.QuickFrom
 	}
-	sr := &setupRuns{s: s}
 	for i := range b.p.SweepN {
 		sr.ks = append(sr.ks, from+i)
 	}
-	for _, seed := range b.p.Seeds {
-		var row []result
-		for _, k := range sr.ks {
-			r, err := b.plainRun(ctx, s, seed, k, canary)
+	sr.sweep = make([][]result, len(b.p.Seeds))
+	run := func(j int, ks ...int) error {
+		for _, k := range ks {
+			i := slices.Index(sr.ks, k)
+			if i < 0 || sr.sweep[j][i].Dir != "" {
+				continue
+			}
+			r, err := b.plainRun(ctx, s, b.p.Seeds[j], k, sr.plainCanary)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			t.Commands = append(t.Commands, r.Command)
-			row = append(row, r)
+			sr.sweep[j][i] = r
 		}
-		sr.sweep = append(sr.sweep, row)
+		return nil
 	}
-	if sr.best = bestPoint(sr.sweep); sr.best < 0 {
-		return nil, fmt.Errorf("%s: every sweep point diverged", s.Label)
+	for j := range b.p.Seeds {
+		sr.sweep[j] = make([]result, len(sr.ks))
+		if j < b.p.SweepSeeds {
+			if err := run(j, sr.ks...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// The best point over the full sweeps, then over every seed at the
+	// points around it; repeated in case the other seeds move it.
+	for range 3 {
+		if sr.best = bestPoint(sr.sweep); sr.best < 0 {
+			return nil, fmt.Errorf("%s: every sweep point diverged", s.Label)
+		}
+		kb := sr.ks[sr.best]
+		for j := b.p.SweepSeeds; j < len(b.p.Seeds); j++ {
+			if err := run(j, kb-3, kb-1, kb, kb+1, kb+3); err != nil {
+				return nil, err
+			}
+		}
 	}
 	kb := sr.ks[sr.best]
 	sr.starts = []int{kb - 3, kb, kb + 3}
-	sr.hdet = make([][][]result, len(forms))
 	for _, seed := range b.p.Seeds {
 		var plain []result
 		for _, k := range sr.starts {
-			r, err := b.plainRun(ctx, s, seed, k, canary)
+			r, err := b.plainRun(ctx, s, seed, k, sr.plainCanary)
 			if err != nil {
 				return nil, err
 			}
@@ -121,25 +151,31 @@ func (b *bench) runSetup(ctx context.Context, s setup, t *table) (*setupRuns, er
 			plain = append(plain, r)
 		}
 		sr.plain = append(sr.plain, plain)
-		for fi, f := range forms {
-			var runs []result
-			for _, k := range sr.starts {
-				name := filepath.Join("s1", s.Name, fmt.Sprintf("seed%d", seed), f.Name+"-"+lrText(gridLR(k)))
-				r, err := b.rn.run(ctx, name, hdetConfig, bins, append(b.seedSets(seed, s, k), f.Sets...)...)
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil, err
-					}
-					b.rn.log("  FAILED: %v", firstLine(err))
-					r = result{TestLoss: math.NaN(), FinalOffset: math.NaN(), Failed: firstLine(err)}
-				}
-				t.Commands = append(t.Commands, r.Command)
-				runs = append(runs, r)
-			}
-			sr.hdet[fi] = append(sr.hdet[fi], runs)
-		}
 	}
 	return sr, nil
+}
+
+// hdetRuns makes (or reuses) one form's HDET runs of a setup for one seed
+// at every start. A failed run is kept as a failed result so that one
+// broken variant does not hide the others.
+func (b *bench) hdetRuns(ctx context.Context, sr *setupRuns, fi, seed int, t *table) error {
+	f := forms[fi]
+	var runs []result
+	for _, k := range sr.starts {
+		name := filepath.Join("s1", sr.s.Name, fmt.Sprintf("seed%d", seed), f.Name+"-"+lrText(gridLR(k)))
+		r, err := b.rn.run(ctx, name, hdetConfig, sr.canary[fi], append(b.seedSets(seed, sr.s, k), f.Sets...)...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			b.rn.log("  FAILED: %v", firstLine(err))
+			r = result{TestLoss: math.NaN(), FinalOffset: math.NaN(), Failed: firstLine(err)}
+		}
+		t.Commands = append(t.Commands, r.Command)
+		runs = append(runs, r)
+	}
+	sr.hdet[fi] = append(sr.hdet[fi], runs)
+	return nil
 }
 
 // bestPoint is the sweep point with the lowest median test loss over seeds,
@@ -150,6 +186,9 @@ func bestPoint(sweep [][]result) int {
 		var ls []float64
 		for _, row := range sweep {
 			ls = append(ls, lossOrInf(row[i]))
+		}
+		if slices.ContainsFunc(column(sweep, i), func(r result) bool { return r.Dir == "" }) {
+			continue // not run by every seed
 		}
 		slices.Sort(ls)
 		if m := ls[len(ls)/2]; m < bestLoss {
@@ -177,16 +216,17 @@ func chanceLoss(r result) float64 {
 
 // startStats are one form's numbers at one start, one value per seed.
 type startStats struct {
-	vsBest, vsPlain, closed, share, effLR []float64
-	failed                                []string
+	vsBest, vsPlain, closed, share, wallShare, effLR []float64
+	failed                                           []string
 }
 
 func (sr *setupRuns) stats(fi, si int, np int) startStats {
 	var st startStats
 	for j := range sr.hdet[fi] {
 		h, p, ref := sr.hdet[fi][j][si], sr.plain[j][si], sr.sweep[j][sr.best]
-		if h.Failed != "" {
+		if h.Failed != "" { // no numbers from a run that did not run
 			st.failed = append(st.failed, h.Failed)
+			continue
 		}
 		st.vsBest = append(st.vsBest, relGap(h.TestLoss, ref.TestLoss))
 		st.vsPlain = append(st.vsPlain, relGap(h.TestLoss, p.TestLoss))
@@ -194,19 +234,36 @@ func (sr *setupRuns) stats(fi, si int, np int) startStats {
 			pl := chanceLoss(p)
 			st.closed = append(st.closed, (pl-chanceLoss(h))/(pl-ref.TestLoss))
 		}
-		var sweepRS float64
-		for _, r := range sr.sweep[j] {
-			sweepRS += r.rankSeconds(np)
+		st.share = append(st.share, h.calmRankSeconds(np)/sr.sweepCompute(np, result.calmRankSeconds))
+		st.wallShare = append(st.wallShare, h.rankSeconds(np)/sr.sweepCompute(np, result.rankSeconds))
+		if forms[fi].Name != "paper" { // the paper's absolute update has no offset
+			st.effLR = append(st.effLR, gridLR(sr.starts[si])*math.Exp(h.FinalOffset))
 		}
-		st.share = append(st.share, h.rankSeconds(np)/sweepRS)
-		st.effLR = append(st.effLR, gridLR(sr.starts[si])*math.Exp(h.FinalOffset))
 	}
 	return st
 }
 
+// sweepCompute is the rank-seconds of the whole sweep, by the given
+// measure: the median over the seeds that ran every point of their totals.
+func (sr *setupRuns) sweepCompute(np int, cost func(result, int) float64) float64 {
+	var totals []float64
+	for _, row := range sr.sweep {
+		total := 0.0
+		for _, r := range row {
+			if r.Dir == "" {
+				total = math.NaN()
+				break
+			}
+			total += cost(r, np)
+		}
+		totals = append(totals, total)
+	}
+	return median(totals)
+}
+
 // spread prints the median and range of per-seed values.
 func spread(v []float64, f func(float64) string) string {
-	if len(v) == 0 {
+	if len(finiteOnly(v)) == 0 {
 		return "-"
 	}
 	m := f(median(v))
@@ -241,14 +298,33 @@ func share(v float64) string { return num(100*v, 1) + "%" }
 // sweep's best point, in the default and the paper form.
 func (b *bench) studySweep(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 1: finding max_lr, plain DP sweep vs HDET from three starts",
-		Header: []string{"setup", "run", "start", "max_lr", "vs best sweep point", "vs plain at start", "gap closed", "final effective max_lr", "compute share"}}
+		Header: []string{"setup", "run", "start", "max_lr", "vs best sweep point", "vs plain at start", "gap closed", "final effective max_lr", "compute share", "wall-time share"}}
 	b.study1 = nil
 	for _, s := range setups {
-		sr, err := b.runSetup(ctx, s, t)
+		sr, err := b.sweepSetup(ctx, s, t)
 		if err != nil {
 			return t, err
 		}
+		sr.hdet = make([][][]result, len(forms))
 		b.study1 = append(b.study1, sr)
+	}
+	// Every setup's default runs before any paper-form run (the default is
+	// what the targets are about), seed by seed across the setups; the
+	// paper form on the first PaperSeeds seeds.
+	for fi, f := range forms {
+		seeds := b.p.Seeds
+		if f.Name == "paper" {
+			seeds = seeds[:min(b.p.PaperSeeds, len(seeds))]
+		}
+		for _, seed := range seeds {
+			for _, sr := range b.study1 {
+				if err := b.hdetRuns(ctx, sr, fi, seed, t); err != nil {
+					return t, err
+				}
+			}
+		}
+	}
+	for _, sr := range b.study1 {
 		b.summarizeSetup(t, sr)
 	}
 	a := b.study1[0]
@@ -278,7 +354,8 @@ func (b *bench) summarizeSetup(t *table, sr *setupRuns) {
 			}
 			t.add(sr.s.Label, run, startNames[si], lrText(gridLR(k)), spread(st.vsBest, pctf),
 				spread(st.vsPlain, pctf), spread(st.closed, closedf), spread(st.effLR, lrText),
-				fmt.Sprintf("%s (max %s)", share(median(st.share)), share(maxFinite(st.share))))
+				fmt.Sprintf("%s (max %s)", share(median(st.share)), share(maxFinite(st.share))),
+				fmt.Sprintf("%s (max %s)", share(median(st.wallShare)), share(maxFinite(st.wallShare))))
 			if fi != 0 {
 				continue
 			}
@@ -312,6 +389,10 @@ func (b *bench) sweepTable(sr *setupRuns) *table {
 		cells := []string{label}
 		var rel, rs []float64
 		for j, r := range runs {
+			if r.Dir == "" {
+				cells = append(cells, "-")
+				continue
+			}
 			loss := num(r.TestLoss, 4)
 			if r.diverged() {
 				loss += " (diverged)"
@@ -351,10 +432,17 @@ func column(rows [][]result, i int) []result {
 }
 
 func (b *bench) study1Notes(t *table) {
-	cached := 0
+	cached, runs := 0, 0
 	for _, sr := range b.study1 {
-		for _, rows := range append(slices.Clone(sr.sweep), sr.plain...) {
+		all := slices.Concat(sr.sweep, sr.plain)
+		for _, f := range sr.hdet {
+			all = append(all, f...)
+		}
+		for _, rows := range all {
 			for _, r := range rows {
+				if r.Dir != "" {
+					runs++
+				}
 				if r.Cached {
 					cached++
 				}
@@ -366,10 +454,45 @@ func (b *bench) study1Notes(t *table) {
 		seeds[i] = fmt.Sprint(s)
 	}
 	steps := b.study1[0].sweep[0][0].Steps
+	lo, hi := math.Inf(1), 0.0
+	for _, sr := range b.study1 {
+		for _, row := range sr.sweep {
+			for _, r := range row {
+				if r.Dir != "" && !r.diverged() {
+					lo, hi = min(lo, r.WallSeconds), max(hi, r.WallSeconds)
+				}
+			}
+		}
+	}
 	t.note("Setups: the 784-256-256-10 MLP, batch 64 per rank, N = %d, %d epochs (%d steps), with AdamW or with SGD + momentum 0.9; seeds %s. Sweep: %d points per setup, 3 per decade (10^(k/3) rounded), plain DP (bench/configs/sweep.yaml: the lr explorer with spread alpha 0 and the auto phase off, OneCycle pct_start 0.25). HDET: bench/configs/hdet.yaml (the lr explorer with its default spread and auto phase) started at the best sweep point (lowest median test loss over the seeds) and 10x below and above; paper form: the same with auto.form paper.",
 		b.p.NP, b.p.Epochs, steps, strings.Join(seeds, ", "), b.p.SweepN)
-	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed. gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (NaN for the paper form, which has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (all points, same seed); rank-s = %d x the run's wall time from its end record, on a shared machine.", b.p.NP)
-	if cached > 0 {
-		t.note("%d plain runs were reused from earlier invocations (their key: command, config bytes and a 60-step canary run's final parameter checksum per setup, made fresh now; see cache.go); their timings are from when they ran.", cached)
+	if len(b.p.Seeds) > b.p.SweepSeeds {
+		t.note("Compute: the first %d seed(s) swept all %d points; the other seeds ran the points 1 and 3 grid steps (2.2x and 10x) either side of the best, which decide the best point, the starts and the gaps (\"-\" in the sweep tables). The paper form ran the first %d seed(s).", b.p.SweepSeeds, b.p.SweepN, b.p.PaperSeeds)
 	}
+	t.note("bench/configs/hdet.yaml as run: %s.", configSummary(hdetConfig))
+	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed (\"-\" where plain DP diverged). gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (\"-\" for the paper form, whose absolute update has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (every point of a fully swept seed), each run's rank-seconds taken at its calmest pace: %d ranks x its steps x the first quartile over its windows of the seconds per step (training, probe, converge, plan). The machine is shared with other work whose load varied over the study, so the same %d steps took %.0f s to %.0f s of wall time; the wall-time share (%d x the run's wall time from its end record, over the sweep's) is shown beside it but compares runs made under different loads.", b.p.NP, steps, lo, hi, b.p.NP)
+	if cached > 0 {
+		t.note("%d of the %d runs were reused from earlier invocations (key: the command, the config's bytes and the final parameter checksum of a short canary run per setup and variant, made fresh by this invocation; see cache.go); their timings are from when they ran, under that time's load.", cached, runs)
+	}
+}
+
+// configSummary quotes what a config sets for training and its explorers,
+// so the doc says which HDET settings produced the numbers.
+func configSummary(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var cfg struct {
+		Train     map[string]any   `yaml:"train"`
+		Explorers []map[string]any `yaml:"explorers"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return err.Error()
+	}
+	js, err := json.Marshal(map[string]any{"train": cfg.Train, "explorers": cfg.Explorers})
+	if err != nil {
+		return err.Error()
+	}
+	return "`" + string(js) + "` (fields not set take the explorer's defaults, README's config table)"
 }

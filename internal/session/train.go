@@ -107,8 +107,14 @@ func (s *session) stopped(res engine.Result) {
 	if s.rank != 0 {
 		return
 	}
+	s.o.Log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
+	s.requeue()
+}
+
+// requeue (rank 0) puts the Slurm job back in the queue after a signal
+// stopped the run, unless --no-requeue.
+func (s *session) requeue() {
 	log := s.o.Log
-	log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
 	if !s.slurm.InSlurm() || s.o.NoRequeue {
 		return
 	}

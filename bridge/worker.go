@@ -53,9 +53,11 @@ const bufferFD = 3
 // training included.
 const DefaultTimeout = 10 * time.Minute
 
-// DefaultStartTimeout bounds the start: importing torch alone takes seconds
-// on a cold file cache.
-const DefaultStartTimeout = 2 * time.Minute
+// DefaultStartTimeout bounds the start, up to the scheduler's HELLO: a
+// script may load its data first, and importing torch alone takes minutes
+// on a busy machine or a cold network file system. A script that exits
+// without connecting is reported at once, not after this.
+const DefaultStartTimeout = 10 * time.Minute
 
 // exitGrace is how long a closed connection may precede the process's exit
 // before the worker is reported as hung rather than exited.

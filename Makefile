@@ -62,7 +62,7 @@ test-faults:
 # --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB.
 test-multihost: deps data
 	scripts/deps.sh netns slurm
-	cd tests && $(GO) test -count=1 -timeout 15m -v -run '$(MULTI)' .
+	cd tests && $(GO) test -count=1 -timeout 25m -v -run '$(MULTI)' .
 
 
 # The same in-place MPI_Allreduce through the Go binding and in C.

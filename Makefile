@@ -77,9 +77,14 @@ bench-allreduce: allreduce-bins
 # hdet under mpirun against plain DDP + OneCycleLR on the PyTorch example.
 bench-pytorch: build data
 	scripts/deps.sh torch
-	$(GO) test -run XXX -bench BenchmarkPyTorchOverhead -benchtime 3x ./tests
+	$(GO) test -v -run XXX -bench BenchmarkPyTorchOverhead -benchtime 6x -timeout 60m ./tests
 
-# Regenerates plugins/proto with pinned generators.
+# One training step of the built-in MLP against its GEMMs alone, AdamW and
+# SGD, with the AVX2 and the Go element-wise kernels (issue 15 item 6).
+bench-trainer:
+	$(GO) test -run XXX -bench BenchmarkTrainerGemmShare -benchtime 60x -cpu 1 ./workload/mnist
+
+# Regenerates plugins/contract/proto with pinned generators.
 proto:
 	scripts/deps.sh protoc
 	sh scripts/gen-proto.sh
@@ -95,8 +100,10 @@ lint: deps
 clean:
 	rm -rf $(BIN) runs
 
-# Benchmarks (issue 11): bench/hdetbench runs six studies under mpirun,
-# prints one table each and writes docs/benchmarks.md and docs/sweep.png.
-# bench-quick is the short variant (under 10 minutes on 2 cores).
+# Benchmarks (issues 11, 14): bench/hdetbench runs five studies under mpirun,
+# prints one table each, replaces their generated blocks in docs/benchmarks.md
+# (hand-written sections stay) and writes docs/sweep-<setup>.png. Finished
+# plain runs under runs/bench are reused (see docs/benchmarks.md). bench-quick
+# is the short variant: one seed, 7 sweep points (under 10 minutes on 2 cores).
 bench bench-quick: build data allreduce-bins
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)

@@ -18,6 +18,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
+	"github.com/hdet-dev/hdet/internal/binread"
 )
 
 // ErrCorrupt marks a checkpoint that fails its checksum or does not decode.
@@ -28,9 +31,9 @@ var ErrNone = errors.New("no checkpoint")
 
 const magic = "HDETCKP1"
 
-// maxField bounds every length read from a file, so garbage cannot make the
-// reader allocate without limit.
-const maxField = 1 << 34
+// maxCount bounds the step, window, rank and size fields: far beyond any
+// real run, and small enough that no arithmetic on them overflows.
+const maxCount = 1 << 40
 
 // State is what a checkpoint holds.
 type State struct {
@@ -74,66 +77,20 @@ func Decode(data []byte) (*State, error) {
 	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
 		return nil, fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCorrupt)
 	}
-	r := reader{b: body[len(magic):]}
-	s := &State{Config: r.bytes("config")}
-	s.Step, s.Window, s.Ranks, s.ParamCount = r.int("step"), r.int("window"), r.int("ranks"), r.int("parameter count")
-	n := r.int("buffer length")
-	if r.err == nil && (n > len(r.b)/4 || s.ParamCount > n) {
-		r.fail("buffer length")
+	r := binread.New(body[len(magic):], ErrCorrupt)
+	s := &State{Config: r.Bytes("config")}
+	s.Step, s.Window, s.Ranks = r.Int("step", maxCount), r.Int("window", maxCount), r.Int("ranks", maxCount)
+	s.ParamCount = r.Int("parameter count", maxCount)
+	n := r.Int("buffer length", maxCount)
+	if r.Err() == nil && s.ParamCount > n {
+		r.Fail("parameter count")
 	}
-	if r.err == nil {
-		s.Buffer = make([]float32, n)
-		for i := range s.Buffer {
-			s.Buffer[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[4*i:]))
-		}
-		r.b = r.b[4*n:]
-	}
-	s.Controller = r.bytes("controller state")
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("trailing bytes")
-	}
-	if r.err != nil {
-		return nil, r.err
+	s.Buffer = r.Float32s("buffer", n)
+	s.Controller = r.Bytes("controller state")
+	if err := r.End(); err != nil {
+		return nil, err
 	}
 	return s, nil
-}
-
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: bad %s", ErrCorrupt, what)
-	}
-}
-
-func (r *reader) int(what string) int {
-	if r.err != nil {
-		return 0
-	}
-	v, k := binary.Uvarint(r.b)
-	if k <= 0 || v > maxField {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[k:]
-	return int(v)
-}
-
-func (r *reader) bytes(what string) []byte {
-	n := r.int(what)
-	if r.err != nil {
-		return nil
-	}
-	if n > len(r.b) {
-		r.fail(what)
-		return nil
-	}
-	v := bytes.Clone(r.b[:n])
-	r.b = r.b[n:]
-	return v
 }
 
 // fileName orders checkpoints by step.
@@ -145,7 +102,7 @@ func Write(dir string, s *State, keep int) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, fileName(s.Step))
-	if err := writeAtomic(path, Encode(s)); err != nil {
+	if err := atomicfile.Write(path, Encode(s)); err != nil {
 		return "", err
 	}
 	names, err := list(dir)
@@ -159,37 +116,6 @@ func Write(dir string, s *State, keep int) (string, error) {
 		names = names[1:]
 	}
 	return path, nil
-}
-
-func writeAtomic(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // list returns the checkpoint file names in dir, oldest first.

@@ -23,7 +23,10 @@ type Saver struct {
 	ParamCount int
 	Buffer     func() []float32                          // parameters then optimizer state
 	Controller func(ctx context.Context) ([]byte, error) // rank 0's controller state
-	Log        zerolog.Logger
+	// BeforeWrite, when set, runs before each checkpoint: the metrics
+	// writer's Sync, so the windows a checkpoint covers are on disk.
+	BeforeWrite func() error
+	Log         zerolog.Logger
 
 	last      time.Time // last successful write (or the start)
 	failingAt time.Time // first failure since the last success
@@ -63,6 +66,11 @@ func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool)
 }
 
 func (s *Saver) write(ctx context.Context, window, step int) (string, error) {
+	if s.BeforeWrite != nil {
+		if err := s.BeforeWrite(); err != nil {
+			return "", err
+		}
+	}
 	ctrl, err := s.Controller(ctx)
 	if err != nil {
 		return "", fmt.Errorf("controller state: %w", err)

@@ -6,6 +6,7 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // Config is a whole run configuration. README.md documents every field.
@@ -51,10 +54,9 @@ type Train struct {
 	EvalEvery int     `yaml:"eval_every"`
 	WarmStart string  `yaml:"warm_start"`
 	WarmNoise float64 `yaml:"warm_noise"`
-	// FaultNaNRank is for tests: that rank's window loss becomes NaN from
-	// FaultNaNWindow on. -1 disables it.
-	FaultNaNRank   int `yaml:"fault_nan_rank"`
-	FaultNaNWindow int `yaml:"fault_nan_window"`
+	// ProbeExamples is the size of the probe set the probe signal is
+	// evaluated on (training examples drawn by Seed, the same on every rank).
+	ProbeExamples int `yaml:"probe_examples"`
 	// Watchdog aborts the job when a rank's phase or collective lasts this
 	// long (a stuck or stopped rank); 0 disables it.
 	Watchdog Duration `yaml:"watchdog"`
@@ -64,16 +66,6 @@ type Train struct {
 	// MaxRollbacks bounds the rollbacks to the last checkpoint (learning
 	// rates halved each time) after a window where every rank is unhealthy.
 	MaxRollbacks int `yaml:"max_rollbacks"`
-	// Test-only faults (-1 disables each): every rank's loss is NaN in
-	// window FaultNaNAllWindow (first pass only); rank FaultStopRank stops
-	// itself with SIGSTOP when it starts training window FaultStopWindow;
-	// rank FaultDivergeRank's loss is 1000 times larger (still finite) from
-	// window FaultDivergeWindow on.
-	FaultNaNAllWindow  int `yaml:"fault_nan_all_window"`
-	FaultStopRank      int `yaml:"fault_stop_rank"`
-	FaultStopWindow    int `yaml:"fault_stop_window"`
-	FaultDivergeRank   int `yaml:"fault_diverge_rank"`
-	FaultDivergeWindow int `yaml:"fault_diverge_window"`
 }
 
 // Explorer is one explored hyperparameter, driven by an explorer plugin.
@@ -83,6 +75,9 @@ type Explorer struct {
 	SHA256  string         `yaml:"sha256"`
 	Timeout Duration       `yaml:"timeout"`
 	Config  map[string]any `yaml:"config,omitempty"`
+	// Override: in a worker run, this entry's schedule replaces the
+	// script's where they differ (logged), instead of being an error.
+	Override bool `yaml:"override,omitempty"`
 }
 
 // Run is where the run's files go and how often it checkpoints.
@@ -110,13 +105,15 @@ func Default() Config {
 			Optimizer: "adamw", LR: 1e-3, Momentum: 0.9, Beta2: 0.999, Eps: 1e-8,
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
-		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, FaultNaNRank: -1,
-			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3,
-			FaultNaNAllWindow: -1, FaultStopRank: -1, FaultDivergeRank: -1},
+		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024,
+			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}
 }
+
+// maxProbeExamples bounds train.probe_examples: the MNIST training set's size.
+const maxProbeExamples = 60000
 
 // DefaultExplorerTimeout bounds every call to an explorer plugin.
 const DefaultExplorerTimeout = 30 * time.Second
@@ -124,6 +121,20 @@ const DefaultExplorerTimeout = 30 * time.Second
 // Load parses YAML data over the defaults, applies --set overrides
 // ("train.window=50", "explorers.lr.config.spread.alpha=0.2") and validates.
 func Load(data []byte, sets []string) (*Config, error) {
+	return load(data, sets, Default(), false)
+}
+
+// LoadWorker loads the configuration of a `--worker` run (data may be
+// empty: no file). The script says the run's length and sync mode, so
+// train.steps and train.sync default to unset (0 and "") and only need to
+// agree with the script when given; the window defaults to 50 steps.
+func LoadWorker(data []byte, sets []string) (*Config, error) {
+	c := Default()
+	c.Train.Sync, c.Train.Window = "", 50
+	return load(data, sets, c, true)
+}
+
+func load(data []byte, sets []string, c Config, worker bool) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("%w: YAML: %v", ErrInvalid, err)
@@ -134,14 +145,14 @@ func Load(data []byte, sets []string) (*Config, error) {
 	for _, s := range sets {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: --set %q: want key=value", ErrInvalid, s)
+			return nil, fmt.Errorf("%w: --set %q: want key=value", ErrInvalid, short(s))
 		}
 		if err := setPath(&root, strings.TrimSpace(k), v); err != nil {
 			return nil, err
 		}
 	}
-	c := Default()
-	if err := decodeStrict(&root, &c); err != nil {
+	lines := map[string]int{}
+	if err := decodeStrict(&root, &c, lines); err != nil {
 		return nil, err
 	}
 	for i := range c.Explorers {
@@ -149,7 +160,13 @@ func Load(data []byte, sets []string) (*Config, error) {
 			c.Explorers[i].Timeout = Duration(DefaultExplorerTimeout)
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(worker); err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) && fe.Line < 0 {
+			if line, ok := lines[fe.Path]; ok {
+				fe.Line = line
+			}
+		}
 		return nil, err
 	}
 	return &c, nil
@@ -160,69 +177,128 @@ var (
 	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
+// Upper bounds of the config's sizes, counts and durations (README's
+// config table): far beyond a real run, and small enough that nothing
+// computed from them overflows or exhausts the machine.
+const (
+	MaxLayers     = 64
+	MaxWidth      = 1 << 16 // workload.hidden[i]
+	MaxBatch      = 1 << 16
+	MaxSteps      = 1 << 40 // train.steps, and train.epochs times the steps per epoch
+	MaxEpochs     = 1 << 20
+	MaxWindow     = hparam.MaxWindowSteps
+	MaxCount      = 1 << 30 // eval_every, checkpoint_every (windows)
+	MaxRollbacks  = 1000
+	MaxKeep       = 1000
+	MaxExplorers  = 64
+	MaxPath       = 4096 // bytes in a path
+	MaxDuration   = Duration(7 * 24 * time.Hour)
+	MaxMinutes    = 7 * 24 * 60 // run.checkpoint_minutes
+	MaxExplorerTO = Duration(time.Hour)
+)
+
+// check is one range check of Validate.
+type check struct {
+	bad         bool
+	path, allow string
+	got         any
+}
+
 // Validate checks every range; the error names the field and what is allowed.
-func (c *Config) Validate() error {
-	w, t, r := c.Workload, c.Train, c.Run
-	checks := []struct {
-		bad         bool
-		path, allow string
-		got         any
-	}{
+func (c *Config) Validate() error { return c.validate(false) }
+
+// validate checks a worker run's configuration when worker is set: its
+// length and sync mode may be left to the script.
+func (c *Config) validate(worker bool) error {
+	for _, checks := range [][]check{c.Workload.checks(), c.Train.checks(worker), c.Run.checks()} {
+		for _, ch := range checks {
+			if ch.bad {
+				return invalid(ch.path, "got %s, want %s", short(fmt.Sprint(ch.got)), ch.allow)
+			}
+		}
+	}
+	if len(c.Workload.Hidden) > MaxLayers {
+		return invalid("workload.hidden", "got %d layers, want at most %d", len(c.Workload.Hidden), MaxLayers)
+	}
+	for i, h := range c.Workload.Hidden {
+		if h < 1 || h > MaxWidth {
+			return invalid(fmt.Sprintf("workload.hidden[%d]", i), "got %d, want an integer in [1, %d]", h, MaxWidth)
+		}
+	}
+	return c.validateExplorers()
+}
+
+func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
+
+func inRange(v, lo, hi int) bool { return v >= lo && v <= hi }
+
+func (w Workload) checks() []check {
+	return []check{
 		{!slices.Contains([]string{"mnist"}, w.Kind), "workload.kind", "mnist", w.Kind},
-		{w.Data == "", "workload.data", "a folder holding the MNIST idx files", w.Data},
+		{w.Data == "" || len(w.Data) > MaxPath, "workload.data", "a folder holding the MNIST idx files", w.Data},
 		{len(w.Hidden) == 0, "workload.hidden", "a non-empty list of layer widths", w.Hidden},
-		{w.BatchSize < 1, "workload.batch_size", "an integer >= 1", w.BatchSize},
+		{!inRange(w.BatchSize, 1, MaxBatch), "workload.batch_size", fmt.Sprintf("an integer in [1, %d]", MaxBatch), w.BatchSize},
 		{!slices.Contains([]string{"adamw", "sgd"}, w.Optimizer), "workload.optimizer", "adamw or sgd", w.Optimizer},
-		{!(w.LR > 0), "workload.lr", "a number > 0", w.LR},
+		{!(w.LR > 0) || !finite(w.LR), "workload.lr", "a finite number > 0", w.LR},
 		{!(w.Momentum >= 0 && w.Momentum < 1), "workload.momentum", "a number in [0, 1)", w.Momentum},
 		{!(w.Beta2 > 0 && w.Beta2 < 1), "workload.beta2", "a number in (0, 1)", w.Beta2},
-		{!(w.Eps > 0), "workload.eps", "a number > 0", w.Eps},
-		{!(w.WeightDecay >= 0), "workload.weight_decay", "a number >= 0", w.WeightDecay},
+		{!(w.Eps > 0) || !finite(w.Eps), "workload.eps", "a finite number > 0", w.Eps},
+		{!(w.WeightDecay >= 0) || !finite(w.WeightDecay), "workload.weight_decay", "a finite number >= 0", w.WeightDecay},
 		{!(w.Dropout >= 0 && w.Dropout < 1), "workload.dropout", "a number in [0, 1)", w.Dropout},
 		{!(w.LabelSmoothing >= 0 && w.LabelSmoothing < 1), "workload.label_smoothing", "a number in [0, 1)", w.LabelSmoothing},
-		{t.Steps < 0, "train.steps", "an integer >= 1 (or 0 with train.epochs set)", t.Steps},
-		{t.Epochs < 0, "train.epochs", "an integer >= 1 (or 0 with train.steps set)", t.Epochs},
-		{t.Steps == 0 && t.Epochs == 0, "train.steps", "an integer >= 1, or train.epochs >= 1", t.Steps},
+	}
+}
+
+func (t Train) checks(worker bool) []check {
+	return []check{
+		{!inRange(t.Steps, 0, MaxSteps), "train.steps", fmt.Sprintf("an integer in [1, %d] (or 0 with train.epochs set)", MaxSteps), t.Steps},
+		{!inRange(t.Epochs, 0, MaxEpochs), "train.epochs", fmt.Sprintf("an integer in [1, %d] (or 0 with train.steps set)", MaxEpochs), t.Epochs},
+		{t.Steps == 0 && t.Epochs == 0 && !worker, "train.steps", "an integer >= 1, or train.epochs >= 1", t.Steps},
 		{t.Steps > 0 && t.Epochs > 0, "train.epochs", "0 when train.steps is set (give one of them)", t.Epochs},
-		{!slices.Contains([]string{"local", "gradients"}, t.Sync), "train.sync", "local or gradients", t.Sync},
+		{!slices.Contains([]string{"local", "gradients"}, t.Sync) && !(worker && t.Sync == ""), "train.sync", "local or gradients", t.Sync},
 		{t.Window < 1, "train.window", "an integer >= 1 (steps per window, T)", t.Window},
+		{t.Window > MaxWindow, "train.window", fmt.Sprintf("at most %d steps per window", MaxWindow), t.Window},
 		{t.Steps > 0 && t.Window > t.Steps, "train.window", fmt.Sprintf("at most train.steps (%d)", t.Steps), t.Window},
-		{t.EvalEvery < 0, "train.eval_every", "an integer >= 0 (windows; 0 evaluates at the end only)", t.EvalEvery},
-		{!(t.WarmNoise >= 0), "train.warm_noise", "a number >= 0", t.WarmNoise},
-		{t.Watchdog < 0, "train.watchdog", "a duration >= 0 (0 disables the watchdog)", time.Duration(t.Watchdog)},
-		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || math.IsInf(t.DivergenceFactor, 0), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
-		{t.MaxRollbacks < 0, "train.max_rollbacks", "an integer >= 0", t.MaxRollbacks},
-		{r.Dir == "", "run.dir", "a directory path", r.Dir},
-		{r.CheckpointEvery < 0, "run.checkpoint_every", "an integer >= 0 (windows; 0 disables the window cadence)", r.CheckpointEvery},
-		{!(r.CheckpointMinutes >= 0), "run.checkpoint_minutes", "a number >= 0 (0 disables the time cadence)", r.CheckpointMinutes},
-		{r.Keep < 1, "run.keep", "an integer >= 1 (checkpoints kept)", r.Keep},
-		{r.CheckpointMaxFailing < 0, "run.checkpoint_max_failing", "a duration >= 0 (0: failing checkpoints never stop the run)", time.Duration(r.CheckpointMaxFailing)},
+		{!inRange(t.EvalEvery, 0, MaxCount), "train.eval_every", fmt.Sprintf("an integer in [0, %d] (windows; 0 evaluates at the end only)", MaxCount), t.EvalEvery},
+		{len(t.WarmStart) > MaxPath, "train.warm_start", fmt.Sprintf("a model.bin path of at most %d bytes", MaxPath), t.WarmStart},
+		{!(t.WarmNoise >= 0) || !finite(t.WarmNoise), "train.warm_noise", "a finite number >= 0", t.WarmNoise},
+		{t.ProbeExamples < 1 || t.ProbeExamples > maxProbeExamples, "train.probe_examples", fmt.Sprintf("an integer in [1, %d] (examples; capped at the training set's size)", maxProbeExamples), t.ProbeExamples},
+		{t.Watchdog < 0 || t.Watchdog > MaxDuration, "train.watchdog", fmt.Sprintf("a duration in [0, %v] (0 disables the watchdog)", time.Duration(MaxDuration)), time.Duration(t.Watchdog)},
+		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || !finite(t.DivergenceFactor), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
+		{!inRange(t.MaxRollbacks, 0, MaxRollbacks), "train.max_rollbacks", fmt.Sprintf("an integer in [0, %d]", MaxRollbacks), t.MaxRollbacks},
+	}
+}
+
+func (r Run) checks() []check {
+	return []check{
+		{r.Dir == "" || len(r.Dir) > MaxPath, "run.dir", fmt.Sprintf("a directory path of at most %d bytes", MaxPath), r.Dir},
+		{!inRange(r.CheckpointEvery, 0, MaxCount), "run.checkpoint_every", fmt.Sprintf("an integer in [0, %d] (windows; 0 disables the window cadence)", MaxCount), r.CheckpointEvery},
+		{!(r.CheckpointMinutes >= 0 && r.CheckpointMinutes <= MaxMinutes), "run.checkpoint_minutes", fmt.Sprintf("a number in [0, %d] (0 disables the time cadence)", MaxMinutes), r.CheckpointMinutes},
+		{!inRange(r.Keep, 1, MaxKeep), "run.keep", fmt.Sprintf("an integer in [1, %d] (checkpoints kept)", MaxKeep), r.Keep},
+		{r.CheckpointMaxFailing < 0 || r.CheckpointMaxFailing > MaxDuration, "run.checkpoint_max_failing",
+			fmt.Sprintf("a duration in [0, %v] (0: failing checkpoints never stop the run)", time.Duration(MaxDuration)), time.Duration(r.CheckpointMaxFailing)},
 		{!slices.Contains([]string{"auto", "plain", "none"}, r.Progress), "run.progress", "auto, plain or none", r.Progress},
 	}
-	for _, ch := range checks {
-		if ch.bad {
-			return invalid(ch.path, "got %v, want %s", ch.got, ch.allow)
-		}
-	}
-	for i, h := range w.Hidden {
-		if h < 1 {
-			return invalid(fmt.Sprintf("workload.hidden[%d]", i), "got %d, want an integer >= 1", h)
-		}
+}
+
+func (c *Config) validateExplorers() error {
+	if len(c.Explorers) > MaxExplorers {
+		return invalid("explorers", "got %d explorers, want at most %d", len(c.Explorers), MaxExplorers)
 	}
 	seen := map[string]bool{}
 	for i, e := range c.Explorers {
 		p := fmt.Sprintf("explorers[%d]", i)
 		switch {
-		case !nameRE.MatchString(e.Name):
-			return invalid(p+".name", "got %q, want a hyperparameter name such as lr, dropout or lr/hidden", e.Name)
+		case !nameRE.MatchString(e.Name) || len(e.Name) > 64:
+			return invalid(p+".name", "got %q, want a hyperparameter name (at most 64 characters) such as lr, dropout or lr/hidden", short(e.Name))
 		case seen[e.Name]:
 			return invalid(p+".name", "%q is explored twice", e.Name)
-		case e.Plugin == "":
-			return invalid(p+".plugin", "want an explorer binary name such as hdet-explorer-lr, or a path")
+		case e.Plugin == "" || len(e.Plugin) > MaxPath:
+			return invalid(p+".plugin", "want an explorer binary name such as hdet-explorer-lr, or a path of at most %d bytes", MaxPath)
 		case e.SHA256 != "" && !sha256RE.MatchString(e.SHA256):
-			return invalid(p+".sha256", "got %q, want 64 lowercase hex digits", e.SHA256)
-		case e.Timeout <= 0:
-			return invalid(p+".timeout", "got %v, want a positive duration", time.Duration(e.Timeout))
+			return invalid(p+".sha256", "got %q, want 64 lowercase hex digits", short(e.SHA256))
+		case e.Timeout <= 0 || e.Timeout > MaxExplorerTO:
+			return invalid(p+".timeout", "got %v, want a duration in (0, %v]", time.Duration(e.Timeout), time.Duration(MaxExplorerTO))
 		}
 		seen[e.Name] = true
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,6 +61,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		"window > steps":     {yaml: "train: {steps: 10, window: 20}", want: "train.window: got 20, want at most train.steps (10)"},
 		"no length":          {yaml: "train: {window: 5}", want: "train.steps"},
 		"bad sync":           {yaml: "train: {steps: 10, window: 5, sync: ring}", want: "train.sync: got ring, want local or gradients"},
+		"probe examples 0":   {yaml: "train: {steps: 10, window: 5, probe_examples: 0}", want: "train.probe_examples: got 0, want an integer in [1, 60000]"},
 		"dropout range":      {yaml: "train: {steps: 10, window: 5}\nworkload: {dropout: 1.5}", want: "workload.dropout: got 1.5, want a number in [0, 1)"},
 		"duplicate explorer": {yaml: "train: {steps: 10, window: 5}\nexplorers: [{name: lr, plugin: p}, {name: lr, plugin: p}]", want: "explorers[1].name: \"lr\" is explored twice"},
 		"bad checksum":       {yaml: "train: {steps: 10, window: 5}\nexplorers: [{name: lr, plugin: p, sha256: xyz}]", want: "explorers[0].sha256"},
@@ -90,13 +92,75 @@ func TestResolvedYAMLRoundTrips(t *testing.T) {
 	assert.Equal(t, h1, h2)
 }
 
-func FuzzLoad(f *testing.F) {
-	f.Add([]byte(sample))
-	f.Add([]byte("train: {steps: 1, window: 1}"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Load(data, nil)
-		if err == nil {
-			assert.NoError(t, c.Validate())
-		}
-	})
+// Every configuration error says where: the file's line, --set, or that the
+// value is a default.
+func TestErrorsCarryTheirLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		sets       []string
+		want       string
+	}{
+		{"duplicate key", "train:\n  window: 5\n  steps: 10\n  window: 7\n", nil, "line 4: train.window: duplicate key (first at line 2)"},
+		{"duplicate section", "run: {keep: 2}\ntrain: {steps: 10}\nrun: {keep: 3}\n", nil, "line 3: run: duplicate key (first at line 1)"},
+		{"duplicate key in an explorer's config", "explorers:\n  - name: lr\n    plugin: x\n    config: {a: 1, a: 2}\n", nil, "line 4: explorers[0].config"},
+		{"range error in the file", "train:\n  steps: 10\n  window: 0\n", nil, "line 3: train.window: got 0"},
+		{"range error in a list", "train: {steps: 100}\nworkload:\n  hidden:\n    - 32\n    - 0\n", nil, "line 5: workload.hidden[1]: got 0"},
+		{"wrong type", "\n\ntrain: {steps: ten}\n", nil, `line 3: train.steps: want an integer, got "ten"`},
+		{"unknown key", "run:\n  dri: x\n", nil, "line 2: run.dri: unknown key"},
+		{"from --set", "train: {steps: 10}\n", []string{"train.window=0"}, "--set: train.window: got 0"},
+		{"a default that conflicts", "train: {steps: 0}\n", nil, "train.steps: got 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]byte(tc.yaml), tc.sets)
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestBoundsAndFiniteness(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"train.warm_noise=.inf", "train.warm_noise: got +Inf, want a finite number >= 0"},
+		{"run.checkpoint_minutes=.inf", "run.checkpoint_minutes: got +Inf, want a number in [0, 10080]"},
+		{"run.checkpoint_minutes=.nan", "run.checkpoint_minutes: got NaN"},
+		{"workload.lr=.inf", "workload.lr: got +Inf, want a finite number > 0"},
+		{"train.epochs=9223372036854775807", "train.epochs: got 9223372036854775807, want an integer in [1, 1048576]"},
+		{"train.steps=1e15", "train.steps: got 1000000000000000, want an integer in [1, 1099511627776]"},
+		{"train.window=2000000", "train.window: got 2000000, want at most 1048576 steps per window"},
+		{"workload.hidden=[1000000000]", "workload.hidden[0]: got 1000000000, want an integer in [1, 65536]"},
+		{"workload.batch_size=1e9", "workload.batch_size: got 1000000000, want an integer in [1, 65536]"},
+		{"train.watchdog=10000h", "train.watchdog: got 10000h0m0s, want a duration in [0, 168h0m0s]"},
+		{"run.keep=1e6", "run.keep: got 1000000, want an integer in [1, 1000]"},
+		{"train.max_rollbacks=99999", "train.max_rollbacks: got 99999"},
+		{"run.checkpoint_every=1e12", "run.checkpoint_every: got 1000000000000"},
+		{"train.epochs=99999999999999999999", `train.epochs: want an integer, got "99999999999999999999"`},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			_, err := Load([]byte("train: {steps: 0, epochs: 1}\n"), []string{tc.set})
+			if strings.HasPrefix(tc.set, "train.steps") || strings.HasPrefix(tc.set, "train.window") {
+				_, err = Load([]byte("train: {steps: 100}\n"), []string{tc.set})
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// A huge value is not echoed whole.
+func TestLongValuesAreCut(t *testing.T) {
+	long := strings.Repeat("x", 5<<20)
+	for _, y := range []string{
+		"train: {steps: 100, sync: " + long + "}\n",
+		"train: {steps: " + long + "}\n",
+		"train: {steps: 100}\nrun: {dir: " + long + "}\n",
+		"train: {steps: 100}\nexplorers: [{name: " + long + ", plugin: x}]\n",
+	} {
+		_, err := Load([]byte(y), nil)
+		require.Error(t, err)
+		assert.Less(t, len(err.Error()), 512, "%.200s", err.Error())
+		assert.Contains(t, err.Error(), "(5242880 bytes)")
+	}
+	_, err := Load(nil, []string{"train." + long + "=1"})
+	require.Error(t, err)
+	assert.Less(t, len(err.Error()), 512)
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -16,8 +17,47 @@ import (
 // full path and what is allowed.
 var ErrInvalid = errors.New("invalid configuration")
 
+// FieldError is a configuration error at one field. Line is the line in the
+// file, 0 when the value came from --set, -1 when it is a default.
+type FieldError struct {
+	Path string
+	Line int
+	Msg  string
+}
+
+func (e *FieldError) Error() string {
+	where := "(default value)"
+	switch {
+	case e.Line > 0:
+		where = fmt.Sprintf("line %d", e.Line)
+	case e.Line == 0:
+		where = "--set"
+	}
+	return fmt.Sprintf("%v: %s: %s: %s", ErrInvalid, where, e.Path, e.Msg)
+}
+
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// invalid is an error at path whose line Load fills in.
 func invalid(path, format string, a ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalid, path, fmt.Sprintf(format, a...))
+	return &FieldError{Path: short(path), Line: -1, Msg: fmt.Sprintf(format, a...)}
+}
+
+// at is an error at node n's line (0 for a node --set made).
+func at(n *yaml.Node, path, format string, a ...any) error {
+	return &FieldError{Path: short(path), Line: n.Line, Msg: fmt.Sprintf(format, a...)}
+}
+
+// maxShown is the longest value an error message repeats whole.
+const maxShown = 80
+
+// short cuts a long value for an error message: a 50 MB value is not
+// echoed back.
+func short(s string) string {
+	if len(s) <= maxShown {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxShown-20], "") + fmt.Sprintf("...(%d bytes)", len(s))
 }
 
 var durationType = reflect.TypeOf(Duration(0))
@@ -25,9 +65,14 @@ var durationType = reflect.TypeOf(Duration(0))
 // decodeStrict decodes n into v (a pointer to a struct), walking the YAML tree
 // itself so that an unknown key or a wrong type is reported with its full path
 // (for example `explorers[1].timeout`), which yaml.v3's KnownFields does not give.
-func decodeStrict(n *yaml.Node, v any) error {
-	return decodeValue(n, reflect.ValueOf(v).Elem(), "")
+// It also records each decoded field's line in lines, and rejects duplicate
+// keys, which yaml.v3 lets through when it builds a tree.
+func decodeStrict(n *yaml.Node, v any, lines map[string]int) error {
+	d := decoder{lines: lines}
+	return d.value(n, reflect.ValueOf(v).Elem(), "")
 }
+
+type decoder struct{ lines map[string]int }
 
 func join(path, key string) string {
 	if path == "" {
@@ -36,7 +81,7 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-func decodeValue(n *yaml.Node, v reflect.Value, path string) error {
+func (d decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 	if n.Kind == yaml.DocumentNode {
 		if len(n.Content) == 0 {
 			return nil
@@ -49,6 +94,7 @@ func decodeValue(n *yaml.Node, v reflect.Value, path string) error {
 	if n.Tag == "!!null" {
 		return nil // keep the default
 	}
+	d.lines[path] = n.Line
 	where := path
 	if where == "" {
 		where = "(top level)"
@@ -56,66 +102,92 @@ func decodeValue(n *yaml.Node, v reflect.Value, path string) error {
 	switch {
 	case v.Type() == durationType:
 		if n.Kind != yaml.ScalarNode {
-			return invalid(where, "want a duration such as 30s or 5m, got a %s", kindName(n))
+			return at(n, where, "want a duration such as 30s or 5m, got a %s", kindName(n))
 		}
-		d, err := time.ParseDuration(n.Value)
+		dur, err := time.ParseDuration(n.Value)
 		if err != nil {
-			return invalid(where, "want a duration such as 30s or 5m, got %q", n.Value)
+			return at(n, where, "want a duration such as 30s or 5m, got %q", short(n.Value))
 		}
-		v.SetInt(int64(d))
+		v.SetInt(int64(dur))
 		return nil
 	case v.Kind() == reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			return invalid(where, "want a mapping of keys (%s), got a %s", strings.Join(fieldNames(v.Type()), ", "), kindName(n))
-		}
-		fields := map[string]int{}
-		for i := 0; i < v.NumField(); i++ {
-			fields[yamlName(v.Type().Field(i))] = i
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			idx, ok := fields[key]
-			if !ok {
-				return invalid(join(path, key), "unknown key (allowed here: %s)", strings.Join(fieldNames(v.Type()), ", "))
-			}
-			if err := decodeValue(n.Content[i+1], v.Field(idx), join(path, key)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return d.structure(n, v, path, where)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() != reflect.Uint8:
 		if n.Kind != yaml.SequenceNode {
-			return invalid(where, "want a list, got a %s", kindName(n))
+			return at(n, where, "want a list, got a %s", kindName(n))
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, c := range n.Content {
-			if err := decodeValue(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := d.value(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}
 		v.Set(s)
 		return nil
 	case v.Kind() == reflect.Map:
-		// Free-form blocks (an explorer's config) are checked by their owner.
+		// Free-form blocks (an explorer's config) are checked by their owner;
+		// yaml.v3 refuses their duplicate keys itself.
 		if n.Kind != yaml.MappingNode {
-			return invalid(where, "want a mapping, got a %s", kindName(n))
+			return at(n, where, "want a mapping, got a %s", kindName(n))
 		}
 		m := reflect.New(v.Type())
 		if err := n.Decode(m.Interface()); err != nil {
-			return invalid(where, "%v", err)
+			return at(n, where, "%s", short(err.Error()))
 		}
 		v.Set(m.Elem())
 		return nil
 	}
 	if n.Kind != yaml.ScalarNode {
-		return invalid(where, "want %s, got a %s", typeName(v.Type()), kindName(n))
+		return at(n, where, "want %s, got a %s", typeName(v.Type()), kindName(n))
 	}
 	p := reflect.New(v.Type())
-	if err := n.Decode(p.Interface()); err != nil {
-		return invalid(where, "want %s, got %q", typeName(v.Type()), n.Value)
+	if err := n.Decode(p.Interface()); err != nil || !integral(n, v.Kind()) {
+		return at(n, where, "want %s, got %q", typeName(v.Type()), short(n.Value))
 	}
 	v.Set(p.Elem())
 	return nil
+}
+
+// structure decodes a mapping into a struct: every key known, none twice.
+func (d decoder) structure(n *yaml.Node, v reflect.Value, path, where string) error {
+	if n.Kind != yaml.MappingNode {
+		return at(n, where, "want a mapping of keys (%s), got a %s", strings.Join(fieldNames(v.Type()), ", "), kindName(n))
+	}
+	fields := map[string]int{}
+	for i := 0; i < v.NumField(); i++ {
+		fields[yamlName(v.Type().Field(i))] = i
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		idx, ok := fields[k.Value]
+		if !ok {
+			return at(k, join(path, k.Value), "unknown key (allowed here: %s)", strings.Join(fieldNames(v.Type()), ", "))
+		}
+		if first, dup := seen[k.Value]; dup {
+			return at(k, join(path, k.Value), "duplicate key (first at line %d)", first.Line)
+		}
+		seen[k.Value] = k
+		if err := d.value(n.Content[i+1], v.Field(idx), join(path, k.Value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// integral refuses a fractional number for an integer field, which yaml.v3
+// would truncate (train.epochs: 1.5 is not one epoch).
+func integral(n *yaml.Node, k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32:
+	default:
+		return true
+	}
+	if n.ShortTag() != "!!float" {
+		return true
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	return err == nil && f == math.Trunc(f)
 }
 
 func yamlName(f reflect.StructField) string {
@@ -142,7 +214,7 @@ func kindName(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "list"
 	}
-	return "value " + strconv.Quote(n.Value)
+	return "value " + strconv.Quote(short(n.Value))
 }
 
 func typeName(t reflect.Type) string {
@@ -165,7 +237,7 @@ func typeName(t reflect.Type) string {
 // name to pick from a list) to the YAML tree, creating mappings as needed.
 func setPath(root *yaml.Node, path, value string) error {
 	if path == "" {
-		return fmt.Errorf("%w: --set needs key=value, got %q", ErrInvalid, "="+value)
+		return fmt.Errorf("%w: --set needs key=value, got %q", ErrInvalid, short("="+value))
 	}
 	var val yaml.Node
 	if err := yaml.Unmarshal([]byte(value), &val); err != nil || len(val.Content) == 0 {
@@ -173,6 +245,7 @@ func setPath(root *yaml.Node, path, value string) error {
 	} else {
 		val = *val.Content[0]
 	}
+	fromSet(&val)
 	n := root
 	if n.Kind == yaml.DocumentNode {
 		if len(n.Content) == 0 {
@@ -205,17 +278,25 @@ func setPath(root *yaml.Node, path, value string) error {
 		case yaml.SequenceNode:
 			j, err := seqIndex(n, seg)
 			if err != nil {
-				return fmt.Errorf("%w: --set %s: %v", ErrInvalid, path, err)
+				return fmt.Errorf("%w: --set %s: %v", ErrInvalid, short(path), err)
 			}
 			if last {
 				n.Content[j] = &val
 			}
 			n = n.Content[j]
 		default:
-			return fmt.Errorf("%w: --set %s: %q is a value, not a mapping or list", ErrInvalid, path, strings.Join(segs[:i], "."))
+			return fmt.Errorf("%w: --set %s: %q is a value, not a mapping or list", ErrInvalid, short(path), short(strings.Join(segs[:i], ".")))
 		}
 	}
 	return nil
+}
+
+// fromSet marks a --set value's nodes (line 0), so errors say "--set".
+func fromSet(n *yaml.Node) {
+	n.Line = 0
+	for _, c := range n.Content {
+		fromSet(c)
+	}
 }
 
 func splitPath(p string) []string {
@@ -242,5 +323,5 @@ func seqIndex(n *yaml.Node, seg string) (int, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("no list entry named %q", seg)
+	return 0, fmt.Errorf("no list entry named %q", short(seg))
 }

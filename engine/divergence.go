@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/hdet-dev/hdet/checkpoint"
 	"github.com/hdet-dev/hdet/hparam"
@@ -58,10 +57,6 @@ func median(x []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// isLR reports whether a hyperparameter is a learning rate ("lr",
-// "lr/hidden"): a rollback halves those.
-func isLR(name string) bool { return name == "lr" || strings.HasPrefix(name, "lr/") }
-
 // scaleLR multiplies the learning-rate bases of a decoded plan by s (0.5 per
 // rollback so far). Only this rank's copy changes: the explorers keep
 // planning and observing in their own, unscaled terms, so the applied
@@ -72,7 +67,7 @@ func scaleLR(p *hparam.Plan, s float64) {
 		return
 	}
 	for i := range p.Params {
-		if pp := &p.Params[i]; isLR(pp.Name) {
+		if pp := &p.Params[i]; hparam.IsLR(pp.Name) {
 			for j := range pp.Base {
 				pp.Base[j] *= s
 			}
@@ -85,7 +80,7 @@ func scaleLR(p *hparam.Plan, s float64) {
 // values.
 func scaleNextLR(rec *metrics.Record, s float64) {
 	for name, b := range rec.NextBase {
-		if isLR(name) {
+		if hparam.IsLR(name) {
 			rec.NextBase[name] = b * metrics.Float(s)
 		}
 	}
@@ -94,78 +89,39 @@ func scaleNextLR(rec *metrics.Record, s float64) {
 // ErrNoCheckpoint: a rollback found no checkpoint to go back to.
 var ErrNoCheckpoint = errors.New("no checkpoint to roll back to")
 
-// rollback handles a window where every rank is unhealthy: when rollbacks
-// are left, every rank reloads the newest valid checkpoint (rank 0 reads it
-// and broadcasts it, as a resume does) and rank 0 restores its controller;
-// it returns the step to go on from and any explorer-freeze events.
-// Otherwise it returns the error that stops the run.
-func (o *Options) rollback(ctx context.Context, window, step, steps, done int) (int, []metrics.Event, error) {
-	what := fmt.Errorf("%w in window %d (steps %d-%d): training diverged everywhere", ErrAllUnhealthy, window, step, step+steps)
-	if o.CheckpointDir == "" || done >= o.MaxRollbacks {
-		return 0, nil, fmt.Errorf("%w in window %d (steps %d-%d): training diverged everywhere after %d rollbacks (train.max_rollbacks %d) with learning rates scaled by %g; the last checkpoint stays valid",
-			ErrAllUnhealthy, window, step, step+steps, done, o.MaxRollbacks, math.Pow(0.5, float64(done)))
+// rollback is the phase of a window where every rank is unhealthy: when
+// rollbacks are left, every rank reloads the newest valid checkpoint (the
+// same routine as a resume), the window is recorded with its events, and
+// the loop goes on from the checkpoint's step with the learning rates
+// halved once more. Otherwise it returns the error that stops the run.
+func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
+	l.watch.Enter(w.index, w.end(), PhaseRollback)
+	what := fmt.Errorf("%w in window %d (steps %d-%d): training diverged everywhere", ErrAllUnhealthy, w.index, w.start, w.end())
+	if l.o.CheckpointDir == "" || l.rollbacks >= l.o.MaxRollbacks {
+		return 0, fmt.Errorf("%w after %d rollbacks (train.max_rollbacks %d) with learning rates scaled by %g; the last checkpoint stays valid",
+			what, l.rollbacks, l.o.MaxRollbacks, w.lrScale)
 	}
-	rank := o.Comm.Rank()
-	var msg []byte
-	var why error
-	if rank == 0 {
-		ck, path, skipped, err := checkpoint.Latest(o.CheckpointDir)
-		for _, sk := range skipped {
-			o.Log.Warn().Str("path", sk.Path).AnErr("cause", sk.Err).Msg("rollback: skipping a damaged checkpoint")
-		}
-		if err == nil {
-			msg = checkpoint.Encode(ck)
-			o.Log.Warn().Str("path", path).Int("step", ck.Step).Msg("rolling back")
-		}
-		why = err
+	got, evs, err := Restore(ctx, RestoreOptions{Comm: l.o.Comm, Dir: l.o.CheckpointDir, Replica: l.o.Replica, Controller: l.o.Controller, Log: l.o.Log})
+	if errors.Is(err, checkpoint.ErrNone) {
+		return 0, fmt.Errorf("%w, and there is %w (%w)", what, ErrNoCheckpoint, err)
 	}
-	msg, err := o.Comm.BcastMessage(msg, 0)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w; broadcast of the checkpoint to roll back to: %w", what, err)
+		return 0, fmt.Errorf("%w; rollback: %w", what, err)
 	}
-	if len(msg) == 0 { // rank 0 found none; it alone knows why
-		if why != nil {
-			return 0, nil, fmt.Errorf("%w, and there is %w in %s (%w)", what, ErrNoCheckpoint, o.CheckpointDir, why)
-		}
-		return 0, nil, fmt.Errorf("%w, and there is %w", what, ErrNoCheckpoint)
+	l.rollbacks++
+	to := got.State.Step
+	if l.rank == 0 {
+		l.o.Log.Warn().Str("path", got.Path).Int("step", to).Msg("rolling back")
+		w.events = append(append(w.events, frozenEvents(evs)...), rollbackEvent(w.index, to, l.rollbacks, l.o.MaxRollbacks))
+		rec := windowRecord(&w.plan, nil, w.losses, w.healthyRanks, 0, 0, "", nil, w.events)
+		rec.Step = w.end()
+		l.record(rec) // the window has no converge and no feedback
 	}
-	ck, err := checkpoint.Decode(msg)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%w; rollback: %w", what, err)
-	}
-	buf := o.Replica.SyncBuffer(true)
-	if len(ck.Buffer) != len(buf) {
-		return 0, nil, fmt.Errorf("%w; rollback: the checkpoint at step %d holds %d values, this replica %d", what, ck.Step, len(ck.Buffer), len(buf))
-	}
-	copy(buf, ck.Buffer)
-	if rank != 0 {
-		return ck.Step, nil, nil
-	}
-	evs, err := o.Controller.LoadState(ctx, ck.Controller)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%w; rollback: controller state: %w", what, err)
-	}
-	return ck.Step, frozenEvents(evs), nil
+	return to, nil
 }
 
 func rollbackEvent(window, to, done, max int) metrics.Event {
 	return metrics.Event{Kind: metrics.EventRollback, Message: fmt.Sprintf(
 		"every rank was unhealthy in window %d: rolled back to the checkpoint at step %d with learning rates scaled by %g (rollback %d of at most %d)",
 		window, to, math.Pow(0.5, float64(done)), done, max)}
-}
-
-// recordRollback logs the events of a window that ended in a rollback and
-// writes its record (rank 0): the window has no converge and no feedback.
-func (o *Options) recordRollback(p *hparam.Plan, step int, losses []float64, healthy []bool, events []metrics.Event) {
-	for _, e := range events {
-		o.Log.Warn().Str("event", e.Kind).Str("param", e.Param).Msg(e.Message)
-	}
-	if o.Metrics == nil {
-		return
-	}
-	rec := windowRecord(p, nil, losses, healthy, 0, 0, "", nil, events)
-	rec.Step = step
-	if err := o.Metrics.Write(rec); err != nil {
-		o.Log.Warn().Err(err).Msg("metrics.jsonl write failed; training goes on")
-	}
 }

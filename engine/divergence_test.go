@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"testing"
-	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -15,7 +14,7 @@ import (
 	"github.com/hdet-dev/hdet/checkpoint"
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/metrics"
-	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 func TestMarkDiverged(t *testing.T) {
@@ -67,20 +66,21 @@ func TestScaleLROnlyTouchesLearningRates(t *testing.T) {
 // soloComm is a world of one rank.
 type soloComm struct{}
 
-func (soloComm) Rank() int                                                    { return 0 }
-func (soloComm) Size() int                                                    { return 1 }
-func (soloComm) AllreduceFloat32([]float32, mpi.Op) error                     { return nil }
-func (soloComm) AllreducePtr(unsafe.Pointer, int, mpi.Datatype, mpi.Op) error { return nil }
-func (soloComm) AllreduceFloat64([]float64, mpi.Op) error                     { return nil }
-func (soloComm) AllgatherFloat64(s, r []float64) error                        { copy(r, s); return nil }
-func (soloComm) BcastMessage(m []byte, _ int) ([]byte, error)                 { return m, nil }
+func (soloComm) Rank() int                                    { return 0 }
+func (soloComm) Size() int                                    { return 1 }
+func (soloComm) AllreduceFloat32([]float32, reduce.Op) error  { return nil }
+func (soloComm) AllreduceFloat64([]float64, reduce.Op) error  { return nil }
+func (soloComm) AllgatherFloat64(s, r []float64) error        { copy(r, s); return nil }
+func (soloComm) BcastMessage(m []byte, _ int) ([]byte, error) { return m, nil }
 
-// lrReplica's loss is NaN from its nanFrom-th window on (< 0: never); it
-// records the learning rate of each window and moves its one parameter by
-// it, so a restore is visible.
+// lrReplica's loss is NaN from its nanFrom-th window on (< 0: never), and
+// the first time it trains from step nanOnce (0: never); it records the
+// learning rate of each window and moves its one parameter by it, so a
+// restore is visible.
 type lrReplica struct {
 	buf     []float32
 	nanFrom int
+	nanOnce int
 	lrs     []float64
 }
 
@@ -97,12 +97,15 @@ func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, erro
 	if r.nanFrom >= 0 && len(r.lrs) > r.nanFrom {
 		loss = math.NaN()
 	}
+	if r.nanOnce > 0 && w.Start == r.nanOnce {
+		loss, r.nanOnce = math.NaN(), 0
+	}
 	return WindowResult{Losses: []float64{loss}}, nil
 }
 
 // soloRun runs 6 windows of 2 steps on one rank with a constant learning
 // rate 0.01, checkpointing after every window.
-func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, fault Fault, mw *metrics.Writer) (Result, error, *bytes.Buffer) {
+func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer) (Result, error, *bytes.Buffer) {
 	t.Helper()
 	ctx := context.Background()
 	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
@@ -117,13 +120,13 @@ func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, fault Fault, mw *me
 		Buffer:     func() []float32 { return rep.buf },
 		Controller: func(ctx context.Context) ([]byte, error) { b, _, err := ctrl.SaveState(ctx); return b, err }}
 	res, err := Run(ctx, Options{Comm: soloComm{}, Replica: rep, Controller: ctrl, Steps: 12, Window: 2, Sync: SyncLocal,
-		Checkpoint: saver, Metrics: mw, Log: log, Fault: fault, MaxRollbacks: maxRollbacks, CheckpointDir: dir})
+		Checkpoint: saver, Metrics: mw, Log: log, MaxRollbacks: maxRollbacks, CheckpointDir: dir})
 	return res, err, &logs
 }
 
 func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
-	rep := &lrReplica{buf: []float32{0}, nanFrom: -1}
-	res, err, logs := soloRun(t, rep, 3, Fault{NaNAll: &FaultAt{Window: 3}}, nil)
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, nanOnce: 6}
+	res, err, logs := soloRun(t, rep, 3, nil)
 	require.NoError(t, err, logs.String())
 	assert.Equal(t, 12, res.Steps)
 	// Windows 0-3 at 0.01, window 3 fails, is re-run from the checkpoint
@@ -135,7 +138,7 @@ func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
 
 func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: 2} // windows 0 and 1 healthy, then every window NaN
-	_, err, logs := soloRun(t, rep, 2, Fault{}, nil)
+	_, err, logs := soloRun(t, rep, 2, nil)
 	require.ErrorIs(t, err, ErrAllUnhealthy)
 	assert.Contains(t, err.Error(), "after 2 rollbacks (train.max_rollbacks 2)")
 	assert.Contains(t, err.Error(), "scaled by 0.25")
@@ -145,7 +148,7 @@ func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
 
 func TestRollbackWithoutACheckpointStops(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: 0}
-	_, err, _ := soloRun(t, rep, 3, Fault{}, nil) // fails in window 0, before any checkpoint
+	_, err, _ := soloRun(t, rep, 3, nil) // fails in window 0, before any checkpoint
 	require.ErrorIs(t, err, ErrAllUnhealthy)
 	require.ErrorIs(t, err, ErrNoCheckpoint)
 }
@@ -158,7 +161,7 @@ func TestMetricsWriteFailureOnlyWarns(t *testing.T) {
 	}
 	defer mw.Close()
 	rep := &lrReplica{buf: []float32{0}, nanFrom: -1}
-	res, err, logs := soloRun(t, rep, 3, Fault{}, mw)
+	res, err, logs := soloRun(t, rep, 3, mw)
 	require.NoError(t, err)
 	assert.Equal(t, 12, res.Steps)
 	assert.Contains(t, logs.String(), "metrics.jsonl write failed; training goes on")

@@ -1,4 +1,3 @@
-// Package engine runs the HDET window loop: plan, fan-out, converge, observe.
 package engine
 
 import "context"

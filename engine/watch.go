@@ -1,11 +1,5 @@
 package engine
 
-import (
-	"os"
-	"syscall"
-	"time"
-)
-
 // Watch is told when this rank enters each phase of the window loop, so a
 // watchdog can tell where a rank stopped progressing; *watchdog.Watchdog
 // implements it.
@@ -34,12 +28,4 @@ func watchOrNop(w Watch) Watch {
 		return nopWatch{}
 	}
 	return w
-}
-
-// stopSelf is the StopRank fault: the process stops itself as a hung node
-// or a debugger would stop it, after a moment for its heartbeat to be
-// written, and goes on only if someone sends it SIGCONT.
-func stopSelf() {
-	time.Sleep(200 * time.Millisecond)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 }

@@ -41,6 +41,10 @@ type Descriptor struct {
 	Scale          Scale
 	Bounds         Bounds
 	Spread         Spread // default spread
+	// ExampleConfig is a config block (JSON) that Init accepts, so that
+	// `hdet plugins check` can try the explorer without one; nil when
+	// "{}" will do.
+	ExampleConfig []byte
 }
 
 // Setup initialises an explorer for one run.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 )
 
 // Errors a reader of metrics.jsonl reports; both mean the file is not a
@@ -17,12 +18,25 @@ var (
 	ErrNoStart = errors.New("metrics: no start record")
 )
 
-// Writer appends records to a metrics.jsonl file, one line each, synced to
-// disk after every record so that a crash loses at most the line being
-// written and a reader (hdet report on a live run) sees whole windows.
+// Writer appends records to a metrics.jsonl file, one line per record in one
+// write call, so a reader (hdet report on a live run) sees whole lines. It
+// fsyncs by batch, not per line (a sync per window would hurt on Lustre or
+// NFS): after SyncWindows window records or SyncInterval, after every other
+// record (start, end, events), on Sync (before each checkpoint, so the
+// windows a checkpoint covers are on disk) and on Close. A power loss can
+// thus lose the windows since the last sync, which a resume from the last
+// checkpoint runs again anyway.
 type Writer struct {
-	f *os.File
+	f        *os.File
+	unsynced int       // window records written since the last sync
+	synced   time.Time // time of the last sync
 }
+
+// The batch bounds of Writer's fsync policy.
+const (
+	SyncWindows  = 10
+	SyncInterval = 10 * time.Second
+)
 
 // OpenWriter opens path for appending, creating it if needed. A partial last
 // line left by a crash is cut off first, so that the records appended by a
@@ -36,7 +50,7 @@ func OpenWriter(path string) (*Writer, error) {
 		f.Close()
 		return nil, fmt.Errorf("metrics: %s: %w", path, err)
 	}
-	return &Writer{f: f}, nil
+	return &Writer{f: f, synced: time.Now()}, nil
 }
 
 // cutPartialLine truncates f after its last newline and leaves the offset at
@@ -71,7 +85,7 @@ func cutPartialLine(f *os.File) error {
 	return err
 }
 
-// Write appends r as one line and syncs the file.
+// Write appends r as one line, syncing the file when the policy says so.
 func (w *Writer) Write(r Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -81,14 +95,26 @@ func (w *Writer) Write(r Record) error {
 	if _, err := w.f.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	if r.Type == TypeWindow {
+		w.unsynced++
+		if w.unsynced < SyncWindows && time.Since(w.synced) < SyncInterval {
+			return nil
+		}
+	}
+	return w.Sync()
+}
+
+// Sync flushes what was written to disk.
+func (w *Writer) Sync() error {
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	w.unsynced, w.synced = 0, time.Now()
 	return nil
 }
 
-// Close closes the file.
-func (w *Writer) Close() error { return w.f.Close() }
+// Close syncs and closes the file.
+func (w *Writer) Close() error { return errors.Join(w.Sync(), w.f.Close()) }
 
 // Read parses a metrics.jsonl stream. It tolerates a last line that does not
 // parse (a run still writing it, or one that crashed mid-write) and reports
@@ -99,7 +125,10 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 	br := bufio.NewReader(r)
 	var pending error // a bad line, forgiven only if it turns out to be the last
 	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
+		line, rerr := readLine(br)
+		if errors.Is(rerr, errLongLine) {
+			return nil, false, fmt.Errorf("%w: line %d: %w", ErrCorrupt, lineNo, rerr)
+		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			return nil, false, fmt.Errorf("metrics: %w", rerr)
 		}
@@ -130,6 +159,27 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 	return recs, pending != nil, nil
 }
 
+// MaxLine bounds a line of metrics.jsonl: a window record of thousands of
+// ranks is far shorter, and a reader never holds more than this of one line.
+const MaxLine = 64 << 20
+
+var errLongLine = fmt.Errorf("line longer than %d bytes", MaxLine)
+
+// readLine reads up to and including the next newline, at most MaxLine bytes.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		line = append(line, frag...)
+		if len(line) > MaxLine {
+			return nil, errLongLine
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
 // ReadFile reads the metrics.jsonl at path; see Read.
 func ReadFile(path string) (recs []Record, truncated bool, err error) {
 	f, err := os.Open(path)
@@ -137,6 +187,9 @@ func ReadFile(path string) (recs []Record, truncated bool, err error) {
 		return nil, false, fmt.Errorf("metrics: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, path)
+	}
 	recs, truncated, err = Read(f)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", path, err)

@@ -93,3 +93,29 @@ func TestReadSkipsBlankLines(t *testing.T) {
 	assert.False(t, truncated)
 	assert.Len(t, recs, 2)
 }
+
+// The writer syncs by batch: every SyncWindows window records, and after
+// every other record.
+func TestWriterSyncsByBatch(t *testing.T) {
+	w, err := OpenWriter(filepath.Join(t.TempDir(), "metrics.jsonl"))
+	require.NoError(t, err)
+	defer w.Close()
+	require.NoError(t, w.Write(Record{Type: TypeStart}))
+	assert.Equal(t, 0, w.unsynced)
+	for i := 1; i < SyncWindows; i++ {
+		require.NoError(t, w.Write(Record{Type: TypeWindow, Window: i}))
+	}
+	assert.Equal(t, SyncWindows-1, w.unsynced, "no sync before the batch is full")
+	require.NoError(t, w.Write(Record{Type: TypeWindow}))
+	assert.Equal(t, 0, w.unsynced, "synced once the batch is full")
+	require.NoError(t, w.Write(Record{Type: TypeWindow}))
+	require.NoError(t, w.Sync())
+	assert.Equal(t, 0, w.unsynced)
+}
+
+func TestReadRefusesAnEndlessLine(t *testing.T) {
+	line := `{"type":"start","x":"` + strings.Repeat("a", MaxLine) + "\"}\n"
+	_, _, err := Read(strings.NewReader(line))
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Contains(t, err.Error(), "line 1: line longer than")
+}

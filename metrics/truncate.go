@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"path/filepath"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 )
 
 // TruncateAfter rewrites the metrics file at path keeping only what a run
@@ -29,9 +30,5 @@ func TruncateAfter(path string, step int) error {
 			}
 		}
 	}
-	tmp := filepath.Join(filepath.Dir(path), ".metrics.jsonl.tmp")
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, buf.Bytes())
 }

@@ -56,35 +56,24 @@ import (
 	"math"
 	"sync"
 	"unsafe"
+
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
-// Op is a reduction operation.
-type Op int
-
-const (
-	Sum Op = iota
-	Max
-	Min
+// Op and Datatype live in the pure package reduce; these aliases keep
+// mpi.Sum and friends for callers that already link MPI.
+type (
+	Op       = reduce.Op
+	Datatype = reduce.Datatype
 )
 
-func (o Op) String() string {
-	switch o {
-	case Sum:
-		return "sum"
-	case Max:
-		return "max"
-	case Min:
-		return "min"
-	}
-	return fmt.Sprintf("Op(%d)", int(o))
-}
-
-// Datatype is an element type for AllreducePtr.
-type Datatype int
-
+// The reductions and element types, as in package reduce.
 const (
-	Float32 Datatype = iota
-	Float64
+	Sum     = reduce.Sum
+	Max     = reduce.Max
+	Min     = reduce.Min
+	Float32 = reduce.Float32
+	Float64 = reduce.Float64
 )
 
 // ErrNotInitialized is returned by calls made before Init or after Finalize.
@@ -258,7 +247,7 @@ func count(n int) (C.int, error) {
 }
 
 func op(o Op) (C.MPI_Op, error) {
-	if o < Sum || o > Min {
+	if !o.Valid() {
 		return nil, fmt.Errorf("%w: unknown reduction %v", ErrArgument, o)
 	}
 	return C.hdet_op(C.int(o)), nil

@@ -8,6 +8,7 @@ import (
 
 	"gonum.org/v1/plot/vg"
 
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/metrics"
 )
 
@@ -84,7 +85,7 @@ func Compare(runDirs []string, outDir string) (indexPath string, err error) {
 	var md strings.Builder
 	fmt.Fprintf(&md, "# hdet: %d runs compared\n\n", len(runs))
 	writeMarkdownTable(&md, t)
-	if err := os.WriteFile(filepath.Join(outDir, CompareFile), []byte(md.String()), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(outDir, CompareFile), []byte(md.String())); err != nil {
 		return "", fmt.Errorf("report: %w", err)
 	}
 	index, err := writePage(outDir, page{

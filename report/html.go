@@ -3,8 +3,10 @@ package report
 import (
 	"fmt"
 	"html/template"
-	"os"
+	"io"
 	"path/filepath"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 )
 
 // page is what index.html shows: tables, then figures, then links to the
@@ -64,16 +66,8 @@ figcaption { color: #444; font-size: 0.95em; }
 // writePage writes dir/index.html and returns its path.
 func writePage(dir string, pg page) (string, error) {
 	path := filepath.Join(dir, "index.html")
-	f, err := os.Create(path)
-	if err != nil {
-		return "", fmt.Errorf("report: %w", err)
-	}
-	if err := pageTemplate.Execute(f, pg); err != nil {
-		f.Close()
+	if err := atomicfile.WriteFunc(path, func(f io.Writer) error { return pageTemplate.Execute(f, pg) }); err != nil {
 		return "", fmt.Errorf("report: index.html: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("report: %w", err)
 	}
 	return path, nil
 }

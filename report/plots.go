@@ -3,8 +3,8 @@ package report
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +16,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/metrics"
 )
 
@@ -152,7 +153,7 @@ func savePlot(p *plot.Plot, legend *plot.Legend, dir, name string) error {
 			p.Draw(draw.Crop(dc, 0, -w, 0, 0))
 			legend.Draw(draw.Crop(dc, figW-w+pad, 0, 0, -3*pad))
 		}
-		if err := writeFile(filepath.Join(dir, name+"."+format), func(f *os.File) error {
+		if err := atomicfile.WriteFunc(filepath.Join(dir, name+"."+format), func(f io.Writer) error {
 			if _, err := cw.WriteTo(f); err != nil {
 				return fmt.Errorf("report: write %s.%s: %w", name, format, err)
 			}
@@ -295,6 +296,9 @@ func plotRun(r *Run, dir string) ([]Figure, error) {
 		}
 	}
 
+	if err := plotOffsets(r, xs, add); err != nil {
+		return nil, err
+	}
 	if err := plotLoss(r, xs, cols, legend, add); err != nil {
 		return nil, err
 	}

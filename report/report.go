@@ -2,8 +2,11 @@ package report
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 )
 
 // Options tunes Write.
@@ -38,13 +41,13 @@ func Write(runDir, outDir string, opts Options) (indexPath string, err error) {
 		return "", err
 	}
 	s := Summarize(r)
-	if err := os.WriteFile(filepath.Join(outDir, SummaryFile), []byte(s.Markdown()), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(outDir, SummaryFile), []byte(s.Markdown())); err != nil {
 		return "", fmt.Errorf("report: %w", err)
 	}
 	files := []string{SummaryFile}
 	if opts.CSV {
-		if err := writeFile(filepath.Join(outDir, CSVFile), func(f *os.File) error { return WriteCSV(f, r) }); err != nil {
-			return "", err
+		if err := atomicfile.WriteFunc(filepath.Join(outDir, CSVFile), func(f io.Writer) error { return WriteCSV(f, r) }); err != nil {
+			return "", fmt.Errorf("report: %w", err)
 		}
 		files = append(files, CSVFile)
 	}
@@ -60,21 +63,6 @@ func Write(runDir, outDir string, opts Options) (indexPath string, err error) {
 		return "", err
 	}
 	return absPath(index)
-}
-
-func writeFile(path string, fill func(*os.File) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	if err := fill(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	return nil
 }
 
 func absPath(p string) (string, error) {

@@ -26,6 +26,7 @@ type Summary struct {
 	BestAccuracy        float64
 	BestAccuracyStep    int
 	Bases               []BasePath
+	Offsets             []OffsetPath // the learned offsets (revision 2's auto phase)
 	Events              []EventGroup
 	Unhealthy           []RankHealth
 	WallSeconds         float64
@@ -144,6 +145,7 @@ func Summarize(r *Run) Summary {
 			s.Bases = append(s.Bases, bp)
 		}
 	}
+	s.Offsets = offsetPaths(r)
 	s.ConvergePercent = nan
 	if s.WallSeconds > 0 {
 		s.ConvergePercent = 100 * s.ConvergeSeconds / s.WallSeconds
@@ -245,10 +247,21 @@ func (s Summary) tables() []table {
 		{"plan time (controller + broadcast)", fmt.Sprintf("%.1f s", s.PlanSeconds)},
 		{"converge overhead (of wall time)", pct(s.ConvergePercent)},
 	}}
+	for _, o := range s.Offsets {
+		res.Rows = append(res.Rows, []string{"controller's conclusion", o.Conclusion()})
+	}
 	bases := table{Title: "Base values", Header: []string{"hyperparameter", "scale", "start", "min", "max", "end"}}
 	for _, b := range s.Bases {
 		bases.Rows = append(bases.Rows, []string{b.Name, b.Scale, num(b.Start),
 			atStep(b.Min, b.MinStep), atStep(b.Max, b.MaxStep), num(b.End)})
+	}
+	offsets := table{Title: "Learned offsets (what the controller concluded)", Header: []string{"hyperparameter", "scale", "final offset u", "min u", "max u", "schedule peak", "effective peak"}}
+	for _, o := range s.Offsets {
+		peak := "—"
+		if o.PeakField != "" {
+			peak = fmt.Sprintf("%s (%s)", num(o.Peak), o.PeakField)
+		}
+		offsets.Rows = append(offsets.Rows, []string{o.Name, o.Scale, num(o.Final), num(o.Min), num(o.Max), peak, num(o.Effective)})
 	}
 	events := table{Title: "Frozen, clamped and other events", Header: []string{"event", "hyperparameter", "windows", "first step", "last step", "first message"}}
 	for _, e := range s.Events {
@@ -259,7 +272,7 @@ func (s Summary) tables() []table {
 	for _, u := range s.Unhealthy {
 		health.Rows = append(health.Rows, []string{fmt.Sprint(u.Rank), fmt.Sprint(len(u.Windows)), windowList(u.Windows)})
 	}
-	return []table{res, bases, events, health}
+	return []table{res, bases, offsets, events, health}
 }
 
 // windowList prints at most a dozen window numbers.

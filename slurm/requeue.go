@@ -7,7 +7,12 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 )
+
+// RequeueTimeout bounds scontrol requeue: a controller that does not answer
+// must not keep a stopped run from exiting.
+const RequeueTimeout = 60 * time.Second
 
 // ErrRequeue means scontrol could not requeue the job.
 var ErrRequeue = errors.New("slurm requeue failed")
@@ -21,7 +26,10 @@ func Requeue(ctx context.Context, jobID string) error {
 	if jobID == "" || strings.ContainsAny(jobID, " \t\n") {
 		return fmt.Errorf("%w: job id %q", ErrRequeue, jobID)
 	}
+	ctx, cancel := context.WithTimeout(ctx, RequeueTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, "scontrol", "requeue", jobID)
+	cmd.WaitDelay = time.Second // scontrol's children must not hold the pipes open
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out

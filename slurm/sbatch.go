@@ -3,6 +3,7 @@ package slurm
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -147,6 +148,22 @@ func (j Job) Validate() error {
 }
 
 // tasksPerNode is one task per GPU, or the given count on CPU clusters.
+// DefaultJobName is the job name for a config file: hdet- and the file's
+// base name without extension, every character a job name may not hold
+// replaced by '-' ("my run.yaml" gives hdet-my-run), at most 64 characters.
+func DefaultJobName(config string) string {
+	base := filepath.Base(config)
+	base = strings.TrimSuffix(base, filepath.Ext(base))
+	name := []rune("hdet-")
+	for _, c := range base {
+		if !wordRE.MatchString(string(c)) {
+			c = '-'
+		}
+		name = append(name, c)
+	}
+	return string(name[:min(len(name), 64)])
+}
+
 func (j Job) tasksPerNode() int {
 	if j.GPUsPerNode > 0 {
 		return j.GPUsPerNode

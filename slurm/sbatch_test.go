@@ -162,3 +162,17 @@ func bashSyntax(t *testing.T, s string) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "bash -n: %s", out)
 }
+
+func TestDefaultJobNameIsValid(t *testing.T) {
+	for in, want := range map[string]string{
+		"my run.yaml":           "hdet-my-run",
+		"/a/b/mnist.yaml":       "hdet-mnist",
+		"x$(rm -rf).yml":        "hdet-x--rm--rf-",
+		"été.yaml":              "hdet--t-",
+		strings.Repeat("a", 99): "hdet-" + strings.Repeat("a", 59),
+	} {
+		got := DefaultJobName(in)
+		assert.Equal(t, want, got, in)
+		assert.Regexp(t, wordRE, got)
+	}
+}

@@ -27,7 +27,7 @@ explorers:
     config:
       schedule: {kind: onecycle, max_lr: 0.004}
       spread: {alpha: 0.5}
-      auto: {start: 40, decay: none}
+      auto: {start: 40}
   - name: dropout
     plugin: hdet-explorer-dropout
     config: {schedule: 0.1, spread: {alpha: 0.05}}
@@ -105,7 +105,7 @@ func TestSpreadDivergesThenConverges(t *testing.T) {
 // A rank whose loss turns NaN is left out of the average; the run finishes
 // with finite parameters and records the event.
 func TestNaNRankIsExcluded(t *testing.T) {
-	r := runHDET(t, 4, cfg("local", lrDropout)+"\n", "--set", "train.fault_nan_rank=2", "--set", "train.fault_nan_window=3")
+	r := runHDET(t, 4, cfg("local", lrDropout)+"\n", faultsEnv+"nan=2@3")
 	require.NoError(t, r.err, r.stderr)
 	unhealthy := 0
 	for _, rec := range r.records(t) {

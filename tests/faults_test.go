@@ -106,9 +106,11 @@ func newFaultRun(t *testing.T, cfg string) faultRun {
 // cmd prepares mpirun -np 4 hdet run in this run directory.
 func (f faultRun) cmd(t *testing.T, ctx context.Context, stderr *bytes.Buffer, args ...string) *exec.Cmd {
 	t.Helper()
-	hdet, plugins := hdetBinaries(t)
+	_, plugins := hdetBinaries(t)
+	hdet, args, env := withFaults(t, args)
 	full := append([]string{hdet, "run", f.cfgPath, "--run-dir", f.runDir, "--plugin-dir", plugins, "--set", "workload.data=" + mnistDir(t)}, args...)
 	cmd := mpirunCmd(ctx, t, 4, full...)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = stderr
 	return cmd
 }
@@ -196,7 +198,7 @@ func TestFaults(t *testing.T) {
 
 	fault(t, "hang: a rank stopped (SIGSTOP) -> watchdog aborts naming it", func(t *testing.T) {
 		f := newFaultRun(t, faultCfg)
-		r := f.run(t, "--set", "train.watchdog=5s", "--set", "train.fault_stop_rank=2", "--set", "train.fault_stop_window=3")
+		r := f.run(t, "--set", "train.watchdog=5s", faultsEnv+"stop=2@3")
 		require.Error(t, r.err, "a hung job must end")
 		assert.Equal(t, 1, exitCode(r.err), r.stderr)
 		assert.Contains(t, r.stderr, "longer than train.watchdog (5s)")
@@ -213,7 +215,7 @@ func TestFaults(t *testing.T) {
 		var stderr bytes.Buffer
 		// Rank 2 stops itself in window 3 so the kill lands mid-run; the
 		// watchdog is far off, so it is mpirun that must end the job.
-		cmd := f.cmd(t, ctx, &stderr, "--set", "train.watchdog=10m", "--set", "train.fault_stop_rank=2", "--set", "train.fault_stop_window=3")
+		cmd := f.cmd(t, ctx, &stderr, "--set", "train.watchdog=10m", faultsEnv+"stop=2@3")
 		require.NoError(t, cmd.Start())
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -249,7 +251,7 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "NaN rank -> left out of the average, run finishes", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, "--set", "train.fault_nan_rank=1", "--set", "train.fault_nan_window=2", "--debug-collectives")
+		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan=1@2", "--debug-collectives")
 		require.NoError(t, r.err, r.stderr)
 		for rank := range 4 {
 			// --debug-collectives: every rank logs each collective with its duration.
@@ -262,7 +264,7 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "divergent rank (finite loss x1000) -> treated as NaN", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, "--set", "train.fault_diverge_rank=3", "--set", "train.fault_diverge_window=4")
+		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"diverge=3@4")
 		require.NoError(t, r.err, r.stderr)
 		diverged := 0
 		for _, rec := range windowRecords(t, r) {
@@ -281,7 +283,7 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "every rank unhealthy -> rollback with halved lr, run finishes", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, "--set", "train.fault_nan_all_window=4")
+		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan_all=4")
 		require.NoError(t, r.err, r.stderr)
 		var w4 []metrics.Record
 		for _, rec := range windowRecords(t, r) {
@@ -303,7 +305,7 @@ func TestFaults(t *testing.T) {
 
 	fault(t, "every rank unhealthy, no rollbacks left -> clear error", func(t *testing.T) {
 		f := newFaultRun(t, faultCfg)
-		r := f.run(t, "--set", "train.fault_nan_all_window=4", "--set", "train.max_rollbacks=0")
+		r := f.run(t, faultsEnv+"nan_all=4", "--set", "train.max_rollbacks=0")
 		require.Error(t, r.err)
 		assert.Equal(t, 1, exitCode(r.err))
 		assert.Contains(t, r.stderr, "every rank is unhealthy in window 4 (steps 40-50): training diverged everywhere after 0 rollbacks (train.max_rollbacks 0)")

@@ -36,9 +36,15 @@ var (
 // "./cmd/hdet") once per test process and returns the binary's path.
 func buildBinary(t testing.TB, pkg string) string {
 	t.Helper()
+	return buildTagged(t, pkg, filepath.Base(pkg), "")
+}
+
+// buildTagged builds pkg with the build tags into the binary name.
+func buildTagged(t testing.TB, pkg, name, tags string) string {
+	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if p, ok := buildCache[pkg]; ok {
+	if p, ok := buildCache[name]; ok {
 		return p
 	}
 	if binDir == "" {
@@ -46,13 +52,13 @@ func buildBinary(t testing.TB, pkg string) string {
 		require.NoError(t, err)
 		binDir = d
 	}
-	out := filepath.Join(binDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	out := filepath.Join(binDir, name)
+	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, pkg)
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build %s:\n%s", pkg, b)
-	buildCache[pkg] = out
+	buildCache[name] = out
 	return out
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,25 @@ func hdetBinaries(t testing.TB) (hdet, pluginDir string) {
 	}
 	hdet = buildBinary(t, "./cmd/hdet")
 	return hdet, filepath.Dir(hdet)
+}
+
+// faultsEnv is the argument that asks withFaults for test-only faults:
+// faultsEnv+"nan=2@3" (see package internal/faults).
+const faultsEnv = "HDET_FAULTS="
+
+// withFaults takes a faultsEnv argument out of an hdet command line and
+// returns the binary to run: hdet-faults (built with -tags faults) and the
+// environment that sets the faults on every rank, or the release hdet.
+func withFaults(t testing.TB, args []string) (bin string, rest, env []string) {
+	t.Helper()
+	hdet, _ := hdetBinaries(t)
+	for i, a := range args {
+		if strings.HasPrefix(a, faultsEnv) {
+			rest = append(append(rest, args[:i]...), args[i+1:]...)
+			return buildTagged(t, "./cmd/hdet", "hdet-faults", "faults"), rest, []string{a}
+		}
+	}
+	return hdet, args, nil
 }
 
 // mnistDir is the MNIST folder `make data` fills; tests that train on it
@@ -48,7 +68,8 @@ type hdetRun struct {
 // runHDET writes cfg to a file and runs it on n ranks with the extra flags.
 func runHDET(t testing.TB, n int, cfg string, args ...string) hdetRun {
 	t.Helper()
-	hdet, plugins := hdetBinaries(t)
+	_, plugins := hdetBinaries(t)
+	hdet, args, env := withFaults(t, args)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.in.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
@@ -57,6 +78,7 @@ func runHDET(t testing.TB, n int, cfg string, args ...string) hdetRun {
 	defer cancel()
 	full := append([]string{hdet, "run", path, "--run-dir", runDir, "--plugin-dir", plugins, "--set", "workload.data=" + mnistDir(t)}, args...)
 	cmd := mpirunCmd(ctx, t, n, full...)
+	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -1,11 +1,8 @@
 package watchdog
 
 import (
-	"unsafe"
-
-	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/engine"
-	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // Comm wraps c so that each collective is timed by the watchdog (and logged
@@ -22,17 +19,12 @@ type comm struct {
 	w *Watchdog
 }
 
-func (c comm) AllreduceFloat32(buf []float32, op mpi.Op) error {
+func (c comm) AllreduceFloat32(buf []float32, op reduce.Op) error {
 	defer c.w.collective("allreduce")()
 	return c.Comm.AllreduceFloat32(buf, op)
 }
 
-func (c comm) AllreducePtr(ptr unsafe.Pointer, n int, dt mpi.Datatype, op mpi.Op) error {
-	defer c.w.collective("allreduce")()
-	return c.Comm.AllreducePtr(ptr, n, dt, op)
-}
-
-func (c comm) AllreduceFloat64(buf []float64, op mpi.Op) error {
+func (c comm) AllreduceFloat64(buf []float64, op reduce.Op) error {
 	defer c.w.collective("allreduce")()
 	return c.Comm.AllreduceFloat64(buf, op)
 }
@@ -47,20 +39,20 @@ func (c comm) BcastMessage(msg []byte, root int) ([]byte, error) {
 	return c.Comm.BcastMessage(msg, root)
 }
 
-// Allreducer wraps the converge allreducer the same way.
-func (w *Watchdog) Allreducer(a device.Allreducer) device.Allreducer {
-	if w == nil || a == nil {
-		return a
+// Converger wraps the converge allreduce the same way.
+func (w *Watchdog) Converger(c engine.Converger) engine.Converger {
+	if w == nil || c == nil {
+		return c
 	}
-	return allreducer{Allreducer: a, w: w}
+	return converger{Converger: c, w: w}
 }
 
-type allreducer struct {
-	device.Allreducer
+type converger struct {
+	engine.Converger
 	w *Watchdog
 }
 
-func (a allreducer) Allreduce(b device.Buffer, op mpi.Op) error {
-	defer a.w.collective("converge allreduce")()
-	return a.Allreducer.Allreduce(b, op)
+func (c converger) AllreduceSum(buf []float32) error {
+	defer c.w.collective("converge allreduce")()
+	return c.Converger.AllreduceSum(buf)
 }

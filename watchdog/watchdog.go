@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 )
 
 // Beat is one rank's heartbeat: where it is in the run.
@@ -244,13 +245,7 @@ func (w *Watchdog) write() {
 		w.warnWrite(err)
 		return
 	}
-	p := w.path(w.o.Rank)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		w.warnWrite(err)
-		return
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := atomicfile.WriteVolatile(w.path(w.o.Rank), data); err != nil {
 		w.warnWrite(err)
 	}
 }

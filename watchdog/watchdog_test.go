@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -16,7 +15,7 @@ import (
 
 	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/internal/testenv"
-	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 func beatAt(rank, window int, phase, op string, age time.Duration, now time.Time) *Beat {
@@ -117,11 +116,8 @@ type fakeComm struct{ engine.Comm }
 
 func (fakeComm) AllgatherFloat64(s, r []float64) error        { copy(r, s); return nil }
 func (fakeComm) BcastMessage(m []byte, _ int) ([]byte, error) { return m, nil }
-func (fakeComm) AllreduceFloat64([]float64, mpi.Op) error     { return errors.New("boom") }
-func (fakeComm) AllreduceFloat32([]float32, mpi.Op) error     { return nil }
-func (fakeComm) AllreducePtr(unsafe.Pointer, int, mpi.Datatype, mpi.Op) error {
-	return nil
-}
+func (fakeComm) AllreduceFloat64([]float64, reduce.Op) error  { return errors.New("boom") }
+func (fakeComm) AllreduceFloat32([]float32, reduce.Op) error  { return nil }
 
 func TestCommLogsEveryCollectiveWithItsDuration(t *testing.T) {
 	var logs testenv.SyncBuffer
@@ -135,7 +131,7 @@ func TestCommLogsEveryCollectiveWithItsDuration(t *testing.T) {
 	assert.Equal(t, 3.0, recv[0])
 	_, err := c.BcastMessage([]byte("x"), 0)
 	require.NoError(t, err)
-	assert.EqualError(t, c.AllreduceFloat64(nil, mpi.Sum), "boom", "errors pass through")
+	assert.EqualError(t, c.AllreduceFloat64(nil, reduce.Sum), "boom", "errors pass through")
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	require.Len(t, lines, 3)
 	for i, op := range []string{"allgather", "bcast", "allreduce"} {

@@ -1,11 +1,12 @@
 // Command hdetbench measures what HDET buys and what it costs on the
-// built-in MNIST workload under real mpirun (issue 11): a learning-rate
-// sweep against single HDET runs, stability at a high learning rate, the
-// per-step overhead, the converge allreduce against C, the controller's cost
-// and sigma's scale. It prints one table per study and writes them, with
-// the commands and the machine, to docs/benchmarks.md, and the sweep plot
-// to docs/sweep.png. Run it from the repository root after `make build
-// data` (`make bench` / `make bench-quick` do all of it).
+// built-in MNIST workload under real mpirun (issues 11 and 14): learning-rate
+// sweeps against HDET runs from three starts on two setups, stability at a
+// high learning rate, the per-step overhead, the converge allreduce against
+// C and the controller's cost. It prints one table per study and writes
+// them, with the commands and the machine, into docs/benchmarks.md's
+// generated blocks (the rest of the file is left as it is), and study 1's
+// plots to docs/sweep-<setup>.png. Run it from the repository root after
+// `make build data` (`make bench` / `make bench-quick` do all of it).
 package main
 
 import (
@@ -29,24 +30,26 @@ import (
 type settings struct {
 	NP                  int
 	Bin                 string
-	Epochs              int     // per training run of studies 1, 2, 6
-	SweepN              int     // sweep points
-	SweepLo, SweepHi    float64 // first and last sweep max_lr
-	OverheadSteps       int     // steps per run of study 3
-	OverheadReps        int     // repetitions of every study-3 row
-	Windows             []int   // study 3's T values
+	Quick               bool
+	Epochs              int   // per training run of studies 1 and 2
+	Seeds               []int // study 1's seeds
+	SweepN              int   // study 1's sweep points per setup
+	SweepSeeds          int   // how many of Seeds sweep every point (the others: the points around the best)
+	PaperSeeds          int   // how many of Seeds run the paper form
+	OverheadSteps       int   // steps per run of study 3
+	OverheadReps        int   // repetitions of every study-3 row
+	Windows             []int // study 3's T values
 	AllreduceRounds     int
 	AllreduceReps       int
-	ControllerBenchtime string  // go test -benchtime of study 5
-	RelativeSigma       float64 // study 6's sigma in relative mode
+	ControllerBenchtime string // go test -benchtime of study 5
 }
 
 func defaults(quick bool) settings {
-	s := settings{NP: 4, Bin: "bin", Epochs: 3, SweepN: 10, SweepLo: 3e-5, SweepHi: 3e-2,
+	s := settings{NP: 4, Bin: "bin", Quick: quick, Epochs: 3, Seeds: []int{1, 2, 3}, SweepN: 12, SweepSeeds: 1, PaperSeeds: 1,
 		OverheadSteps: 2000, OverheadReps: 3, Windows: []int{10, 100, 1000},
-		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", RelativeSigma: 1}
+		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s"}
 	if quick {
-		s.Epochs, s.SweepN = 1, 7
+		s.Seeds, s.SweepN = []int{1}, 7
 		s.OverheadSteps, s.OverheadReps = 1000, 2
 		s.AllreduceRounds, s.AllreduceReps = 3, 5
 		s.ControllerBenchtime = "100x"
@@ -61,49 +64,98 @@ func main() {
 	}
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
+// options are hdetbench's flags.
+type options struct {
+	p                  settings
+	out, plotDir, runs string
+	want               map[int]bool
+	args               []string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("hdetbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 epoch, 7 sweep points, fewer repetitions")
+	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 seed, 7 sweep points, fewer repetitions")
 	np := fs.Int("np", 4, "ranks per run")
 	bin := fs.String("bin", "bin", "folder holding hdet, plugins/ and allreduce-c, allreduce-go")
-	out := fs.String("out", "docs/benchmarks.md", "the markdown report")
-	plotPath := fs.String("plot", "docs/sweep.png", "study 1's plot")
+	out := fs.String("out", "docs/benchmarks.md", "the markdown report; only its generated blocks are replaced")
+	plotDir := fs.String("plots", "docs", "where study 1's plots go (sweep-<setup>.png)")
 	runs := fs.String("runs", "runs/bench", "where the run directories go")
-	only := fs.String("studies", "1,2,3,4,5,6", "comma-separated studies to run (2 and 6 need 1)")
+	only := fs.String("studies", "1,2,3,4,5", "comma-separated studies to run (2 needs 1); the doc keeps the others' blocks")
+	seeds := fs.String("seeds", "", "study 1's seeds, comma-separated (default 1,2,3; the quick variant 1)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return options{}, err
 	}
-	p := defaults(*quick)
-	p.NP, p.Bin = *np, *bin
-	want := map[int]bool{}
+	o := options{p: defaults(*quick), out: *out, plotDir: *plotDir, runs: *runs, want: map[int]bool{}, args: args}
+	o.p.NP, o.p.Bin = *np, *bin
 	for _, f := range strings.Split(*only, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 6 {
-			return fmt.Errorf("-studies: %q is not a study number 1..6", f)
+		if err != nil || n < 1 || n > 5 {
+			return o, fmt.Errorf("-studies: %q is not a study number 1..5", f)
 		}
-		want[n] = true
+		o.want[n] = true
 	}
 	if *np < 1 {
-		return fmt.Errorf("-np: want >= 1, got %d", *np)
+		return o, fmt.Errorf("-np: want >= 1, got %d", *np)
 	}
+	if *seeds != "" {
+		o.p.Seeds = nil
+		for _, f := range strings.Split(*seeds, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 || slices.Contains(o.p.Seeds, n) {
+				return o, fmt.Errorf("-seeds: %q is not a new seed (a whole number >= 0)", f)
+			}
+			o.p.Seeds = append(o.p.Seeds, n)
+		}
+	}
+	return o, nil
+}
 
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	os.Setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
 	os.Setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
-	b := &bench{p: p, best: -1, rn: &runner{np: p.NP, mpirun: mpirunArgs(p.NP),
-		hdet: filepath.Join(p.Bin, "hdet"), root: *runs, log: logf}}
-
-	machine := describeMachine(ctx)
-	loadBefore := loadAvg()
+	b := &bench{p: o.p, best: -1, rn: &runner{np: o.p.NP, mpirun: mpirunArgs(o.p.NP),
+		hdet: filepath.Join(o.p.Bin, "hdet"), root: o.runs, log: logf}}
+	if o.p.Quick {
+		fmt.Fprintf(stdout, "make bench-quick: the short variant: study 1 with %d seed and %d sweep points per setup (the full study: 3 seeds, 12 points), studies 3-5 with fewer steps and repetitions\n", len(o.p.Seeds), o.p.SweepN)
+	}
+	h := docHeader{Quick: o.p.Quick, Settings: o.p, Machine: describeMachine(ctx), LoadBefore: loadAvg(), Args: o.args, OutPath: o.out}
 	began := time.Now()
+	tables, errs := b.runStudies(ctx, o.want, stdout, logf)
+	h.Total, h.LoadAfter = time.Since(began).Round(time.Second), loadAvg()
+	if len(b.study1) > 0 {
+		paths, err := b.plot(o.plotDir)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		h.Plots = paths
+		for _, p := range paths {
+			fmt.Fprintf(stdout, "plot: %s\n", p)
+		}
+	}
+	if err := writeDoc(o.out, h, tables); err != nil {
+		errs = append(errs, err)
+	} else {
+		fmt.Fprintf(stdout, "report: %s (%s in all)\n", o.out, h.Total)
+	}
+	return errors.Join(errs...)
+}
+
+// runStudies runs the wanted studies in dependency order (2 and 5 use
+// study 1's runs), printing each table as it is done.
+func (b *bench) runStudies(ctx context.Context, want map[int]bool, stdout io.Writer, logf func(string, ...any)) (map[int]*table, []error) {
 	studies := []struct {
 		n  int
 		fn func(context.Context) (*table, error)
 	}{
-		{1, b.studySweep}, {6, b.studySigma}, {2, b.studyStability},
+		{1, b.studySweep}, {2, b.studyStability},
 		{3, b.studyOverhead}, {4, b.studyAllreduce}, {5, b.studyController},
 	}
 	tables := map[int]*table{}
@@ -118,57 +170,53 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("study %d: %w", s.n, err))
 			t.note("FAILED: %v", firstLine(err))
-			if ctx.Err() != nil {
-				tables[s.n] = t
-				break
-			}
 		}
 		t.note("Study time: %s.", time.Since(t0).Round(time.Second))
 		tables[s.n] = t
 		t.text(stdout)
-	}
-	total := time.Since(began).Round(time.Second)
-
-	var plotted bool
-	if t := tables[1]; t != nil && len(b.sweep) > 0 {
-		if err := b.plot(*plotPath); err != nil {
-			errs = append(errs, err)
-		} else {
-			plotted = true
-			fmt.Fprintf(stdout, "\nplot: %s\n", *plotPath)
+		if ctx.Err() != nil {
+			break
 		}
 	}
-	doc := docHeader{Quick: *quick, Settings: p, Machine: machine, LoadBefore: loadBefore, LoadAfter: loadAvg(),
-		Total: total, Args: args, Plot: plotted, PlotPath: *plotPath, OutPath: *out}
-	if err := writeDoc(*out, doc, tables); err != nil {
-		errs = append(errs, err)
-	} else {
-		fmt.Fprintf(stdout, "report: %s (%s in all)\n", *out, total)
-	}
-	return errors.Join(errs...)
+	return tables, errs
 }
 
-// plot draws study 1 (and study 6's relative runs, when there are any).
-func (b *bench) plot(path string) error {
-	sweep := series{Label: "plain DP sweep (one run per point)"}
-	for i, r := range b.sweep {
-		sweep.LR = append(sweep.LR, b.sweepLRs[i])
-		sweep.Loss = append(sweep.Loss, r.TestLoss)
+// plot draws study 1 per setup: the sweep's median test loss per max_lr,
+// and every seed's HDET run of each form at its start.
+func (b *bench) plot(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	hd := series{Label: "HDET (decay floor), one run from this start"}
-	nd := series{Label: "HDET (decay none), one run from this start"}
-	for i, r := range b.hdetAbs {
-		hd.LR = append(hd.LR, b.starts[i])
-		hd.Loss = append(hd.Loss, r.TestLoss)
+	var paths []string
+	for _, sr := range b.study1 {
+		sweep := series{Label: "plain DP sweep (median over the seeds that ran the point)"}
+		for i, k := range sr.ks {
+			var ls []float64
+			for _, r := range column(sr.sweep, i) {
+				if r.Dir != "" {
+					ls = append(ls, r.TestLoss)
+				}
+			}
+			sweep.LR, sweep.Loss = append(sweep.LR, gridLR(k)), append(sweep.Loss, median(ls))
+		}
+		var others []series
+		for fi, f := range forms {
+			s := series{Label: f.Label + ", every seed, at its start"}
+			for _, runs := range sr.hdet[fi] {
+				for si, r := range runs {
+					s.LR, s.Loss = append(s.LR, gridLR(sr.starts[si])), append(s.Loss, r.TestLoss)
+				}
+			}
+			others = append(others, s)
+		}
+		path := filepath.Join(dir, "sweep-"+sr.s.Name+".png")
+		title := fmt.Sprintf("Final test loss vs starting max_lr (MNIST MLP, %s, %d ranks)", sr.s.Label, b.p.NP)
+		if err := plotSweep(path, title, sweep, others...); err != nil {
+			return paths, err
+		}
+		paths = append(paths, path)
 	}
-	for i, r := range b.hdetNoDecay {
-		nd.LR = append(nd.LR, b.starts[i])
-		nd.Loss = append(nd.Loss, r.TestLoss)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return plotSweep(path, sweep, hd, nd)
+	return paths, nil
 }
 
 func firstLine(err error) string {
@@ -221,54 +269,4 @@ func loadAvg() string {
 	}
 	f := strings.Fields(string(data))
 	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-type docHeader struct {
-	Quick                 bool
-	Settings              settings
-	Machine               machine
-	LoadBefore, LoadAfter string
-	Total                 time.Duration
-	Args                  []string
-	Plot                  bool
-	PlotPath, OutPath     string
-}
-
-// writeDoc writes the markdown report: how it was made, then the tables in
-// study order.
-func writeDoc(path string, h docHeader, tables map[int]*table) error {
-	var sb strings.Builder
-	variant := "`make bench` (the full variant)"
-	if h.Quick {
-		variant = "`make bench-quick` (the quick variant: fewer and shorter runs, 1 repetition; run `make bench` for the full one)"
-	}
-	p := h.Settings
-	fmt.Fprintf(&sb, "# hdet benchmarks\n\nWhat HDET buys and what it costs on the built-in MNIST workload (784-256-256-10 MLP, AdamW, batch 64 per rank), N = %d ranks under real `mpirun`. Generated by `bench/hdetbench` on %s UTC by %s, in %s.\n\n",
-		p.NP, time.Now().UTC().Format("2006-01-02 15:04"), variant, h.Total)
-	fmt.Fprintf(&sb, "## Machine\n\n- %d CPUs (`nproc`), %s\n- %s\n- %s\n- %s\n- load average (1, 5, 15 min) before: %s, after: %s. The machine was shared with other work while this ran, so timings are noisy: every timing comparison interleaves its sides and uses medians.\n\n",
-		h.Machine.CPUs, h.Machine.Model, h.Machine.Kernel, h.Machine.Go, h.Machine.MPIRun, h.LoadBefore, h.LoadAfter)
-	fmt.Fprintf(&sb, "## Reproduce\n\n```sh\nmake bench        # or: make bench-quick\n# which is: make build data; the allreduce programs; then\ngo run ./bench/hdetbench %s\n```\n\n",
-		strings.Join(h.Args, " "))
-	fmt.Fprintf(&sb, "Every run is launched as `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s ...` (the environment only matters as root); each study lists its exact commands. Configs: `bench/configs/`. Settings: epochs %d, sweep %d points from %g to %g, overhead %d steps x %d repetitions, T = %v, allreduce %d rounds x %d reps, controller -benchtime %s.\n\n",
-		strings.Join(mpirunArgs(p.NP), " "), p.Epochs, p.SweepN, p.SweepLo, p.SweepHi, p.OverheadSteps, p.OverheadReps, p.Windows,
-		p.AllreduceRounds, p.AllreduceReps, p.ControllerBenchtime)
-	keys := make([]int, 0, len(tables))
-	for k := range tables {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		tables[k].markdown(&sb)
-		if k == 1 && h.Plot {
-			rel, err := filepath.Rel(filepath.Dir(h.OutPath), h.PlotPath)
-			if err != nil {
-				rel = h.PlotPath
-			}
-			fmt.Fprintf(&sb, "![final test loss against the starting learning rate](%s)\n\n", filepath.ToSlash(rel))
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
 }

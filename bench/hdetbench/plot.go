@@ -32,16 +32,17 @@ func (s series) xys() plotter.XYs {
 // plotSweep draws final test loss against the starting learning rate, both
 // axes logarithmic: the sweep as a line with dots, each further series
 // (HDET runs) as markers only.
-func plotSweep(path string, sweep series, others ...series) error {
+func plotSweep(path, title string, sweep series, others ...series) error {
 	p := plot.New()
-	p.Title.Text = "Final test loss vs starting max_lr (MNIST MLP, 4 ranks)"
+	p.Title.Text = title
 	p.X.Label.Text = "starting max_lr (OneCycle peak)"
 	p.Y.Label.Text = "final test loss"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = ticks125{}, ticks125{}
 	p.Add(plotter.NewGrid())
-	// The sweep falls from the top left, so the bottom left is free.
-	p.Legend.Left = true
+	// The legend goes in headroom above the data (see below): a sweep is
+	// U-shaped, and its corners hold the runs from the extreme starts.
+	p.Legend.Top, p.Legend.Left = true, true
 
 	xy := sweep.xys()
 	if len(xy) == 0 {
@@ -79,6 +80,10 @@ func plotSweep(path string, sweep series, others ...series) error {
 		p.Add(sc)
 		p.Legend.Add(s.Label, sc)
 	}
+	// Room above the highest point for the legend, and beside the outermost
+	// starts so that their markers are not cut in half.
+	p.X.Min, p.X.Max = p.X.Min/1.3, p.X.Max*1.3
+	p.Y.Min, p.Y.Max = p.Y.Min/1.1, p.Y.Max*math.Pow(p.Y.Max/p.Y.Min, 0.6)
 	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}

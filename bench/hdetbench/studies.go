@@ -32,13 +32,12 @@ type bench struct {
 	p  settings
 	rn *runner
 
-	sweepLRs    []float64
-	sweep       []result
-	best        int // index into sweep of the lowest final test loss
-	starts      []float64
-	hdetAbs     []result // study 1's HDET runs, one per start
-	hdetNoDecay []result // the same with auto.decay none
-	overheadTs  map[int][]result
+	study1     []*setupRuns
+	sweepLRs   []float64 // study 1's AdamW sweep, first seed, for studies 2 and 5
+	sweep      []result
+	best       int      // index into sweep of the best point
+	hdetAbs    []result // study 1's AdamW HDET runs (default config, first seed), one per start
+	overheadTs map[int][]result
 }
 
 func (b *bench) epochSets() []string {
@@ -49,94 +48,8 @@ func maxLRSet(lr float64) string {
 	return "explorers.lr.config.schedule.max_lr=" + strconv.FormatFloat(lr, 'g', 4, 64)
 }
 
-// logSpace returns n values from lo to hi evenly spaced in log, rounded to
-// two significant digits so that they read well in a table.
-func logSpace(lo, hi float64, n int) []float64 {
-	out := make([]float64, n)
-	for i := range out {
-		v := lo * math.Pow(hi/lo, float64(i)/float64(max(n-1, 1)))
-		out[i], _ = strconv.ParseFloat(strconv.FormatFloat(v, 'g', 2, 64), 64)
-	}
-	return out
-}
-
 // relGap is how much worse loss is than best, relative to best.
 func relGap(loss, best float64) float64 { return (loss - best) / best }
-
-// studySweep is study 1: a plain DP sweep over max_lr against single HDET
-// runs started at the best sweep value, 10x below and 10x above it.
-func (b *bench) studySweep(ctx context.Context) (*table, error) {
-	t := &table{Title: "Study 1: learning-rate sweep (plain DP) vs single HDET runs",
-		Header: []string{"run", "start max_lr", "final lr base", "test loss", "accuracy", "vs best sweep", "rank-s", "of sweep compute"}}
-	b.sweepLRs = logSpace(b.p.SweepLo, b.p.SweepHi, b.p.SweepN)
-	var sweepCompute float64
-	for _, lr := range b.sweepLRs {
-		r, err := b.rn.run(ctx, "s1-sweep-"+lrText(lr), sweepConfig, append(b.epochSets(), maxLRSet(lr))...)
-		if err != nil {
-			return t, err
-		}
-		t.Commands = append(t.Commands, r.Command)
-		b.sweep = append(b.sweep, r)
-		sweepCompute += r.rankSeconds(b.p.NP)
-	}
-	b.best = -1
-	for i, r := range b.sweep {
-		if !r.diverged() && (b.best < 0 || r.TestLoss < b.sweep[b.best].TestLoss) {
-			b.best = i
-		}
-	}
-	if b.best < 0 {
-		return t, errors.New("study 1: every sweep point diverged")
-	}
-	best := b.sweep[b.best]
-	bestLR := b.sweepLRs[b.best]
-	for i, r := range b.sweep {
-		name := "sweep"
-		if i == b.best {
-			name = "sweep (best)"
-		}
-		t.add(name, lrText(b.sweepLRs[i]), "-", num(r.TestLoss, 4), num(r.Accuracy, 4),
-			pct(relGap(r.TestLoss, best.TestLoss)), num(r.rankSeconds(b.p.NP), 1), "")
-	}
-	t.add("sweep total", "", "", "", "", "", num(sweepCompute, 1), "100%")
-	b.starts = []float64{bestLR / 10, bestLR, bestLR * 10}
-	where := []string{"10x below", "at best", "10x above"}
-	variants := []struct {
-		label, name string
-		sets        []string
-		runs        *[]result
-	}{
-		{"HDET", "s1-hdet-", nil, &b.hdetAbs},
-		{"HDET decay none", "s1-hdet-nodecay-", []string{"explorers.lr.config.auto.decay=none"}, &b.hdetNoDecay},
-	}
-	allClose, allCheap := true, true
-	var worst float64
-	for vi, v := range variants {
-		for i, lr := range b.starts {
-			r, err := b.rn.run(ctx, v.name+lrText(lr), hdetConfig, append(append(b.epochSets(), maxLRSet(lr)), v.sets...)...)
-			if err != nil {
-				return t, err
-			}
-			t.Commands = append(t.Commands, r.Command)
-			*v.runs = append(*v.runs, r)
-			gap := relGap(r.TestLoss, best.TestLoss)
-			share := r.rankSeconds(b.p.NP) / sweepCompute
-			if vi == 0 {
-				worst = max(worst, gap)
-				allClose = allClose && !r.diverged() && gap <= 0.02
-				allCheap = allCheap && share <= 1.0/7
-			}
-			t.add(v.label+", "+where[i], lrText(lr), lrText(r.FinalBase), num(r.TestLoss, 4), num(r.Accuracy, 4),
-				pct(gap), num(r.rankSeconds(b.p.NP), 1), fmt.Sprintf("%.1f%%", 100*share))
-		}
-	}
-	t.note("%d sweep points from %s to %s (%.0fx), each a full run of %d epoch(s); HDET explores the learning rate only (bench/configs/hdet.yaml: spread alpha 0.5, sigma 0.1, T = 25, the default decay floor), same model, data, seed, OneCycle warm-up and sync mode (gradients). HDET decay none rows: the same with auto.decay none (no built-in annealing of the base in the auto phase).",
-		len(b.sweepLRs), lrText(b.p.SweepLo), lrText(b.p.SweepHi), b.p.SweepHi/b.p.SweepLo, b.p.Epochs)
-	t.note("rank-s = %d ranks x the run's wall time (from the end record; process start-up excluded). One seed per point.", b.p.NP)
-	t.note("%s: every HDET start (default config) within 2%% of the best sweep loss (worst: %s).", verdict(allClose), pct(worst))
-	t.note("%s: every HDET run (default config) at most 1/7 (14.3%%) of the sweep's compute.", verdict(allCheap))
-	return t, nil
-}
 
 // studyStability is study 2: plain DP at 9x the best learning rate against
 // HDET at the same mean learning rate, with and without the auto phase.
@@ -156,78 +69,16 @@ func (b *bench) studyStability(ctx context.Context) (*table, error) {
 		{"HDET, auto off (spread only)", "s2-hdet-noauto", hdetConfig, []string{"explorers.lr.config.auto.enabled=false"}},
 	}
 	for _, c := range runs {
-		r, err := b.rn.run(ctx, c.name, c.config, append(append(b.epochSets(), maxLRSet(lr)), c.sets...)...)
+		r, err := b.rn.run(ctx, c.name, c.config, "", append(append(b.epochSets(), maxLRSet(lr)), c.sets...)...)
 		if err != nil {
 			return t, err
 		}
 		t.Commands = append(t.Commands, r.Command)
 		t.add(c.label, lrText(lr), yesNo(r.diverged()), fmt.Sprint(r.Unhealthy), num(r.TestLoss, 4), num(r.Accuracy, 4), lrText(r.FinalBase))
 	}
-	t.note("9 x the best sweep max_lr (%s); the HDET spread (alpha 0.5) is symmetric, so the replicas' mean learning rate is the base's.", lrText(b.sweepLRs[b.best]))
+	t.note("9 x the best sweep max_lr (%s); the HDET spread is symmetric, so the replicas' mean learning rate is the base's.", lrText(b.sweepLRs[b.best]))
 	t.note("diverged: a NaN/Inf window loss, or a final test loss >= ln 10 (no better than chance). NaN windows: windows in which some replica was left out of the average.")
 	return t, nil
-}
-
-// studySigma is study 6: the sweep study's HDET runs with sigma in absolute
-// loss units (study 1) against a scale-free sigma, relative to the spread of
-// the window losses.
-func (b *bench) studySigma(ctx context.Context) (*table, error) {
-	t := &table{Title: "Study 6: sigma in loss units vs sigma relative to the window losses' spread",
-		Header: []string{"start max_lr", "absolute: test loss", "vs best", "relative: test loss", "vs best", "better"}}
-	if len(b.hdetAbs) != len(b.starts) || len(b.starts) == 0 {
-		return t, errors.New("study 6 needs study 1's HDET runs")
-	}
-	bestLoss := b.sweep[b.best].TestLoss
-	sets := []string{"explorers.lr.config.auto.sigma_mode=relative", fmt.Sprintf("explorers.lr.config.auto.sigma=%g", b.p.RelativeSigma)}
-	if err := b.sigmaModeAccepted(ctx); err != nil {
-		for i, lr := range b.starts {
-			t.add(lrText(lr), num(b.hdetAbs[i].TestLoss, 4), pct(relGap(b.hdetAbs[i].TestLoss, bestLoss)), "awaits sigma_mode", "", "")
-		}
-		t.note("The relative runs were not made: the lr explorer does not accept auto.sigma_mode yet (%v). hdetbench passes --set %s --set %s once it does.", err, sets[0], sets[1])
-		return t, nil
-	}
-	var absSum, relSum float64
-	for i, lr := range b.starts {
-		r, err := b.rn.run(ctx, "s6-relative-"+lrText(lr), hdetConfig, append(append(b.epochSets(), maxLRSet(lr)), sets...)...)
-		if err != nil {
-			return t, err
-		}
-		t.Commands = append(t.Commands, r.Command)
-		a := b.hdetAbs[i]
-		ga, gr := relGap(a.TestLoss, bestLoss), relGap(r.TestLoss, bestLoss)
-		absSum += ga
-		relSum += gr
-		better := "absolute"
-		if gr < ga {
-			better = "relative"
-		}
-		t.add(lrText(lr), num(a.TestLoss, 4), pct(ga), num(r.TestLoss, 4), pct(gr), better)
-	}
-	n := float64(len(b.starts))
-	winner := "absolute (the paper's)"
-	if relSum < absSum {
-		winner = "relative"
-	}
-	t.note("absolute: sigma = 0.1 loss units (the paper's default, study 1's runs); relative: sigma_mode relative, sigma = %g times the standard deviation of the healthy window losses.", b.p.RelativeSigma)
-	t.note("Mean gap to the best sweep loss: absolute %s, relative %s; better on this workload: %s. One seed per run.", pct(absSum/n), pct(relSum/n), winner)
-	return t, nil
-}
-
-// sigmaModeAccepted asks the lr explorer, through `hdet plugins check`,
-// whether it takes auto.sigma_mode.
-func (b *bench) sigmaModeAccepted(ctx context.Context) error {
-	cfg := `{"schedule": {"kind": "onecycle", "max_lr": 0.001}, "auto": {"sigma_mode": "relative", "sigma": 1}}`
-	cmd := exec.CommandContext(ctx, b.rn.hdet, "plugins", "check", "--plugin-dir", filepath.Join(filepath.Dir(b.rn.hdet), "plugins"), "--config", cfg, "lr")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		return nil
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "sigma_mode") {
-			return errors.New(strings.TrimSpace(line))
-		}
-	}
-	return fmt.Errorf("hdet plugins check: %w", err)
 }
 
 // studyOverhead is study 3: wall time per step of plain synchronous DP
@@ -254,9 +105,9 @@ func (b *bench) studyOverhead(ctx context.Context) (*table, error) {
 			var r result
 			var err error
 			if s.t == 0 {
-				r, err = b.rn.run(ctx, fmt.Sprintf("s3-plain-%d", rep), plainConfig, append(common, fmt.Sprintf("train.window=%d", steps))...)
+				r, err = b.rn.run(ctx, fmt.Sprintf("s3-plain-%d", rep), plainConfig, "", append(common, fmt.Sprintf("train.window=%d", steps))...)
 			} else {
-				r, err = b.rn.run(ctx, fmt.Sprintf("s3-T%d-%d", s.t, rep), trioConfig, append(common, fmt.Sprintf("train.window=%d", s.t))...)
+				r, err = b.rn.run(ctx, fmt.Sprintf("s3-T%d-%d", s.t, rep), trioConfig, "", append(common, fmt.Sprintf("train.window=%d", s.t))...)
 			}
 			if err != nil {
 				return t, err

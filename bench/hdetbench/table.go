@@ -16,6 +16,7 @@ type table struct {
 	Rows     [][]string
 	Notes    []string // lines under the table: targets met or not, caveats
 	Commands []string // the exact command lines that produced it
+	More     []*table // further tables of the same study, shown after the notes
 }
 
 func (t *table) add(cells ...string) { t.Rows = append(t.Rows, cells) }
@@ -61,11 +62,19 @@ func (t *table) text(w io.Writer) {
 	for _, n := range t.Notes {
 		fmt.Fprintln(w, "  "+n)
 	}
+	for _, m := range t.More {
+		m.text(w)
+	}
 }
 
-// markdown writes the table, its notes and its commands for the doc.
+// markdown writes the table, its notes, its further tables and its
+// commands for the doc.
 func (t *table) markdown(w io.Writer) {
-	fmt.Fprintf(w, "## %s\n\n", t.Title)
+	t.markdownLevel(w, "##")
+}
+
+func (t *table) markdownLevel(w io.Writer, heading string) {
+	fmt.Fprintf(w, "%s %s\n\n", heading, t.Title)
 	row := func(cells []string) {
 		esc := make([]string, len(cells))
 		for i, c := range cells {
@@ -91,6 +100,9 @@ func (t *table) markdown(w io.Writer) {
 	}
 	if len(t.Notes) > 0 {
 		fmt.Fprintln(w)
+	}
+	for _, m := range t.More {
+		m.markdownLevel(w, heading+"#")
 	}
 	if len(t.Commands) > 0 {
 		fmt.Fprintf(w, "<details><summary>%d commands, in the order they ran</summary>\n\n```sh\n", len(t.Commands))

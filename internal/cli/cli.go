@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/hdet-dev/hdet/internal/session"
 )
 
 // Exit codes (DESIGN §3).
@@ -19,21 +21,30 @@ const (
 )
 
 // UsageError marks an error caused by what the user typed or configured; it
-// makes hdet exit with ExitUsage.
-type UsageError struct{ Err error }
-
-func (e *UsageError) Error() string { return e.Err.Error() }
-func (e *UsageError) Unwrap() error { return e.Err }
+// makes hdet exit with ExitUsage. The session's setup raises the same type.
+type UsageError = session.UsageError
 
 // Usagef builds a UsageError.
 func Usagef(format string, a ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, a...)}
 }
 
-// command is one hdet subcommand.
+// Outcome is how a command ended, for main: the exit code and, after `hdet
+// run` started MPI, whether to finalise it or abort the job, and what to do
+// after MPI_Finalize (rank 0's report).
+type Outcome struct {
+	Code  int
+	MPI   bool
+	Abort bool
+	After func() error
+}
+
+// command is one hdet subcommand; run ends MPI-free commands, outcome the
+// one that starts MPI.
 type command struct {
 	summary string
 	run     func(io Streams, args []string) error
+	outcome func(io Streams, args []string) Outcome
 }
 
 // Streams are the command's standard streams, replaceable in tests.
@@ -42,14 +53,14 @@ type Streams struct {
 }
 
 var commands = map[string]command{
-	"version":  {"print the version", runVersion},
-	"schedule": {"print a schedule step by step (onecycle: PyTorch's OneCycleLR)", runSchedule},
-	"run":      {"run HDET training under mpirun or srun (or --self-check MPI)", runRun},
-	"plugins":  {"list explorer plugins or check one", runPlugins},
-	"devices":  {"list this node's NVIDIA GPUs (CPU mode without a driver)", runDevices},
-	"bench":    {"measure the converge allreduce (bench allreduce)", runBench},
-	"sbatch":   {"print an sbatch script that runs a config under Slurm", runSbatch},
-	"report":   {"plots, summary.md and index.html of a run (or --compare runs)", runReport},
+	"version":  {summary: "print the version", run: runVersion},
+	"schedule": {summary: "print a schedule step by step (onecycle: PyTorch's OneCycleLR)", run: runSchedule},
+	"run":      {summary: "run HDET training under mpirun or srun (or --self-check MPI)", outcome: runRun},
+	"plugins":  {summary: "list explorer plugins or check one", run: runPlugins},
+	"devices":  {summary: "list this node's NVIDIA GPUs (CPU mode without a driver)", run: runDevices},
+	"bench":    {summary: "measure the converge allreduce (bench allreduce)", run: runBench},
+	"sbatch":   {summary: "print an sbatch script that runs a config under Slurm", run: runSbatch},
+	"report":   {summary: "plots, summary.md and index.html of a run (or --compare runs)", run: runReport},
 }
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
@@ -63,23 +74,27 @@ func runVersion(s Streams, args []string) error {
 	return nil
 }
 
-// Main runs hdet with args (without the program name) and returns the exit code.
-func Main(args []string) int {
+// Main runs hdet with args (without the program name) and returns how it
+// ended; main ends MPI when the outcome says so.
+func Main(args []string) Outcome {
 	s := Streams{Out: os.Stdout, Err: os.Stderr}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(s.Err)
 		if len(args) == 0 {
-			return ExitUsage
+			return Outcome{Code: ExitUsage}
 		}
-		return ExitOK
+		return Outcome{Code: ExitOK}
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(s.Err, "hdet: unknown command %q\n", args[0])
 		usage(s.Err)
-		return ExitUsage
+		return Outcome{Code: ExitUsage}
 	}
-	return exitCode(s, args[0], cmd.run(s, args[1:]))
+	if cmd.outcome != nil {
+		return cmd.outcome(s, args[1:])
+	}
+	return Outcome{Code: exitCode(s, args[0], cmd.run(s, args[1:]))}
 }
 
 func exitCode(s Streams, name string, err error) int {

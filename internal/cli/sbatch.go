@@ -44,8 +44,7 @@ func runSbatch(s Streams, args []string) error {
 		return err
 	}
 	if j.JobName == "" {
-		base := filepath.Base(j.Config)
-		j.JobName = "hdet-" + strings.TrimSuffix(base, filepath.Ext(base))
+		j.JobName = slurm.DefaultJobName(j.Config)
 	}
 	if j.Hdet == "" {
 		if j.Hdet, err = os.Executable(); err != nil {

@@ -134,5 +134,5 @@ func TestScheduleBadInput(t *testing.T) {
 
 func TestScheduleThroughMain(t *testing.T) {
 	// Main prints to the process's stdout; only the exit codes are checked here.
-	assert.Equal(t, ExitUsage, Main([]string{"schedule", "onecycle", "--max-lr", "0.1", "--total-steps", "0"}))
+	assert.Equal(t, Outcome{Code: ExitUsage}, Main([]string{"schedule", "onecycle", "--max-lr", "0.1", "--total-steps", "0"}))
 }

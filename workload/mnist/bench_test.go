@@ -77,3 +77,43 @@ func BenchmarkTrainStep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProbeWindow prices the probe signal: a window of T = 50 steps
+// with and without the tail average over its last 25 iterates plus the
+// eval-mode probe on 1024 examples, and the scratch memory the probe keeps
+// (the tail-average buffer and the evaluation workspace it shares with
+// Evaluate).
+func BenchmarkProbeWindow(b *testing.B) {
+	const T = 50
+	for _, tail := range []int{0, T / 2} {
+		name := "plain"
+		if tail > 0 {
+			name = "probe"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := benchConfig(b, AdamW)
+			t := 0
+			c0 := cpuTime(b)
+			for b.Loop() {
+				if _, err := r.TrainWindow(context.Background(), engine.Window{Start: t, Steps: T, ProbeTail: tail}); err != nil {
+					b.Fatal(err)
+				}
+				t += T
+			}
+			reportCPU(b, c0)
+			if tail > 0 {
+				scratch := 4 * len(r.probe.avg)
+				ws := r.eval
+				scratch += len(ws.x)*4 + len(ws.y)
+				for i := range ws.act {
+					scratch += 4 * (len(ws.act[i]) + len(ws.delta[i]))
+				}
+				for _, m := range ws.mask {
+					scratch += 4 * len(m)
+				}
+				b.ReportMetric(float64(4*len(r.probe.avg))/(1<<20), "avg-MiB")
+				b.ReportMetric(float64(scratch)/(1<<20), "scratch-MiB")
+			}
+		})
+	}
+}

@@ -62,6 +62,11 @@ type Config struct {
 	Beta2 float64 // AdamW; default 0.999
 	Eps   float64 // AdamW; default 1e-8
 
+	// ProbeExamples is the size of the probe set (DESIGN §1, revision 2):
+	// that many training examples, drawn by Seed, capped at the training
+	// set's size; default 1024.
+	ProbeExamples int
+
 	Seed      uint64 // init (the same on every rank), data order and dropout masks derive from it; default 1
 	Rank      int    // this replica's rank, in [0, WorldSize); default 0
 	WorldSize int    // number of replicas sharing each epoch; default 1
@@ -82,6 +87,7 @@ func DefaultConfig() Config {
 		LabelSmoothing: 0,
 		Beta2:          0.999,
 		Eps:            1e-8,
+		ProbeExamples:  1024,
 		Seed:           1,
 		Rank:           0,
 		WorldSize:      1,
@@ -123,6 +129,9 @@ func (c *Config) validate() error {
 	}
 	if !(c.Eps > 0) || math.IsInf(c.Eps, 0) {
 		return cfgErr("eps", "%g, must be > 0 and finite", c.Eps)
+	}
+	if c.ProbeExamples < 1 {
+		return cfgErr("probe_examples", "%d, must be >= 1", c.ProbeExamples)
 	}
 	if c.WorldSize < 1 {
 		return cfgErr("world_size", "%d, must be >= 1", c.WorldSize)

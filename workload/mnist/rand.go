@@ -12,6 +12,7 @@ const (
 	purposeInit uint64 = iota + 1
 	purposeOrder
 	purposeDropout
+	purposeProbe
 )
 
 // stream is splitmix64: a counter run through a strong mixer. It is tiny,

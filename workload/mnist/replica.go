@@ -35,7 +35,8 @@ type Replica struct {
 	grad   []float32 // gradients, same layout as the parameters
 	nParam int
 	train  *workspace
-	eval   *workspace // allocated on first Evaluate
+	eval   *workspace  // allocated on first Evaluate or probe
+	probe  *probeState // allocated on the first probing window
 
 	shard, stepsPerEpoch int
 	orderEpoch           int // epoch whose permutation order holds; -1 none
@@ -174,6 +175,7 @@ func (r *Replica) TrainWindow(ctx context.Context, w engine.Window) (engine.Wind
 		return engine.WindowResult{}, err
 	}
 	res := engine.WindowResult{Losses: make([]float64, 0, steps), Probe: math.NaN()}
+	tail := min(max(w.ProbeTail, 0), steps)
 	for i := range steps {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -183,12 +185,22 @@ func (r *Replica) TrainWindow(ctx context.Context, w engine.Window) (engine.Wind
 			return res, err
 		}
 		res.Losses = append(res.Losses, loss)
+		if k := i - (steps - tail) + 1; k >= 1 {
+			r.accumulateTail(k)
+		}
+	}
+	if tail > 0 {
+		p, err := r.probeLoss(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Probe = p
 	}
 	return res, nil
 }
 
-// CanProbe implements engine.Replica.
-func (r *Replica) CanProbe() bool { return false }
+// CanProbe implements engine.Replica: TrainWindow answers ProbeTail.
+func (r *Replica) CanProbe() bool { return true }
 
 // step trains global step t and returns its loss.
 func (r *Replica) step(t int, h hyper, grads engine.GradReducer) (float64, error) {
@@ -236,24 +248,46 @@ func (r *Replica) epochOrder(e int) []int32 {
 // Evaluate implements engine.Replica: mean cross-entropy (no label smoothing,
 // no dropout) and accuracy over the whole test set.
 func (r *Replica) Evaluate(ctx context.Context) (loss, accuracy float64, err error) {
+	sum, correct, n, err := r.EvaluateShard(ctx, 0, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return sum / n, correct / n, nil
+}
+
+// EvaluateShard evaluates the shard-th of shards contiguous parts of the
+// test set (engine.ShardEvaluator): the summed loss, the correct
+// predictions and the examples it holds.
+func (r *Replica) EvaluateShard(ctx context.Context, shard, shards int) (lossSum, correct, n float64, err error) {
 	test := r.cfg.Data.Test
 	if test == nil {
-		return 0, 0, ErrNoTestSet
+		return 0, 0, 0, ErrNoTestSet
 	}
-	if r.eval == nil {
-		r.eval = newWorkspace(r.layers, min(evalBatch, test.N))
+	lo, hi := shard*test.N/shards, (shard+1)*test.N/shards
+	sum, c, err := r.evalOn(ctx, r.layers, test, hi-lo, func(k int) int { return lo + k })
+	if err != nil {
+		return 0, 0, 0, err
 	}
-	var total float64
-	correct := 0
-	for lo := 0; lo < test.N; lo += r.eval.batch {
+	return sum, float64(c), float64(hi - lo), nil
+}
+
+// evalOn runs layers in eval mode over n examples of d (the k-th being
+// idx(k)) in chunks of min(evalBatch, n), and returns the summed
+// cross-entropy and the count of correct argmaxes.
+func (r *Replica) evalOn(ctx context.Context, layers []layer, d *Dataset, n int, idx func(k int) int) (lossSum float64, correct int, err error) {
+	chunk := max(1, min(evalBatch, n))
+	if r.eval == nil || r.eval.batch < chunk {
+		r.eval = newWorkspace(r.layers, chunk)
+	}
+	for lo := 0; lo < n; lo += chunk {
 		if err := ctx.Err(); err != nil {
 			return 0, 0, err
 		}
-		n := min(r.eval.batch, test.N-lo)
-		r.eval.load(test, n, func(k int) int { return lo + k })
-		l, c := forward(r.layers, r.eval, n, 0, 0, nil, false)
-		total += l * float64(n)
+		m := min(chunk, n-lo)
+		r.eval.load(d, m, func(k int) int { return idx(lo + k) })
+		l, c := forward(layers, r.eval, m, 0, 0, nil, false)
+		lossSum += l * float64(m)
 		correct += c
 	}
-	return total / float64(test.N), float64(correct) / float64(test.N), nil
+	return lossSum, correct, nil
 }

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
+)
+
+// keyFile, in a finished run's directory, holds the key the run was made
+// under; a later hdetbench invocation reuses the run when its key is equal.
+// Training here is deterministic per seed, so an equal key means equal
+// numbers; only timings would differ.
+const keyFile = "hdetbench.key"
+
+// cacheKey is the text that decides reuse: the rank count, the hdet
+// arguments (without the run directory), the config file's bytes, and a
+// fingerprint of what the trainer computes (canaryFingerprint).
+func cacheKey(np int, config, fingerprint string, args []string) (string, error) {
+	data, err := os.ReadFile(config)
+	if err != nil {
+		return "", fmt.Errorf("cache key: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	return fmt.Sprintf("hdetbench run key v1\nnp %d\nargs %s\nconfig %s\ntrainer %s\n",
+		np, strings.Join(args, " "), hex.EncodeToString(sum[:]), fingerprint), nil
+}
+
+// divergedFile, beside the key, marks a run that stopped because training
+// diverged on every rank; it is as reusable as a finished one.
+const divergedFile = "hdetbench.diverged"
+
+// saveKey records the key (and the divergence) of a run just made.
+func saveKey(dir, key string, diverged bool) error {
+	if diverged {
+		if err := atomicfile.Write(filepath.Join(dir, divergedFile), []byte(allUnhealthy+"\n")); err != nil {
+			return err
+		}
+	}
+	return atomicfile.Write(filepath.Join(dir, keyFile), []byte(key))
+}
+
+// reuse reads a finished or diverged run whose key file equals key.
+func reuse(dir, key string) (result, bool) {
+	got, err := os.ReadFile(filepath.Join(dir, keyFile))
+	if err != nil || string(got) != key {
+		return result{}, false
+	}
+	_, err = os.Stat(filepath.Join(dir, divergedFile))
+	res, err := readRun(dir, err == nil)
+	return res, err == nil
+}
+
+// canaryFingerprint is what a run's numbers depend on besides its command
+// and config, measured rather than assumed: a short run of the same setup
+// and variant (never reused) and the checksum of its final parameters.
+// Plain runs (alpha 0, auto off) do not depend on the controller, so work
+// on the auto phase leaves their canary, and with it the finished sweep,
+// valid; any change to the model, optimizer, data order or schedule changes
+// it. An HDET canary of a few windows also runs the controller (its phases
+// are fractions of the run, so a short run passes through them), so a
+// change to the update or the probe reruns the HDET runs. What a canary
+// cannot see is a change that only acts late in absolute steps; delete
+// runs/bench to be sure.
+func (b *bench) canaryFingerprint(ctx context.Context, s setup, name, config string, steps int, extra ...string) (string, error) {
+	sets := slices.Concat([]string{"train.epochs=0", fmt.Sprintf("train.steps=%d", steps), "train.seed=1"}, s.Sets,
+		[]string{maxLRSet(gridLR(s.GridFrom + 6))}, extra)
+	r, err := b.rn.run(ctx, filepath.Join("canary", s.Name+"-"+name), config, "", sets...)
+	if err != nil {
+		return "", fmt.Errorf("canary: %w", err)
+	}
+	if r.Checksum == "" {
+		return "", fmt.Errorf("canary: %s: the end record has no checksum", r.Dir)
+	}
+	return "canary " + r.Checksum, nil
+}

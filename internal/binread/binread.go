@@ -1,0 +1,94 @@
+// Package binread decodes hdet's binary formats (checkpoints, model.bin)
+// from a byte slice without ever panicking or allocating more than the input
+// can hold: every length read from the data is checked against what is left.
+package binread
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrShort is wrapped by every decoding error unless New was given another.
+var ErrShort = errors.New("malformed data")
+
+// Reader consumes a byte slice. The first failure sticks: later calls return
+// zero values, and Err reports the first cause.
+type Reader struct {
+	b    []byte
+	kind error
+	err  error
+}
+
+// New reads b; errors wrap kind (ErrShort when nil).
+func New(b []byte, kind error) *Reader {
+	if kind == nil {
+		kind = ErrShort
+	}
+	return &Reader{b: b, kind: kind}
+}
+
+// Err is the first failure, nil when every read succeeded.
+func (r *Reader) Err() error { return r.err }
+
+// Fail records a failure of a check the caller made on a decoded value.
+func (r *Reader) Fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: bad %s", r.kind, what)
+	}
+}
+
+// Int reads an unsigned varint no larger than limit.
+func (r *Reader) Int(what string, limit int) int {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 || v > uint64(limit) {
+		r.Fail(what)
+		return 0
+	}
+	r.b = r.b[k:]
+	return int(v)
+}
+
+// Bytes reads a varint length and that many bytes (a copy).
+func (r *Reader) Bytes(what string) []byte {
+	n := r.Int(what, math.MaxInt)
+	if r.err == nil && n > len(r.b) {
+		r.Fail(what)
+	}
+	if r.err != nil {
+		return nil
+	}
+	v := bytes.Clone(r.b[:n])
+	r.b = r.b[n:]
+	return v
+}
+
+// Float32s reads n little-endian float32 values.
+func (r *Reader) Float32s(what string, n int) []float32 {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(r.b)/4 {
+		r.Fail(what)
+		return nil
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[4*i:]))
+	}
+	r.b = r.b[4*n:]
+	return v
+}
+
+// End fails unless every byte was consumed.
+func (r *Reader) End() error {
+	if r.err == nil && len(r.b) != 0 {
+		r.Fail("trailing bytes")
+	}
+	return r.err
+}

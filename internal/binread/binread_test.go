@@ -1,0 +1,45 @@
+package binread
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReadsWhatWasWritten(t *testing.T) {
+	b := binary.AppendUvarint(nil, 3)
+	b = append(b, "abc"...)
+	b = binary.AppendUvarint(b, 7)
+	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(1.5))
+	r := New(b, nil)
+	assert.Equal(t, "abc", string(r.Bytes("name")))
+	assert.Equal(t, 7, r.Int("count", 10))
+	assert.Equal(t, []float32{1.5}, r.Float32s("values", 1))
+	require.NoError(t, r.End())
+}
+
+func TestBoundsAreChecked(t *testing.T) {
+	kind := errors.New("corrupt")
+	huge := binary.AppendUvarint(nil, math.MaxUint64)
+	for name, read := range map[string]func(r *Reader){
+		"length beyond the data": func(r *Reader) { r.Bytes("blob") },
+		"int above its limit":    func(r *Reader) { r.Int("count", 10) },
+		"too many floats":        func(r *Reader) { r.Float32s("values", 1<<40) },
+		"negative float count":   func(r *Reader) { r.Float32s("values", -1) },
+	} {
+		r := New(huge, kind)
+		read(r)
+		assert.ErrorIs(t, r.End(), kind, name)
+	}
+	r := New([]byte{4, '0', '0', '0'}, nil) // a length one byte past the end
+	r.Bytes("blob")
+	assert.ErrorIs(t, r.End(), ErrShort, "length past the end (found by FuzzDecode)")
+	r = New([]byte{1, 2}, nil)
+	r.Int("x", 10)
+	assert.ErrorIs(t, r.End(), ErrShort, "trailing bytes")
+	assert.ErrorContains(t, r.End(), "bad trailing bytes")
+}

@@ -1,0 +1,57 @@
+package faults
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/engine"
+)
+
+func TestParse(t *testing.T) {
+	set, err := Parse("nan=2@3, nan_all=4,diverge=3@5")
+	require.NoError(t, err)
+	assert.Equal(t, &At{Rank: 2, Window: 3}, set.NaN)
+	assert.Equal(t, &At{Rank: -1, Window: 4}, set.NaNAll)
+	assert.Equal(t, &At{Rank: 3, Window: 5}, set.Diverge)
+	assert.Nil(t, set.Stop)
+	for _, bad := range []string{"nan=2", "nan=x@1", "stop=1@-2", "nan_all=1@2", "explode=1@1"} {
+		_, err := Parse(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// unit trains windows of 10 steps with a loss of 1.
+type unit struct{ engine.Replica }
+
+func (unit) TrainWindow(context.Context, engine.Window) (engine.WindowResult, error) {
+	return engine.WindowResult{Losses: []float64{1, 1}}, nil
+}
+
+func losses(t *testing.T, spec string, rank int, starts ...int) []float64 {
+	t.Setenv(Env, spec)
+	r, err := FromEnv(unit{}, rank, 10)
+	require.NoError(t, err)
+	var out []float64
+	for _, s := range starts {
+		res, err := r.TrainWindow(context.Background(), engine.Window{Start: s, Steps: 10})
+		require.NoError(t, err)
+		out = append(out, res.Losses[0])
+	}
+	return out
+}
+
+func TestFaultsHitTheirRankAndWindow(t *testing.T) {
+	assert.Equal(t, []float64{1, 1}, losses(t, "", 0, 0, 10), "no faults: the replica itself")
+	got := losses(t, "nan=1@1", 1, 0, 10, 20)
+	assert.Equal(t, 1.0, got[0])
+	assert.True(t, math.IsNaN(got[1]) && math.IsNaN(got[2]), "from window 1 on: %v", got)
+	assert.Equal(t, []float64{1, 1}, losses(t, "nan=1@1", 2, 0, 10), "another rank")
+	got = losses(t, "nan_all=1", 3, 0, 10, 0, 10) // window 1 re-run after a rollback
+	assert.True(t, math.IsNaN(got[1]))
+	assert.Equal(t, []float64{1, 1, 1}, []float64{got[0], got[2], got[3]})
+	assert.Equal(t, []float64{1, 1000, 1000}, losses(t, "diverge=0@1", 0, 0, 10, 20))
+}

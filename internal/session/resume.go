@@ -1,0 +1,138 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hdet-dev/hdet/checkpoint"
+	"github.com/hdet-dev/hdet/config"
+	"github.com/hdet-dev/hdet/engine"
+)
+
+func (s *session) checkpointDir() string { return filepath.Join(s.cfg.Run.Dir, "checkpoints") }
+
+// resume loads the newest valid checkpoint of the run directory, if any,
+// on every rank (engine.Restore, the routine a rollback uses too), after
+// checking it belongs to this run and fits this config.
+func (s *session) resume(ctx context.Context) error {
+	if s.worker != nil {
+		// The script's own state (data position, RNG) is not in hdet's
+		// checkpoints, so a worker run always starts from the beginning.
+		return nil
+	}
+	log := s.o.Log
+	got, evs, err := engine.Restore(ctx, engine.RestoreOptions{Comm: s.o.World, Dir: s.checkpointDir(),
+		Replica: s.replica, Controller: s.ctrl, Log: log, Check: s.compatible})
+	if errors.Is(err, checkpoint.ErrNone) {
+		return s.fresh(got.Skipped)
+	}
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	if err != nil {
+		return Usagef("run.dir %s: %v", s.cfg.Run.Dir, err)
+	}
+	ck := got.State
+	s.events = append(s.events, evs...)
+	s.resumeAt = ck.Step
+	if s.rank == 0 {
+		if ck.Ranks != s.o.World.Size() {
+			log.Warn().Int("checkpoint_ranks", ck.Ranks).Int("ranks", s.o.World.Size()).Msg("resuming with a different number of ranks: parameters are shared, the spread is recomputed")
+		}
+		log.Info().Str("path", got.Path).Int("step", ck.Step).Msg("resuming from checkpoint")
+	}
+	return nil
+}
+
+// fresh checks that a run directory without a usable checkpoint can take a
+// new run.
+func (s *session) fresh(skipped []checkpoint.Skipped) error {
+	if len(skipped) > 0 {
+		return Usagef("run.dir %s: every checkpoint is damaged (newest: %v); move them away to start afresh", s.cfg.Run.Dir, skipped[0].Err)
+	}
+	// No checkpoint to resume, but another run's log: appending to it
+	// would mix two runs in one metrics.jsonl.
+	if fi, err := os.Stat(filepath.Join(s.cfg.Run.Dir, "metrics.jsonl")); err == nil && fi.Size() > 0 {
+		return Usagef("run.dir %s already holds a run's metrics.jsonl and no checkpoint to resume from; use another run.dir or remove it", s.cfg.Run.Dir)
+	}
+	return nil
+}
+
+// compatible refuses a checkpoint written by another run, or for a config
+// it cannot continue (README: "Resuming"), naming each field that differs
+// with both values.
+func (s *session) compatible(ck *checkpoint.State, path string) error {
+	old, err := config.Load(ck.Config, nil)
+	if err != nil {
+		return Usagef("checkpoint %s: its config does not load: %v", path, err)
+	}
+	why := configChanges(old, s.cfg)
+	if ck.ParamCount != s.replica.ParamCount() || len(ck.Buffer) != len(s.replica.SyncBuffer(true)) {
+		why = append(why, fmt.Sprintf("the parameter count (%d in the checkpoint, %d now)", ck.ParamCount, s.replica.ParamCount()))
+	}
+	if ck.Step == s.steps && len(why) == 0 {
+		return Usagef("run.dir %s holds a finished run (its last checkpoint is at step %d of %d); use another run.dir for a new run", s.cfg.Run.Dir, ck.Step, s.steps)
+	}
+	if ck.Step > s.steps {
+		why = append(why, fmt.Sprintf("the run length (the checkpoint is at step %d, the run has %d steps)", ck.Step, s.steps))
+	}
+	if len(why) > 0 {
+		return Usagef("run.dir %s holds a checkpoint (%s) that does not fit this config: %s; use another run.dir to start afresh",
+			s.cfg.Run.Dir, filepath.Base(path), strings.Join(why, "; "))
+	}
+	return nil
+}
+
+// configChanges lists the fields a checkpoint cannot survive a change of:
+// the model's shape and optimizer, the run's seed and length, the window,
+// the explorers and their spreads.
+func configChanges(old, cur *config.Config) []string {
+	var why []string
+	field := func(name string, was, now any) {
+		if a, b := jsonOf(was), jsonOf(now); a != b {
+			why = append(why, fmt.Sprintf("%s (%s in the checkpoint, %s now)", name, a, b))
+		}
+	}
+	if fmt.Sprint(old.Workload.Hidden) != fmt.Sprint(cur.Workload.Hidden) || old.Workload.Kind != cur.Workload.Kind {
+		why = append(why, fmt.Sprintf("the model's shape (workload %s %v in the checkpoint, %s %v now)", old.Workload.Kind, old.Workload.Hidden, cur.Workload.Kind, cur.Workload.Hidden))
+	}
+	field("workload.optimizer", old.Workload.Optimizer, cur.Workload.Optimizer)
+	if old.Train.Seed != cur.Train.Seed {
+		why = append(why, fmt.Sprintf("train.seed (%d in the checkpoint, %d now): it is another run's", old.Train.Seed, cur.Train.Seed))
+	}
+	field("train.steps", old.Train.Steps, cur.Train.Steps)
+	field("train.epochs", old.Train.Epochs, cur.Train.Epochs)
+	field("train.window", old.Train.Window, cur.Train.Window)
+	field("explorers", explorerNames(old), explorerNames(cur))
+	if len(old.Explorers) == len(cur.Explorers) {
+		for i := range old.Explorers {
+			field(fmt.Sprintf("explorers[%d] (%s).config.spread", i, cur.Explorers[i].Name), old.Explorers[i].Config["spread"], cur.Explorers[i].Config["spread"])
+		}
+	}
+	return why
+}
+
+func explorerNames(c *config.Config) []string {
+	out := make([]string, len(c.Explorers))
+	for i, e := range c.Explorers {
+		out[i] = e.Name + ":" + e.Plugin
+	}
+	return out
+}
+
+func jsonOf(v any) string {
+	if str, ok := v.(string); ok {
+		return str
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}

@@ -1,0 +1,155 @@
+// Package session runs one `hdet run` on one rank: the setup phases (config,
+// device, replica, explorers, resume, run directory), each agreed by every
+// rank, then the window loop, then the end record. The CLI parses flags and
+// maps the outcome to an exit code; MPI's lifetime stays with the caller.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hdet-dev/hdet/bridge"
+	"github.com/hdet-dev/hdet/config"
+	"github.com/hdet-dev/hdet/device"
+	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/mpi/reduce"
+	"github.com/hdet-dev/hdet/slurm"
+	"github.com/hdet-dev/hdet/watchdog"
+)
+
+// World is the communicator a session runs on; *mpi.Comm has it.
+type World interface {
+	engine.Comm
+	device.Reducer
+	LocalRank() int
+	LocalSize() int
+}
+
+// Options are what the CLI parsed and wired.
+type Options struct {
+	World     World
+	Out       io.Writer // rank 0's closing lines and progress
+	Log       zerolog.Logger
+	Config    []byte   // the YAML config
+	Source    string   // where it came from, for the log
+	Sets      []string // --set overrides
+	PluginDir string
+	Worker    []string // --worker's command; empty: the built-in workload
+	// AllreducePath is --allreduce-path; CUDAAware whether MPI takes device
+	// pointers.
+	AllreducePath    string
+	CUDAAware        bool
+	DebugCollectives bool
+	NoRequeue        bool
+	// Host names this node (rank 0's rendezvous address); Abort ends the
+	// whole job (the watchdog's last resort).
+	Host  func() (string, error)
+	Abort func(code int)
+	// Stop reports that a signal asked the run to checkpoint and stop.
+	Stop func() bool
+}
+
+// WrapReplica, when set, wraps every rank's replica; the fault suite's
+// binary (built with -tags faults) sets it to inject failures.
+var WrapReplica func(r engine.Replica, rank, window int) (engine.Replica, error)
+
+// Outcome is what a finished or stopped run leaves for the caller.
+type Outcome struct {
+	Result engine.Result
+	// Report (rank 0, after a finished run) writes the run's report; the
+	// caller runs it after MPI_Finalize, so no rank waits on it.
+	Report func() error
+}
+
+// UsageError marks an error caused by what the user typed or configured.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef builds a UsageError.
+func Usagef(format string, a ...any) error { return &UsageError{Err: fmt.Errorf(format, a...)} }
+
+// ErrPeerFailed: another rank failed during setup (it says why).
+var ErrPeerFailed = errors.New("another rank failed during setup")
+
+// Agreed reports whether every rank knows of err, so the ranks can end
+// together (MPI_Finalize) rather than abort: a setup failure they agreed
+// on, or a stop after a signal.
+func Agreed(err error) bool {
+	var ae agreedError
+	return errors.As(err, &ae) || errors.Is(err, engine.ErrStopped)
+}
+
+// agreedError is a setup failure every rank has learnt of through agree.
+type agreedError struct{ error }
+
+func (e agreedError) Unwrap() error { return e.error }
+
+// session is one rank's run, built up by the setup phases.
+type session struct {
+	o        Options
+	rank     int
+	cfg      *config.Config
+	slurm    slurm.Env
+	sync     engine.SyncMode
+	replica  engine.Replica
+	worker   *bridge.Worker  // --worker mode
+	gpu      *device.Binding // nil in CPU mode
+	converge device.Allreducer
+	steps    int
+	ctrl     *hparam.Controller // rank 0
+	mw       *metrics.Writer    // rank 0
+	resumeAt int                // the step a resume starts from; 0 for a fresh run
+	events   []hparam.Event     // rank 0: setup's explorer events, for the first record
+	wd       *watchdog.Watchdog
+	closers  []func()
+}
+
+// Run sets up this rank, trains, and writes the end of the run.
+func Run(ctx context.Context, o Options) (Outcome, error) {
+	s := &session{o: o, rank: o.World.Rank()}
+	defer s.close()
+	if err := s.setup(ctx); err != nil {
+		return Outcome{}, err
+	}
+	return s.train(ctx)
+}
+
+func (s *session) close() {
+	s.wd.Stop()
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// agree makes every rank learn whether any rank failed a setup phase, so no
+// rank waits forever in the next collective for one that already gave up.
+func agree(w World, err error) error {
+	code := []float64{0}
+	if err != nil {
+		code[0] = 1
+		var ue *UsageError
+		if errors.As(err, &ue) {
+			code[0] = 2
+		}
+	}
+	if rerr := w.AllreduceFloat64(code, reduce.Max); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	switch {
+	case err != nil:
+		return agreedError{err}
+	case code[0] == 2:
+		return agreedError{&UsageError{Err: ErrPeerFailed}}
+	case code[0] != 0:
+		return agreedError{ErrPeerFailed}
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/checkpoint"
+	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/mpi/reduce"
+)
+
+// solo is a world of one rank.
+type solo struct{}
+
+func (solo) Rank() int                                                          { return 0 }
+func (solo) Size() int                                                          { return 1 }
+func (solo) LocalRank() int                                                     { return 0 }
+func (solo) LocalSize() int                                                     { return 1 }
+func (solo) AllreduceFloat32([]float32, reduce.Op) error                        { return nil }
+func (solo) AllreduceFloat64([]float64, reduce.Op) error                        { return nil }
+func (solo) AllreducePtr(unsafe.Pointer, int, reduce.Datatype, reduce.Op) error { return nil }
+func (solo) AllgatherFloat64(s, r []float64) error                              { copy(r, s); return nil }
+func (solo) BcastMessage(m []byte, _ int) ([]byte, error)                       { return m, nil }
+
+// mnistData is the MNIST folder `make data` fills; skipped without it on a
+// developer box, a failure under CI.
+func mnistData(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	d := filepath.Join(filepath.Dir(file), "..", "..", "data", "mnist")
+	if _, err := os.Stat(filepath.Join(d, "t10k-labels-idx1-ubyte.gz")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("MNIST is missing in %s", d)
+		}
+		t.Skipf("MNIST is missing in %s (run `make data`)", d)
+	}
+	return d
+}
+
+const tiny = "workload: {hidden: [16], batch_size: 32}\ntrain: {steps: 40, window: 10, seed: 2}\nrun: {progress: none, checkpoint_every: 1, keep: 10}\n"
+
+func run(t *testing.T, dir string, sets ...string) (Outcome, error, string) {
+	t.Helper()
+	var out bytes.Buffer
+	sets = append(sets, "workload.data="+mnistData(t), "run.dir="+dir)
+	o, err := Run(context.Background(), Options{World: solo{}, Out: &out, Log: zerolog.Nop(), Config: []byte(tiny), Sets: sets,
+		AllreducePath: "host", Host: func() (string, error) { return "localhost", nil }, Abort: func(int) {}})
+	return o, err, out.String()
+}
+
+// A run, stopped part-way by removing its newest checkpoints, resumes to the
+// same parameters; the report waits for the caller.
+func TestSessionRunsAndResumesBitExact(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	o, err, out := run(t, dir)
+	require.NoError(t, err)
+	assert.Contains(t, out, "after 40 steps on 1 ranks")
+	require.NotNil(t, o.Report, "rank 0 leaves the report for after MPI_Finalize")
+	_, err = os.Stat(filepath.Join(dir, "report"))
+	assert.True(t, os.IsNotExist(err), "no report before the caller asks")
+	want := o.Result.Checksum
+
+	for _, step := range []string{"30", "40"} {
+		require.NoError(t, os.Remove(filepath.Join(dir, "checkpoints", "ckpt-0000000000"+step+".hdet")))
+	}
+	o, err, _ = run(t, dir)
+	require.NoError(t, err)
+	assert.Equal(t, want, o.Result.Checksum)
+	recs, _, err := metrics.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	require.NoError(t, err)
+	var starts []int
+	for _, r := range recs {
+		if r.Type == metrics.TypeStart {
+			starts = append(starts, r.ResumedFrom)
+		}
+	}
+	assert.Equal(t, []int{0, 20}, starts)
+}
+
+// Every config change that makes a checkpoint unusable is refused, naming
+// the field and both values; a finished run is refused too.
+func TestResumeRefusesAnIncompatibleConfig(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	_, err, _ := run(t, dir)
+	require.NoError(t, err)
+	_, err, _ = run(t, dir)
+	var ue *UsageError
+	require.ErrorAs(t, err, &ue)
+	assert.Contains(t, err.Error(), "holds a finished run")
+	require.NoError(t, os.Remove(filepath.Join(dir, "checkpoints", "ckpt-000000000040.hdet")))
+	for set, want := range map[string]string{
+		"train.window=5":         "train.window (10 in the checkpoint, 5 now)",
+		"train.steps=50":         "train.steps (40 in the checkpoint, 50 now)",
+		"workload.hidden=[8]":    "the model's shape (workload mnist [16] in the checkpoint, mnist [8] now)",
+		"workload.optimizer=sgd": "workload.optimizer (adamw in the checkpoint, sgd now)",
+		"train.seed=3":           "train.seed (2 in the checkpoint, 3 now)",
+	} {
+		_, err, _ := run(t, dir, set)
+		require.ErrorAs(t, err, &ue, set)
+		assert.True(t, Agreed(err), "every rank refuses")
+		assert.Contains(t, err.Error(), want)
+	}
+	ck, _, _, err := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
+	require.NoError(t, err)
+	assert.Equal(t, 30, ck.Step, "a refused resume leaves the checkpoints alone")
+	_, err, _ = run(t, dir, "run.checkpoint_minutes=5", "run.keep=4")
+	assert.NoError(t, err, "what may change on resume")
+	assert.False(t, errors.Is(err, ErrPeerFailed))
+}

@@ -1,0 +1,315 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hdet-dev/hdet/bridge"
+	"github.com/hdet-dev/hdet/config"
+	"github.com/hdet-dev/hdet/device"
+	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/logging"
+	"github.com/hdet-dev/hdet/internal/memcheck"
+	"github.com/hdet-dev/hdet/internal/runlock"
+	"github.com/hdet-dev/hdet/internal/signals"
+	"github.com/hdet-dev/hdet/mpi/reduce"
+	"github.com/hdet-dev/hdet/plugins"
+	"github.com/hdet-dev/hdet/slurm"
+	"github.com/hdet-dev/hdet/watchdog"
+	"github.com/hdet-dev/hdet/workload/mnist"
+)
+
+// setup runs the phases every rank enters together: after each one the
+// ranks agree whether any failed, so none waits in a collective for a rank
+// that already gave up. The watchdog watches from the end of config loading.
+func (s *session) setup(ctx context.Context) error {
+	w := s.o.World
+	if err := agree(w, s.loadConfig()); err != nil {
+		return err
+	}
+	if err := agree(w, s.lockRunDir()); err != nil {
+		return err
+	}
+	s.startWatchdog()
+	for _, p := range []struct {
+		name, pause string // pause: a test's moment to signal (HDET_TEST_PAUSE)
+		fn          func(context.Context) error
+	}{
+		{"setup: device", "device", s.bindDevice},
+		{"setup: replica", "data", s.makeReplica},
+		{"setup: check replicas", "check", s.checkReplica},
+		{"setup: explorers (rank 0)", "explorers", s.openExplorers},
+		{"setup: resume", "resume", s.resume},
+		{"setup: signals", "", s.stopBeforeTraining},
+		{"setup: start", "", s.start},
+	} {
+		s.wd.Setup(p.name)
+		signals.Pause(p.pause)
+		if err := agree(w, p.fn(ctx)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *session) loadConfig() error {
+	load := config.Load
+	if len(s.o.Worker) > 0 {
+		load = config.LoadWorker // the script says what the config leaves out
+	}
+	cfg, err := load(s.o.Config, s.o.Sets)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	s.cfg = cfg
+	if s.sync, err = engine.ParseSyncMode(cfg.Train.Sync); err != nil && !(len(s.o.Worker) > 0 && cfg.Train.Sync == "") {
+		return Usagef("train.sync: %v", err)
+	}
+	if s.slurm, err = slurm.FromOS(); err != nil {
+		return err
+	}
+	w := s.o.World
+	return s.slurm.Check(w.Rank(), w.Size(), w.LocalRank())
+}
+
+// startWatchdog watches this rank (see package watchdog);
+// --debug-collectives logs every collective on every rank.
+func (s *session) startWatchdog() {
+	w := s.o.World
+	o := watchdog.Options{
+		Dir: filepath.Join(s.cfg.Run.Dir, "heartbeats"), Rank: w.Rank(), Size: w.Size(),
+		Timeout: time.Duration(s.cfg.Train.Watchdog), Abort: s.o.Abort, Log: s.o.Log,
+	}
+	if s.o.DebugCollectives {
+		l := logging.New(logging.Options{Rank: w.Rank(), AllRanks: true, Debug: true})
+		o.Collectives = &l
+	}
+	s.wd = watchdog.Start(o)
+}
+
+// bindDevice finds this rank's GPU (none: CPU mode) and chooses how the
+// converge allreduce reaches MPI. Both workloads hand hdet host memory (the
+// bridge copies CUDA tensors through shared memory), so the path is host.
+func (s *session) bindDevice(context.Context) error {
+	w, log := s.o.World, s.o.Log
+	path, err := device.ParsePath(s.o.AllreducePath)
+	if err != nil {
+		return Usagef("--allreduce-path: %v", err)
+	}
+	inv, err := device.Discover(device.SystemNVML())
+	switch {
+	case device.CPUMode(err):
+		if s.rank == 0 {
+			log.Info().Str("reason", err.Error()).Msg("CPU mode")
+		}
+	case err != nil:
+		return fmt.Errorf("GPU discovery: %w", err)
+	default:
+		b, err := device.Bind(inv, device.VisibleFromEnv(os.LookupEnv), device.BindRequest{Rank: w.Rank(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize()})
+		if err != nil {
+			return Usagef("GPU binding: %v", err)
+		}
+		s.gpu = &b
+		// Every rank says which GPU it took, whatever the log level.
+		log.Log().Int("local_rank", b.LocalRank).Str("gpu_uuid", b.UUID).Int("numa_node", b.NUMANode).Int("cuda_device", b.CUDAOrdinal).Msg(b.String())
+	}
+	choice, err := device.ResolvePath(path, false, s.o.CUDAAware)
+	if err != nil {
+		return Usagef("--allreduce-path %s: %v (hdet's workloads hand over host buffers)", path, err)
+	}
+	if s.converge, err = device.NewAllreducer(choice.Path, w, nil); err != nil {
+		return err
+	}
+	if s.rank == 0 {
+		log.Info().Str("path", string(choice.Path)).Msg(choice.String())
+	}
+	return nil
+}
+
+// makeReplica builds this rank's replica: the built-in MNIST MLP, or the
+// external worker process of --worker, and the run's length.
+func (s *session) makeReplica(ctx context.Context) error {
+	if len(s.o.Worker) > 0 {
+		if err := s.startWorker(ctx); err != nil {
+			return err
+		}
+	} else if err := s.makeMNIST(); err != nil {
+		return err
+	}
+	if WrapReplica == nil {
+		return nil
+	}
+	var err error
+	s.replica, err = WrapReplica(s.replica, s.rank, s.cfg.Train.Window)
+	return err
+}
+
+func (s *session) makeMNIST() error {
+	cfg, w := s.cfg, s.o.World
+	ds, err := mnist.Load(cfg.Workload.Data)
+	if err != nil {
+		return &UsageError{Err: fmt.Errorf("workload.data: %w", err)}
+	}
+	wl := cfg.Workload
+	if err := memcheck.Fit(memcheck.MLPBytes(ds.Train.Dim, wl.Hidden, ds.Train.Classes, wl.BatchSize), w.LocalSize()); err != nil {
+		return Usagef("workload.hidden %v: %v", wl.Hidden, err)
+	}
+	mc := mnist.DefaultConfig()
+	mc.Hidden, mc.BatchSize, mc.Optimizer = wl.Hidden, wl.BatchSize, wl.Optimizer
+	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
+	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
+	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
+	mc.ProbeExamples = cfg.Train.ProbeExamples
+	r, err := mnist.New(mc)
+	if err != nil {
+		return &UsageError{Err: fmt.Errorf("workload: %w", err)}
+	}
+	s.replica = r
+	s.steps = cfg.Train.Steps
+	if s.steps == 0 {
+		s.steps = cfg.Train.Epochs * r.StepsPerEpoch()
+		if cfg.Train.Window > s.steps {
+			return Usagef("train.window: got %d, want at most the run's %d steps (%d epochs)", cfg.Train.Window, s.steps, cfg.Train.Epochs)
+		}
+	}
+	return nil
+}
+
+// checkReplica makes sure every rank's replica has the same shape (an
+// external script could differ per rank) and accepts every explored name.
+func (s *session) checkReplica(context.Context) error {
+	w := s.o.World
+	shape := []float64{float64(s.replica.ParamCount()), float64(len(s.replica.SyncBuffer(true))), float64(s.steps)}
+	lo, hi := slices.Clone(shape), slices.Clone(shape)
+	if err := errors.Join(w.AllreduceFloat64(lo, reduce.Min), w.AllreduceFloat64(hi, reduce.Max)); err != nil {
+		return err
+	}
+	if s.worker != nil {
+		if err := bridge.Agree(w, s.worker); err != nil {
+			return usageIf(err)
+		}
+	}
+	if !slices.Equal(lo, hi) {
+		return fmt.Errorf("the ranks' replicas differ: parameters %g..%g, sync buffer %g..%g floats, steps %g..%g", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
+	}
+	accepted := s.replica.Hyperparameters()
+	for i, e := range s.cfg.Explorers {
+		if !slices.Contains(accepted, e.Name) {
+			return Usagef("explorers[%d].name: the workload does not accept %q (it accepts %s)", i, e.Name, strings.Join(accepted, ", "))
+		}
+	}
+	return nil
+}
+
+// openExplorers (rank 0) starts the explorer plugins and the controller.
+func (s *session) openExplorers(ctx context.Context) error {
+	if s.rank != 0 {
+		return nil
+	}
+	cfg := s.cfg
+	if s.worker != nil {
+		ex, notes, err := bridge.Explorers(cfg.Explorers, s.worker.Hello())
+		if err != nil {
+			return usageIf(err)
+		}
+		for _, n := range notes {
+			s.o.Log.Warn().Msg(n)
+		}
+		cfg.Explorers = ex
+	}
+	var named []hparam.NamedExplorer
+	if len(cfg.Explorers) > 0 {
+		dir, err := plugins.Dir(s.o.PluginDir)
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, plugins.KillAll)
+		for i, e := range cfg.Explorers {
+			ex, err := s.openExplorer(ctx, dir, i, e)
+			if err != nil {
+				return err
+			}
+			named = append(named, ex)
+		}
+	}
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.o.World.Size(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
+	if err != nil {
+		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
+			return Usagef("explorers: %v", err)
+		}
+		return err
+	}
+	s.ctrl = ctrl
+	return nil
+}
+
+func (s *session) openExplorer(ctx context.Context, dir string, i int, e config.Explorer) (hparam.NamedExplorer, error) {
+	log := s.o.Log
+	bin, err := plugins.Resolve(dir, e.Plugin)
+	if err != nil {
+		return hparam.NamedExplorer{}, Usagef("explorers[%d].plugin: %q: %v (plugin directory %s; `make build` puts the built-in explorers in bin/plugins)", i, e.Plugin, err, dir)
+	}
+	ex, err := plugins.Open(ctx, plugins.Spec{Name: e.Name, Binary: bin, Checksum: e.SHA256, Timeout: time.Duration(e.Timeout)}, log,
+		func(ev plugins.Event) {
+			log.Warn().Str("explorer", ev.Name).Str("kind", ev.Kind).Str("op", ev.Op).AnErr("cause", ev.Err).Msg("explorer failure")
+		})
+	if err != nil {
+		if plugins.IsConfigError(err) {
+			return hparam.NamedExplorer{}, Usagef("explorers[%d] (%s): %v", i, e.Name, err)
+		}
+		return hparam.NamedExplorer{}, fmt.Errorf("explorers[%d] (%s): %w", i, e.Name, err)
+	}
+	s.closers = append(s.closers, func() { _ = ex.Close() })
+	block := []byte("{}")
+	if e.Config != nil {
+		if block, err = json.Marshal(e.Config); err != nil {
+			return hparam.NamedExplorer{}, Usagef("explorers[%d].config: %v", i, err)
+		}
+	}
+	return hparam.NamedExplorer{Name: e.Name, Explorer: ex, Config: block}, nil
+}
+
+// lockRunDir makes rank 0 hold the run directory for the run's life, so a
+// second launch into it is refused rather than training alongside.
+func (s *session) lockRunDir() error {
+	if s.rank != 0 {
+		return nil
+	}
+	lk, stale, err := runlock.Acquire(s.cfg.Run.Dir)
+	switch {
+	case errors.Is(err, runlock.ErrHeld) || errors.Is(err, runlock.ErrBadDir):
+		return &UsageError{Err: err}
+	case err != nil:
+		return err
+	case stale != nil:
+		s.o.Log.Warn().Str("holder", stale.String()).Msg("taking over the run directory's lock from a run that is gone")
+	}
+	s.closers = append(s.closers, func() { _ = lk.Release() })
+	return nil
+}
+
+// stopBeforeTraining ends the run with engine.ErrStopped (exit 3) when any
+// rank caught a signal during setup, before the run directory is written:
+// nothing was trained, so a relaunch runs as this one would have.
+func (s *session) stopBeforeTraining(context.Context) error {
+	got := []float64{0}
+	if s.o.Stop != nil && s.o.Stop() {
+		got[0] = 1
+	}
+	if err := s.o.World.AllreduceFloat64(got, reduce.Max); err != nil || got[0] == 0 {
+		return err
+	}
+	if s.rank == 0 {
+		s.o.Log.Warn().Msg("a signal arrived during setup: stopping before training; launch the same command again to run")
+		s.requeue()
+	}
+	return engine.ErrStopped
+}

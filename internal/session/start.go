@@ -1,0 +1,93 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hdet-dev/hdet/checkpoint"
+	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/atomicfile"
+	"github.com/hdet-dev/hdet/metrics"
+)
+
+// start applies a warm start (every rank, fresh runs) and opens the run
+// directory with its start record (rank 0).
+func (s *session) start(ctx context.Context) error {
+	cfg := s.cfg
+	if s.resumeAt == 0 && cfg.Train.WarmStart != "" {
+		theta0, err := checkpoint.ReadModel(cfg.Train.WarmStart, s.replica.ParamCount())
+		if err != nil {
+			return Usagef("train.warm_start: %v", err)
+		}
+		engine.WarmStart(s.replica.SyncBuffer(false)[:s.replica.ParamCount()], theta0, cfg.Train.WarmNoise, cfg.Train.Seed, s.rank)
+		if s.rank == 0 {
+			s.o.Log.Info().Str("model", cfg.Train.WarmStart).Float64("nu", cfg.Train.WarmNoise).Msg("warm noisy start")
+		}
+	}
+	if s.rank != 0 {
+		return nil
+	}
+	return s.openRunDir(ctx)
+}
+
+func (s *session) openRunDir(ctx context.Context) error {
+	cfg := s.cfg
+	if err := os.MkdirAll(cfg.Run.Dir, 0o755); err != nil {
+		return Usagef("run.dir: %v", err)
+	}
+	b, err := cfg.YAML()
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(cfg.Run.Dir, "config.yaml"), b); err != nil {
+		return Usagef("run.dir: %v", err)
+	}
+	mpath := filepath.Join(cfg.Run.Dir, "metrics.jsonl")
+	if s.resumeAt > 0 {
+		// Windows after the checkpoint will run again: drop their records.
+		if err := metrics.TruncateAfter(mpath, s.resumeAt); err != nil {
+			return fmt.Errorf("metrics.jsonl: %w", err)
+		}
+	}
+	mw, err := metrics.OpenWriter(mpath)
+	if err != nil {
+		return Usagef("run.dir: %v", err)
+	}
+	s.mw = mw
+	s.closers = append(s.closers, func() { _ = mw.Close() })
+	rec, err := s.startRecord(ctx)
+	if err != nil {
+		return err
+	}
+	return mw.Write(rec)
+}
+
+// startRecord describes the run: its shape and, for each explored
+// hyperparameter, the spread and bounds in force, which the first plan
+// carries (the controller hands the same plan to the loop, and its events
+// go into the first window's record).
+func (s *session) startRecord(ctx context.Context) (metrics.Record, error) {
+	cfg := s.cfg
+	hash, err := cfg.Hash()
+	if err != nil {
+		return metrics.Record{}, err
+	}
+	plan, evs, err := s.ctrl.Plan(ctx)
+	if err != nil {
+		return metrics.Record{}, Usagef("explorers: plan of window %d: %v", s.resumeAt/cfg.Train.Window, err)
+	}
+	s.events = append(s.events, evs...)
+	var params []metrics.Param
+	for i, d := range s.ctrl.Descriptors() {
+		pp := plan.Params[i]
+		params = append(params, metrics.Param{Name: pp.Name, Scale: string(d.Scale), Spread: string(pp.Spread.Kind),
+			Alpha: pp.Spread.Alpha, Lower: pp.Bounds.Lower, Upper: pp.Bounds.Upper})
+	}
+	return metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: s.o.World.Size(), TotalSteps: s.steps,
+		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash, ResumedFrom: s.resumeAt}, nil
+}
+
+func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }

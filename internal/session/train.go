@@ -1,0 +1,165 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/hdet-dev/hdet/checkpoint"
+	"github.com/hdet-dev/hdet/device"
+	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/mpi/reduce"
+	"github.com/hdet-dev/hdet/progress"
+	"github.com/hdet-dev/hdet/report"
+	"github.com/hdet-dev/hdet/slurm"
+)
+
+// train runs the window loop, then ends the run: on a stop, the requeue
+// under Slurm; after the last window, the worker's exit, model.bin, the end
+// record and the closing lines (rank 0).
+func (s *session) train(ctx context.Context) (Outcome, error) {
+	opts, err := s.engineOptions()
+	if err != nil {
+		return Outcome{}, err
+	}
+	if s.rank == 0 {
+		s.o.Log.Info().Str("config", s.o.Source).Int("ranks", s.o.World.Size()).Int("steps", s.steps).Int("window", s.cfg.Train.Window).
+			Str("sync", string(s.sync)).Strs("explored", s.ctrl.Names()).Str("run_dir", s.cfg.Run.Dir).
+			Int("start_step", s.resumeAt).Fields(s.slurm.Fields()).Msg("starting HDET run")
+	}
+	start := time.Now()
+	res, err := engine.Run(ctx, opts)
+	s.wd.Stop() // the window loop's collectives are over
+	if errors.Is(err, engine.ErrStopped) {
+		s.stopped(res)
+	}
+	// The final parameters, before the worker (and with it the buffer) goes.
+	params := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
+	if err == nil || errors.Is(err, engine.ErrStopped) {
+		err = errors.Join(err, s.closeWorker())
+	}
+	if err != nil || s.rank != 0 {
+		return Outcome{Result: res}, err
+	}
+	return s.finish(res, params, time.Since(start))
+}
+
+func (s *session) engineOptions() (engine.Options, error) {
+	w, tc := s.o.World, s.cfg.Train
+	saver, err := s.saver()
+	if err != nil {
+		return engine.Options{}, err
+	}
+	var prog engine.Progress
+	if s.rank == 0 {
+		mode, err := progress.ParseMode(s.cfg.Run.Progress)
+		if err != nil {
+			return engine.Options{}, err
+		}
+		prog = progress.New(s.o.Out, mode, s.resumeAt) // under mpirun a rank's stdout is a pty when mpirun's is
+	}
+	rollbackDir := saver.Dir
+	if s.worker != nil {
+		rollbackDir = "" // the script's own state is not in the checkpoints (see resume)
+	}
+	return engine.Options{
+		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl,
+		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt,
+		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: saver, Stop: s.o.Stop,
+		Log: s.o.Log, Watch: s.wd, Events: s.events,
+		DivergenceFactor: tc.DivergenceFactor, MaxRollbacks: tc.MaxRollbacks, CheckpointDir: rollbackDir,
+	}, nil
+}
+
+func (s *session) saver() (*checkpoint.Saver, error) {
+	cfgYAML, err := s.cfg.YAML()
+	if err != nil {
+		return nil, err
+	}
+	w, rc, log := s.o.World, s.cfg.Run, s.o.Log
+	saver := &checkpoint.Saver{
+		Dir: s.checkpointDir(), Every: rc.CheckpointEvery,
+		Interval: time.Duration(rc.CheckpointMinutes * float64(time.Minute)), Keep: rc.Keep,
+		Rank: w.Rank(), Ranks: w.Size(), Config: cfgYAML, ParamCount: s.replica.ParamCount(),
+		Buffer: func() []float32 { return s.replica.SyncBuffer(true) }, Log: log,
+		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
+	}
+	if s.rank == 0 {
+		saver.BeforeWrite = s.mw.Sync
+		saver.Controller = func(ctx context.Context) ([]byte, error) {
+			b, evs, err := s.ctrl.SaveState(ctx)
+			for _, e := range evs {
+				log.Warn().Str("param", e.Param).Msg(e.String())
+			}
+			return b, err
+		}
+	}
+	return saver, nil
+}
+
+// stopped (rank 0) says how to resume and, under Slurm, requeues the job.
+func (s *session) stopped(res engine.Result) {
+	if s.rank != 0 {
+		return
+	}
+	s.o.Log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
+	s.requeue()
+}
+
+// requeue (rank 0) puts the Slurm job back in the queue after a signal
+// stopped the run, unless --no-requeue.
+func (s *session) requeue() {
+	log := s.o.Log
+	if !s.slurm.InSlurm() || s.o.NoRequeue {
+		return
+	}
+	if err := slurm.Requeue(context.Background(), s.slurm.JobID); err != nil {
+		log.Error().Err(err).Msg("requeue failed")
+	} else {
+		log.Info().Str("job", s.slurm.JobID).Msg("job requeued")
+	}
+}
+
+// finish (rank 0) writes model.bin and the end record, prints the closing
+// lines and hands back the report for after MPI_Finalize.
+func (s *session) finish(res engine.Result, params []float32, wall time.Duration) (Outcome, error) {
+	dir := s.cfg.Run.Dir
+	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), params); err != nil {
+		return Outcome{Result: res}, err
+	}
+	if err := s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
+		Eval:     &metrics.Eval{Loss: metrics.Float(res.TestLoss), Accuracy: metrics.Float(res.TestAccuracy)},
+		Checksum: res.Checksum, WallSeconds: wall.Seconds()}); err != nil {
+		return Outcome{Result: res}, err
+	}
+	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
+		fmt.Fprintf(s.o.Out, "finished %d steps on %d ranks\nrun directory: %s\n", res.Steps, s.o.World.Size(), dir)
+	} else {
+		fmt.Fprintf(s.o.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
+			res.TestAccuracy, res.TestLoss, res.Steps, s.o.World.Size(), dir)
+	}
+	out, log := s.o.Out, s.o.Log
+	return Outcome{Result: res, Report: func() error {
+		index, err := report.Write(dir, "", report.Options{CSV: true})
+		if err != nil {
+			// The run itself succeeded; `hdet report` can be run again later.
+			log.Warn().Err(err).Msg("writing the report failed")
+			return nil
+		}
+		fmt.Fprintf(out, "report: %s\n", index)
+		return nil
+	}}, nil
+}
+
+// hostBuffer is the converge on the host slice through one of device's
+// allreducers.
+type hostBuffer struct{ a device.Allreducer }
+
+func (h hostBuffer) AllreduceSum(buf []float32) error {
+	return h.a.Allreduce(device.HostBuffer(buf), reduce.Sum)
+}

@@ -1,0 +1,113 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/hdet-dev/hdet/bridge"
+	"github.com/hdet-dev/hdet/engine"
+)
+
+// workerGPU is what the worker sees as CUDA_VISIBLE_DEVICES: this rank's GPU
+// by UUID, or what the rank inherited in CPU mode.
+func (s *session) workerGPU() string {
+	if s.gpu == nil {
+		return os.Getenv("CUDA_VISIBLE_DEVICES")
+	}
+	if s.gpu.MIG != "" {
+		return s.gpu.MIG
+	}
+	return s.gpu.UUID
+}
+
+// rendezvous is the torch.distributed address every rank's script uses:
+// rank 0 picks a free port on its host and broadcasts host:port.
+func (s *session) rendezvous() (string, int, error) {
+	w := s.o.World
+	var msg []byte
+	var perr error
+	if s.rank == 0 {
+		host, err := s.o.Host()
+		port, lerr := freePort()
+		if perr = errors.Join(err, lerr); perr == nil {
+			msg = []byte(net.JoinHostPort(host, strconv.Itoa(port)))
+		}
+	}
+	msg, err := w.BcastMessage(msg, 0)
+	if err != nil || perr != nil {
+		return "", 0, errors.Join(perr, err)
+	}
+	host, portStr, err := net.SplitHostPort(string(msg))
+	if err != nil {
+		return "", 0, fmt.Errorf("rendezvous address %q: %w", msg, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", 0, fmt.Errorf("rendezvous address %q: %w", msg, err)
+	}
+	return host, port, nil
+}
+
+// startWorker launches the --worker command on this rank and takes the
+// run's length from it.
+func (s *session) startWorker(ctx context.Context) error {
+	w := s.o.World
+	host, port, err := s.rendezvous()
+	if err != nil {
+		return err
+	}
+	wk, err := bridge.Start(ctx, bridge.Options{
+		Command: s.o.Worker, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(),
+		MasterAddr: host, MasterPort: port, GPU: s.workerGPU(), SyncMode: string(s.sync),
+	})
+	if err != nil {
+		return usageIf(err)
+	}
+	s.worker, s.replica = wk, wk
+	// After a failure the worker is only killed; a finished run closes it
+	// itself (closeWorker) to learn how the script ended.
+	s.closers = append(s.closers, func() { _ = wk.Close() })
+	s.sync = engine.SyncMode(wk.SyncMode()) // the script's, which a configured mode must match
+	s.cfg.Train.Sync = wk.SyncMode()
+	if s.steps, err = bridge.RunSteps(s.cfg.Train.Steps, wk.Hello()); err != nil {
+		return usageIf(err)
+	}
+	if s.cfg.Train.Window > s.steps {
+		return Usagef("train.window: got %d, want at most the run's %d steps", s.cfg.Train.Window, s.steps)
+	}
+	return nil
+}
+
+// usageIf makes a disagreement between the script and the configuration
+// (or between ranks' scripts) a usage error: exit 2.
+func usageIf(err error) error {
+	if errors.Is(err, bridge.ErrConflict) {
+		return &UsageError{Err: err}
+	}
+	return err
+}
+
+// closeWorker ends the worker after the loop (STOP, then its exit status):
+// a script that fails while finishing fails the run.
+func (s *session) closeWorker() error {
+	if s.worker == nil {
+		return nil
+	}
+	if err := s.worker.Close(); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

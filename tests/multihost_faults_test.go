@@ -119,7 +119,7 @@ func lostHost(t *testing.T, tb *testbed, f hostFault) {
 	for windowsDone(runDir) < 3 && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	restore := func() {}
+	var restore func()
 	if f.hit != nil {
 		restore = f.hit(t)
 	} else {

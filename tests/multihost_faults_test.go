@@ -67,6 +67,9 @@ type hostFault struct {
 	srun   bool
 	hit    func(t *testing.T) (restore func()) // applied once the run is in its third window
 	resume [2]int                              // hosts x ranks each for the resume
+	// quiet: the launcher may end the job without naming the host (a killed
+	// host's rsh agent exits: "ORTE was unable to reliably start ... daemons").
+	quiet bool
 }
 
 // TestMultiHostLostHost: a host killed, frozen (SIGSTOP and its link down)
@@ -84,7 +87,7 @@ func TestMultiHostLostHost(t *testing.T) {
 		{name: "killed host, mpirun", hit: func(t *testing.T) func() {
 			signalPIDs(t, "KILL", hostPIDs(t, "hdnode3", true))
 			return func() {}
-		}, resume: [2]int{3, 2}},
+		}, resume: [2]int{3, 2}, quiet: true},
 		{name: "frozen host, mpirun", hit: freeze, resume: [2]int{3, 2}},
 		{name: "frozen host, srun", srun: true, hit: freeze, resume: [2]int{2, 2}},
 		{name: "link down mid-converge, mpirun", resume: [2]int{2, 3}},
@@ -137,7 +140,7 @@ func lostHost(t *testing.T, tb *testbed, f hostFault) {
 	text := out.String()
 	if f.srun {
 		assert.Contains(t, text, "silent: ranks 4, 5 on hdnode3", "the watchdog names the host")
-	} else {
+	} else if !f.quiet {
 		assert.Contains(t, text, "hdnode3", "mpirun names the lost host")
 	}
 	ckpts, _ := filepath.Glob(filepath.Join(runDir, "checkpoints", "ckpt-*.hdet"))

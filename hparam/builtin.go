@@ -198,6 +198,10 @@ type builtin struct {
 	off       *Offset // form offset
 	windows   int     // ceil(S/T)
 	next      int     // windows observed so far
+
+	// Scratch reused every window: each rank's offset in scale space, and
+	// the probe signal with unhealthy ranks masked.
+	x, probe []float64
 }
 
 // NewBuiltinExplorer returns the built-in explorer of kind "lr", "dropout"
@@ -544,7 +548,8 @@ func (b *builtin) signal(o Observation) []float64 {
 	if b.cfg.Signal != SignalProbe || o.Probe == nil {
 		return o.Losses
 	}
-	out := make([]float64, len(o.Probe))
+	out := grow(b.probe, len(o.Probe))
+	b.probe = out
 	for r, p := range o.Probe {
 		out[r] = p
 		if !healthy(o.Losses[r]) {
@@ -567,10 +572,12 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 	if !update {
 		return Feedback{Offset: b.off.U}, nil
 	}
-	x := make([]float64, len(o.Values))
+	x := grow(b.x, len(o.Values))
+	b.x = x
+	c := toScale(sc, centre) // once, not per rank: the same value
 	span := 0.0
 	for r, v := range o.Values {
-		x[r] = toScale(sc, v) - toScale(sc, centre)
+		x[r] = toScale(sc, v) - c
 		if healthy(x[r]) {
 			span = max(span, math.Abs(x[r]))
 		}

@@ -81,8 +81,11 @@ type param struct {
 	violations int
 
 	// Scratch for Observe, reused every window: the value of each slot and
-	// of each rank (explorers must not keep Observation.Values).
-	bySlot, values []float64
+	// of each rank (explorers must not keep Observation.Values), and the
+	// slots' spread coefficients for spread coefFor, kept while the
+	// spread holds (only narrowing changes it).
+	bySlot, values, coef []float64
+	coefFor              Spread
 }
 
 // Controller is rank 0's meta-controller: it asks each explorer for its
@@ -359,9 +362,13 @@ func (c *Controller) each(fn func(i int, p *param) error) []error {
 func (p *param) lastValues(pp *ParamPlan) []float64 {
 	n := len(pp.Slots)
 	if len(p.values) != n {
-		p.bySlot, p.values = make([]float64, n), make([]float64, n)
+		p.bySlot, p.values, p.coef = make([]float64, n), make([]float64, n), nil
 	}
-	pp.Spread.ValuesTo(p.bySlot, pp.Base[len(pp.Base)-1], pp.Bounds)
+	if p.coef == nil || p.coefFor != pp.Spread {
+		p.coef, p.coefFor = grow(p.coef, n), pp.Spread
+		pp.Spread.coefs(p.coef)
+	}
+	pp.Spread.apply(p.bySlot, p.coef, pp.Base[len(pp.Base)-1], pp.Bounds)
 	for r, s := range pp.Slots {
 		p.values[r] = p.bySlot[s]
 	}

@@ -114,30 +114,53 @@ func (s Spread) Values(base float64, n int, b Bounds) []float64 {
 }
 
 // ValuesTo is Values into dst, for n = len(dst) slots, without allocating.
-// Each value is bit-identical to b.Clamp(s.Value(base, j, n)); mirrored
-// slots share one multiplier computation.
+// Each value is bit-identical to b.Clamp(s.Value(base, j, n)).
 func (s Spread) ValuesTo(dst []float64, base float64, b Bounds) {
-	n := len(dst)
+	s.coefs(dst)
+	s.apply(dst, dst, base, b)
+}
+
+// coefs fills coef with each of n = len(coef) slots' coefficient, which
+// depends on the spread and n but not on the base: the multiplier of a
+// multiplicative or geometric spread, the added alpha*offset of an
+// additive one. Computed with Value's operations, and mirrored slots share
+// one multiplier computation, so apply gives Value's results bit for bit;
+// a caller whose spread holds over many windows computes them once.
+func (s Spread) coefs(coef []float64) {
+	n := len(coef)
 	switch s.Kind {
 	case Multiplicative:
 		for j := n - 1; j >= n/2; j-- {
 			rho := 1 + float64(s.Alpha*offset(j, n)) // as Multipliers
-			dst[j] = b.Clamp(base * rho)
-			dst[n-1-j] = b.Clamp(base * (2 - rho))
+			coef[j], coef[n-1-j] = rho, 2-rho
 		}
 	case Geometric:
 		l := math.Log1p(s.Alpha)
 		for j := n - 1; j >= n/2; j-- {
 			m := math.Exp(offset(j, n) * l) // as geometric
-			dst[j] = b.Clamp(base * m)
+			coef[j] = m
 			if k := n - 1 - j; k != j {
-				dst[k] = b.Clamp(base * (1 / m))
+				coef[k] = 1 / m
 			}
 		}
 	default:
-		for j := range dst {
-			dst[j] = b.Clamp(s.Value(base, j, n))
+		for j := range coef {
+			coef[j] = s.Alpha * offset(j, n)
 		}
+	}
+}
+
+// apply sets dst[j] to slot j's clamped value for base from the spread's
+// coefs; dst may be coef.
+func (s Spread) apply(dst, coef []float64, base float64, b Bounds) {
+	if s.Kind == Additive {
+		for j, c := range coef {
+			dst[j] = b.Clamp(base + c)
+		}
+		return
+	}
+	for j, c := range coef {
+		dst[j] = b.Clamp(base * c)
 	}
 }
 

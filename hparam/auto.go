@@ -198,7 +198,9 @@ func SoftmaxWeights(losses []float64, sigma float64, w []float64) []float64 {
 	return w
 }
 
-func healthy(loss float64) bool { return !math.IsNaN(loss) && !math.IsInf(loss, 0) }
+// healthy reports whether v is finite: one comparison, false for NaN and
+// both infinities (the controller asks it of every rank several times a window).
+func healthy(v float64) bool { return math.Abs(v) <= math.MaxFloat64 }
 
 // Update applies one paper-form meta-update (b <- hbar + lambda*v on
 // Delta = htilde - hbar) from the value each rank used at the window's last

@@ -579,7 +579,7 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 	for r, v := range o.Values {
 		x[r] = toScale(sc, v) - c
 		if healthy(x[r]) {
-			span = max(span, math.Abs(x[r]))
+			span = wider(span, x[r])
 		}
 	}
 	est, w := b.off.Estimate(x, signal)

@@ -62,7 +62,7 @@ func (o *Offset) Estimate(x, losses []float64) (float64, []float64) {
 	for r, l := range losses {
 		if healthy(l) && healthy(x[r]) {
 			xs, ls = append(xs, x[r]), append(ls, l)
-			span = max(span, math.Abs(x[r]))
+			span = wider(span, x[r])
 		}
 	}
 	o.xs, o.ls = xs, ls
@@ -88,6 +88,16 @@ func (o *Offset) Estimate(x, losses []float64) (float64, []float64) {
 		return 0, nil
 	}
 	return QuadraticVertex(xs, ls, o.cfg.Clip*span), nil
+}
+
+// wider is max(span, |x|) for a finite x and span >= 0, as a plain
+// comparison: the builtin max's NaN and signed-zero handling cost more
+// than the rest of a per-rank loop, and neither case arises here.
+func wider(span, x float64) float64 {
+	if a := math.Abs(x); a > span {
+		return a
+	}
+	return span
 }
 
 // flat reports whether every loss equals the first.

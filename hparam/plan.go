@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // MaxWindowSteps is the longest window a Plan may have, a bound that keeps
@@ -206,19 +207,25 @@ func slotWidth(n int) int {
 	return 4
 }
 
+// appendSlots grows b once and writes the slots in place: appending them
+// one by one checked the capacity for each of N slots.
 func appendSlots(b []byte, slots []uint32) []byte {
-	switch slotWidth(len(slots)) {
+	w := slotWidth(len(slots))
+	at := len(b)
+	b = slices.Grow(b, w*len(slots))[:at+w*len(slots)]
+	out := b[at:]
+	switch w {
 	case 1:
-		for _, s := range slots {
-			b = append(b, byte(s))
+		for i, s := range slots {
+			out[i] = byte(s)
 		}
 	case 2:
-		for _, s := range slots {
-			b = binary.LittleEndian.AppendUint16(b, uint16(s))
+		for i, s := range slots {
+			binary.LittleEndian.PutUint16(out[2*i:], uint16(s))
 		}
 	default:
-		for _, s := range slots {
-			b = binary.LittleEndian.AppendUint32(b, s)
+		for i, s := range slots {
+			binary.LittleEndian.PutUint32(out[4*i:], s)
 		}
 	}
 	return b

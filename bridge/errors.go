@@ -18,6 +18,9 @@ var (
 	ErrWorker   = errors.New("worker reported an error")
 	ErrBadPlan  = errors.New("invalid window plan")
 	ErrClosed   = errors.New("worker already closed")
+	// ErrConflict: the script and the configuration (or two ranks'
+	// scripts) disagree; a usage error (exit 2).
+	ErrConflict = errors.New("script and configuration disagree")
 )
 
 // WorkerError is a failure of rank Rank's worker while doing Op.

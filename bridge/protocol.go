@@ -11,7 +11,7 @@ import (
 // ProtocolVersion is the version of the worker protocol this package speaks.
 // The worker announces its version in HELLO; any other version is refused
 // (ErrVersion) rather than guessed at.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // Frame layout, both directions (little endian):
 //
@@ -36,25 +36,25 @@ const (
 	msgWelcome = "welcome" // hdet → worker: sync mode, the shared buffer
 	msgReady   = "ready"   // worker → hdet: initial parameters are in the buffer
 	msgPlan    = "plan"    // hdet → worker: per-step values for one window
-	msgDone    = "done"    // worker → hdet: window trained; buffer holds its parameters; binary = losses
+	msgDone    = "done"    // worker → hdet: window trained; buffer holds its parameters; binary = losses (then the probe loss)
 	msgEval    = "eval"    // hdet → worker: evaluate the (averaged) parameters
 	msgResult  = "result"  // worker → hdet: binary = loss, accuracy
 	msgStop    = "stop"    // hdet → worker: run finished; load the buffer and return from step()
 	msgError   = "error"   // worker → hdet: the worker failed; Message says why
 )
 
-// Buffer kinds a worker can share its parameters through. Only BufferSHM is
-// implemented: CUDA tensors are staged through it (copied to host). A later
-// BufferCUDAIPC would carry a cudaIpcMemHandle in Handle instead of a Path.
+// Buffer kinds a worker can share its parameters through. Only BufferFD
+// is implemented: CUDA tensors are staged through it (copied to host). A
+// later BufferCUDAIPC would carry a cudaIpcMemHandle in Handle instead.
 const (
-	BufferSHM     = "shm"
+	BufferFD      = "fd"       // an anonymous file the worker inherited at exec
 	BufferCUDAIPC = "cuda_ipc" // reserved, not implemented
 )
 
 // BufferSpec tells the worker where the sync buffer lives.
 type BufferSpec struct {
 	Kind   string `json:"kind"`
-	Path   string `json:"path,omitempty"`   // shm: file to mmap
+	FD     int    `json:"fd,omitempty"`     // fd: the worker's descriptor to mmap
 	Handle []byte `json:"handle,omitempty"` // cuda_ipc: the IPC handle (reserved)
 	Floats int    `json:"floats"`           // float32 elements currently mapped
 }
@@ -106,6 +106,11 @@ type Hello struct {
 	Options map[string]any `json:"options,omitempty"`
 	// Evaluate is true when the script registered an evaluation function.
 	Evaluate bool `json:"evaluate"`
+	// Probe is true when the script gave hdet.probe(fn).
+	Probe bool `json:"probe"`
+	// SyncMode is what the script does: gradients when it set up
+	// torch.distributed before constructing the scheduler, else local.
+	SyncMode string `json:"sync_mode"`
 }
 
 // message is the JSON part of every frame; fields not used by a type are
@@ -127,6 +132,9 @@ type message struct {
 	Start  int                  `json:"start,omitempty"`
 	Steps  int                  `json:"steps,omitempty"`
 	Values map[string][]float64 `json:"values,omitempty"`
+	// plan: average the iterates of the last ProbeTail steps and send the
+	// probe loss after the step losses in DONE.
+	ProbeTail int `json:"probe_tail,omitempty"`
 
 	// plan, eval, stop: copy the buffer back into the model (and the
 	// optimizer state) first. This version always asks: the engine may

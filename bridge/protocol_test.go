@@ -38,7 +38,7 @@ func fakeWorker(mode string) {
 		os.Exit(9)
 	}
 	hello := &Hello{Protocol: ProtocolVersion, Hyperparameters: []string{"lr"}, ParamCount: 2, Dtype: "float32",
-		Buffers: []string{BufferSHM}, ParamGroups: []ParamGroup{{Key: "0", Size: 2}}}
+		Buffers: []string{BufferFD}, ParamGroups: []ParamGroup{{Key: "0", Size: 2}}, SyncMode: SyncLocal}
 	switch mode {
 	case "garbage":
 		_, _ = c.Write([]byte("Traceback (most recent call last):\n"))
@@ -74,9 +74,6 @@ func startFake(t *testing.T, mode string, opts Options) (*Worker, error) {
 	if opts.WorldSize == 0 {
 		opts.WorldSize = 1
 	}
-	if opts.SyncMode == "" {
-		opts.SyncMode = SyncLocal
-	}
 	opts.Command = []string{os.Args[0]}
 	opts.Env = append(opts.Env, "BRIDGE_FAKE_WORKER="+mode)
 	opts.Stdout, opts.Stderr = io.Discard, io.Discard
@@ -94,11 +91,11 @@ func TestStartFailures(t *testing.T) {
 	}{
 		{"exit3", "exit status 3", ErrExited, 0},
 		{"garbage", "frame does not start with", ErrProtocol, 0},
-		{"version", "worker speaks 99, this hdet speaks 1", ErrVersion, 0},
+		{"version", "worker speaks 99, this hdet speaks 2", ErrVersion, 0},
 		{"silent", "no HELLO within 500ms", ErrTimeout, 500 * time.Millisecond},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			w, err := startFake(t, tc.mode, Options{Rank: 2, WorldSize: 4, StartTimeout: tc.timeout})
+			w, err := startFake(t, tc.mode, Options{Rank: 2, WorldSize: 4, MasterPort: 29557, StartTimeout: tc.timeout})
 			require.Error(t, err)
 			assert.Nil(t, w)
 			assert.ErrorIs(t, err, tc.is)
@@ -128,11 +125,14 @@ func TestEnvironment(t *testing.T) {
 		assert.Contains(t, err.Error(), kv)
 	}
 
-	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, SyncMode: SyncLocal})
+	t.Setenv("HDET_SYNC_MODE", "gradients")
+	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, MasterPort: 29556, SyncMode: ""})
 	require.ErrorIs(t, err, ErrWorker)
-	assert.Contains(t, err.Error(), "HDET_SYNC_MODE=local")
-	assert.NotContains(t, err.Error(), "RANK=77", "local mode: no torch.distributed variables, so no DDP")
-	assert.NotContains(t, err.Error(), "MASTER_PORT")
+	assert.NotContains(t, err.Error(), "HDET_SYNC_MODE", "no configured mode: the script's")
+	assert.NotContains(t, err.Error(), "RANK=77")
+	for _, kv := range []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29556"} {
+		assert.Contains(t, err.Error(), kv, "torchrun's variables in every mode")
+	}
 }
 
 func TestOptionsValidation(t *testing.T) {

@@ -1,13 +1,15 @@
 // Package bridge runs an external training process (a PyTorch script using
 // the hdet Python package) as one rank's engine.Replica.
 //
-// One exchange per window over a local Unix socket: PLAN (the window's
-// per-step hyperparameter values) → the script trains → DONE (per-step
-// losses, the values it applied). Before sending DONE the worker copies its
-// parameters (and, in `local` mode, its optimizer state) into a float32 file
-// mapped shared by both processes; that mapping is SyncBuffer, which the
-// engine all-reduces in place with MPI. The next PLAN (or EVAL, or STOP) tells
-// the worker to copy the averaged buffer back into its tensors.
+// One exchange per window over a Unix socket in Linux's abstract namespace:
+// PLAN (the window's per-step hyperparameter values) → the script trains →
+// DONE (per-step losses, the values it applied). Before sending DONE the
+// worker copies its parameters (and, in `local` mode, its optimizer state)
+// into an anonymous float32 file (memfd) mapped shared by both processes;
+// that mapping is SyncBuffer, which the engine all-reduces in place with
+// MPI. The next PLAN (or EVAL, or STOP) tells the worker to copy the
+// averaged buffer back into its tensors. Neither the socket nor the buffer
+// has a name in the file system, so no ending leaves anything behind.
 //
 // CUDA tensors are staged through the same host buffer; the messages leave
 // room for a CUDA IPC handle (BufferCUDAIPC) but only BufferSHM is
@@ -16,6 +18,8 @@ package bridge
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +27,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,19 +37,27 @@ import (
 	"github.com/hdet-dev/hdet/engine"
 )
 
-// Sync modes (DESIGN §1).
+// Sync modes (DESIGN §1). A worker's mode is what its script does: a
+// script that set up torch.distributed (DDP) by the time it constructs the
+// scheduler runs in gradients mode, any other in local mode.
 const (
-	SyncGradients = "gradients" // the script's own DDP all-reduces gradients every step
-	SyncLocal     = "local"     // no communication inside a window; optimizer state is averaged too
+	SyncGradients = string(engine.SyncGradients) // the script's own DDP all-reduces gradients every step
+	SyncLocal     = string(engine.SyncLocal)     // no communication inside a window; optimizer state is averaged too
 )
+
+// bufferFD is the worker's file descriptor for the sync buffer (the first
+// of exec's ExtraFiles).
+const bufferFD = 3
 
 // DefaultTimeout bounds the wait for any one message, a whole window's
 // training included.
 const DefaultTimeout = 10 * time.Minute
 
-// DefaultStartTimeout bounds the start: importing torch alone takes seconds
-// on a cold file cache.
-const DefaultStartTimeout = 2 * time.Minute
+// DefaultStartTimeout bounds the start, up to the scheduler's HELLO: a
+// script may load its data first, and importing torch alone takes minutes
+// on a busy machine or a cold network file system. A script that exits
+// without connecting is reported at once, not after this.
+const DefaultStartTimeout = 10 * time.Minute
 
 // exitGrace is how long a closed connection may precede the process's exit
 // before the worker is reported as hung rather than exited.
@@ -58,21 +69,23 @@ type Options struct {
 
 	Rank, WorldSize, LocalRank int
 
-	// MasterAddr and MasterPort are torch.distributed's rendezvous, passed
-	// as MASTER_ADDR/MASTER_PORT in `gradients` mode. Every rank must get
-	// the same port (rank 0 picks it and broadcasts it).
+	// MasterAddr and MasterPort are torch.distributed's rendezvous
+	// (MASTER_ADDR/MASTER_PORT, with RANK, WORLD_SIZE, LOCAL_RANK, as
+	// torchrun sets them). Every rank must get the same port (rank 0 picks
+	// it and broadcasts it).
 	MasterAddr string // default 127.0.0.1
 	MasterPort int
 
-	GPU      string // CUDA_VISIBLE_DEVICES for the worker; "" leaves it as inherited
-	SyncMode string // SyncGradients or SyncLocal
+	GPU string // CUDA_VISIBLE_DEVICES for the worker; "" leaves it as inherited
+	// SyncMode is the configured mode; "" takes the script's. A script
+	// that does otherwise than a configured mode is an ErrConflict.
+	SyncMode string
 
-	Dir          string        // where the socket is created; default a fresh temporary folder
 	Timeout      time.Duration // per message once started; default DefaultTimeout
 	StartTimeout time.Duration // from launch to READY; default DefaultStartTimeout
 
 	Env            []string  // extra KEY=VALUE entries, applied last
-	Stdout, Stderr io.Writer // the worker's output; default os.Stdout, os.Stderr
+	Stdout, Stderr io.Writer // the worker's output, each line prefixed "[rank N] "; default os.Stdout, os.Stderr
 }
 
 // frame is one read from the worker's connection.
@@ -88,11 +101,11 @@ type Worker struct {
 	opts   Options
 	cmd    *exec.Cmd
 	stderr *tail
-	dir    string
-	ownDir bool
+	out    []*lineWriter
 	ln     *net.UnixListener
 	conn   net.Conn
 	hello  Hello
+	mode   string // the sync mode in force
 	shm    *shmBuffer
 
 	frames    chan frame
@@ -103,6 +116,7 @@ type Worker struct {
 	mu      sync.Mutex
 	window  int  // index of the next window
 	next    int  // global step the next window must start at
+	probing bool // the window in progress reports a probe loss
 	idle    bool // the worker waits for a message (between windows)
 	applied engine.Values
 	failed  error
@@ -148,10 +162,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: rank %d of world size %d", ErrOptions, o.Rank, o.WorldSize)
 	case o.LocalRank < 0:
 		return fmt.Errorf("%w: local rank %d", ErrOptions, o.LocalRank)
-	case o.SyncMode != SyncGradients && o.SyncMode != SyncLocal:
-		return fmt.Errorf("%w: sync mode %q (allowed: %s, %s)", ErrOptions, o.SyncMode, SyncGradients, SyncLocal)
-	case o.SyncMode == SyncGradients && o.WorldSize > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
-		return fmt.Errorf("%w: gradients mode needs MasterPort in 1..65535, got %d", ErrOptions, o.MasterPort)
+	case o.SyncMode != "" && o.SyncMode != SyncGradients && o.SyncMode != SyncLocal:
+		return fmt.Errorf("%w: sync mode %q (allowed: %s, %s, or empty for the script's)", ErrOptions, o.SyncMode, SyncGradients, SyncLocal)
+	case o.WorldSize > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
+		return fmt.Errorf("%w: %d ranks need MasterPort in 1..65535, got %d", ErrOptions, o.WorldSize, o.MasterPort)
 	case o.Timeout < 0 || o.StartTimeout < 0:
 		return fmt.Errorf("%w: negative timeout", ErrOptions)
 	}
@@ -175,29 +189,28 @@ func (o *Options) validate() error {
 
 func (w *Worker) start(ctx context.Context) error {
 	o := &w.opts
-	w.dir = o.Dir
-	if w.dir == "" {
-		d, err := os.MkdirTemp("", "hdet-")
-		if err != nil {
-			return w.errorf("starting", "socket folder: %w", err)
-		}
-		w.dir, w.ownDir = d, true
-	}
-	sock := filepath.Join(w.dir, fmt.Sprintf("rank%d.sock", o.Rank))
-	if len(sock) > 100 { // sun_path is 108 bytes on Linux
-		return w.errorf("starting", "%w: socket path %q is too long; use a shorter Dir", ErrOptions, sock)
-	}
-	_ = os.Remove(sock) // a stale one from a killed run would make Listen fail
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	sock := fmt.Sprintf("@hdet-%d-r%d-%s", os.Getpid(), o.Rank, hex.EncodeToString(id[:]))
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return w.errorf("starting", "listen on %s: %w", sock, err)
 	}
 	w.ln = ln
+	if w.shm, err = newSHM(fmt.Sprintf("hdet-rank%d", o.Rank)); err != nil {
+		return w.errorf("starting", "%w", err)
+	}
+	pkg, err := packageDir()
+	if err != nil {
+		return w.errorf("starting", "%w", err)
+	}
 
 	cmd := exec.Command(o.Command[0], o.Command[1:]...)
-	cmd.Env = o.environ(sock)
-	cmd.Stdout = o.Stdout
-	cmd.Stderr = io.MultiWriter(o.Stderr, w.stderr)
+	cmd.Env = o.environ(sock, pkg)
+	w.out = []*lineWriter{newLineWriter(o.Stdout, o.Rank), newLineWriter(o.Stderr, o.Rank)}
+	cmd.Stdout = w.out[0]
+	cmd.Stderr = io.MultiWriter(w.out[1], w.stderr)
+	cmd.ExtraFiles = []*os.File{w.shm.file} // bufferFD
 	// Its own process group, so that Close and failures also stop what the
 	// script forked (data loader workers); Pdeathsig so that it dies with us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -209,9 +222,17 @@ func (w *Worker) start(ctx context.Context) error {
 	go func() {
 		_ = cmd.Wait() // the exit status is read from ProcessState
 		w.exitState = cmd.ProcessState
+		for _, l := range w.out {
+			l.flush()
+		}
 		close(w.exited)
 	}()
+	return w.handshake(ctx)
+}
 
+// handshake takes the worker from its connection to READY.
+func (w *Worker) handshake(ctx context.Context) error {
+	o := &w.opts
 	conn, err := w.accept(ctx)
 	if err != nil {
 		return w.fail("connecting", err)
@@ -226,13 +247,12 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.checkHello(m); err != nil {
 		return w.fail("sending HELLO", err)
 	}
-	w.shm, err = newSHM(shmDir(), fmt.Sprintf("hdet-r%d-*.f32", o.Rank), w.hello.ParamCount+w.hello.StateCount)
-	if err != nil {
+	if err := w.shm.mapFloats(w.hello.ParamCount + w.hello.StateCount); err != nil {
 		return w.fail("starting", err)
 	}
 	welcome := &message{
-		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: o.SyncMode,
-		Buffer: &BufferSpec{Kind: BufferSHM, Path: w.shm.path(), Floats: len(w.shm.data)},
+		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: w.mode,
+		Buffer: &BufferSpec{Kind: BufferFD, FD: bufferFD, Floats: len(w.shm.data)},
 	}
 	if err := w.send(welcome, nil); err != nil {
 		return w.fail("starting", err)
@@ -245,25 +265,29 @@ func (w *Worker) start(ctx context.Context) error {
 }
 
 // environ is the worker's environment: ours, minus the variables we own,
-// plus the HDET_* ones and, in gradients mode, torch.distributed's. In local
-// mode RANK/WORLD_SIZE are left out on purpose: scripts take their presence
-// as the signal to set up DDP.
-func (o *Options) environ(sock string) []string {
+// plus the HDET_* ones, torch.distributed's env:// rendezvous as torchrun
+// sets it (so DistributedSampler and init_process_group work unchanged),
+// and the embedded hdet package first on PYTHONPATH.
+func (o *Options) environ(sock, pkg string) []string {
 	set := map[string]string{
 		"HDET_SOCKET":     sock,
+		"HDET_BUFFER_FD":  strconv.Itoa(bufferFD),
 		"HDET_PROTOCOL":   strconv.Itoa(ProtocolVersion),
 		"HDET_RANK":       strconv.Itoa(o.Rank),
 		"HDET_WORLD_SIZE": strconv.Itoa(o.WorldSize),
 		"HDET_LOCAL_RANK": strconv.Itoa(o.LocalRank),
-		"HDET_SYNC_MODE":  o.SyncMode,
+		"RANK":            strconv.Itoa(o.Rank),
+		"WORLD_SIZE":      strconv.Itoa(o.WorldSize),
+		"LOCAL_RANK":      strconv.Itoa(o.LocalRank),
+		"MASTER_ADDR":     o.MasterAddr,
+		"MASTER_PORT":     strconv.Itoa(o.MasterPort),
+		"PYTHONPATH":      pkg,
 	}
-	drop := []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
-	if o.SyncMode == SyncGradients {
-		set["RANK"] = strconv.Itoa(o.Rank)
-		set["WORLD_SIZE"] = strconv.Itoa(o.WorldSize)
-		set["LOCAL_RANK"] = strconv.Itoa(o.LocalRank)
-		set["MASTER_ADDR"] = o.MasterAddr
-		set["MASTER_PORT"] = strconv.Itoa(o.MasterPort)
+	if p := os.Getenv("PYTHONPATH"); p != "" {
+		set["PYTHONPATH"] = pkg + ":" + p
+	}
+	if o.SyncMode != "" {
+		set["HDET_SYNC_MODE"] = o.SyncMode
 	}
 	if o.GPU != "" {
 		set["CUDA_VISIBLE_DEVICES"] = o.GPU
@@ -271,7 +295,7 @@ func (o *Options) environ(sock string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if _, ours := set[k]; ours || slices.Contains(drop, k) {
+		if _, ours := set[k]; ours || k == "HDET_SYNC_MODE" {
 			continue
 		}
 		env = append(env, kv)
@@ -320,12 +344,14 @@ func (w *Worker) checkHello(m *message) error {
 	switch {
 	case h.ParamCount <= 0 || h.StateCount < 0:
 		return fmt.Errorf("%w: HELLO with %d parameters and %d floats of optimizer state", ErrProtocol, h.ParamCount, h.StateCount)
-	case h.StateCount > 0 && w.opts.SyncMode != SyncLocal:
-		return fmt.Errorf("%w: HELLO with optimizer state in %s mode", ErrProtocol, w.opts.SyncMode)
+	case h.SyncMode != SyncGradients && h.SyncMode != SyncLocal:
+		return fmt.Errorf("%w: HELLO with sync mode %q", ErrProtocol, h.SyncMode)
+	case h.StateCount > 0 && h.SyncMode != SyncLocal:
+		return fmt.Errorf("%w: HELLO with optimizer state in %s mode", ErrProtocol, h.SyncMode)
 	case h.Dtype != "float32":
 		return fmt.Errorf("%w: HELLO with buffer dtype %q (want float32)", ErrProtocol, h.Dtype)
-	case !slices.Contains(h.Buffers, BufferSHM):
-		return fmt.Errorf("%w: worker cannot use a %s buffer (offers %v)", ErrProtocol, BufferSHM, h.Buffers)
+	case !slices.Contains(h.Buffers, BufferFD):
+		return fmt.Errorf("%w: worker cannot use a %s buffer (offers %v)", ErrProtocol, BufferFD, h.Buffers)
 	case len(h.Hyperparameters) == 0:
 		return fmt.Errorf("%w: HELLO without hyperparameters", ErrProtocol)
 	}
@@ -336,7 +362,23 @@ func (w *Worker) checkHello(m *message) error {
 	if sum != h.ParamCount {
 		return fmt.Errorf("%w: HELLO param groups hold %d parameters, param_count says %d", ErrProtocol, sum, h.ParamCount)
 	}
-	w.hello = h
+	if err := checkMode(w.opts.SyncMode, h.SyncMode, w.opts.WorldSize); err != nil {
+		return err
+	}
+	w.hello, w.mode = h, h.SyncMode
+	return nil
+}
+
+// checkMode compares the configured sync mode with what the script does.
+func checkMode(configured, script string, ranks int) error {
+	switch {
+	case configured == "" || configured == script:
+		return nil
+	case configured == SyncLocal:
+		return fmt.Errorf("%w: train.sync is local, but the script set up torch.distributed, whose DDP all-reduces gradients every step; remove train.sync (hdet then follows the script) or set it to gradients", ErrConflict)
+	case ranks > 1:
+		return fmt.Errorf("%w: train.sync is gradients, but the script did not set up torch.distributed before constructing the scheduler, so nothing averages its gradients; remove train.sync (hdet then runs local mode) or call init_process_group first", ErrConflict)
+	}
 	return nil
 }
 
@@ -483,7 +525,7 @@ func (w *Worker) SyncBuffer(withOptimizer bool) []float32 {
 	if w.closed || w.shm == nil {
 		return nil
 	}
-	if withOptimizer && w.opts.SyncMode == SyncLocal {
+	if withOptimizer && w.mode == SyncLocal {
 		return w.shm.data
 	}
 	return w.shm.data[:w.hello.ParamCount]
@@ -491,7 +533,7 @@ func (w *Worker) SyncBuffer(withOptimizer bool) []float32 {
 
 // load is the load request of PLAN, EVAL and STOP.
 func (w *Worker) load(m *message) *message {
-	m.Load, m.LoadOptimizer = true, w.opts.SyncMode == SyncLocal
+	m.Load, m.LoadOptimizer = true, w.mode == SyncLocal
 	return m
 }
 
@@ -528,7 +570,11 @@ func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.Win
 	if err := w.checkPlan(start, steps, v); err != nil {
 		return engine.WindowResult{}, w.wrap(op, err)
 	}
+	w.probing = win.ProbeTail > 0 && w.hello.Probe
 	plan := w.load(&message{Type: msgPlan, Window: w.window, Start: start, Steps: steps, Values: v})
+	if w.probing {
+		plan.ProbeTail = min(win.ProbeTail, steps)
+	}
 	if err := w.send(plan, nil); err != nil {
 		return engine.WindowResult{}, w.fail(op, err)
 	}
@@ -544,11 +590,19 @@ func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.Win
 	w.idle = true
 	w.window++
 	w.next = start + steps
-	return engine.WindowResult{Losses: losses, Probe: math.NaN()}, nil
+	res := engine.WindowResult{Losses: losses, Probe: math.NaN()}
+	if w.probing {
+		res.Losses, res.Probe = losses[:steps], losses[steps]
+	}
+	return res, nil
 }
 
-// CanProbe implements engine.Replica.
-func (w *Worker) CanProbe() bool { return false }
+// CanProbe implements engine.Replica: the script gave hdet.probe(fn).
+func (w *Worker) CanProbe() bool { return w.hello.Probe }
+
+// SyncMode is the mode in force: the configured one, which the script
+// agrees with, or the script's.
+func (w *Worker) SyncMode() string { return w.mode }
 
 func (w *Worker) checkPlan(start, steps int, v engine.Values) error {
 	if steps <= 0 {
@@ -578,7 +632,11 @@ func (w *Worker) checkDone(m *message, payload []byte, steps int, v engine.Value
 	if m.Window != w.window || m.Steps != steps {
 		return nil, fmt.Errorf("%w: DONE for window %d of %d steps, expected window %d of %d", ErrProtocol, m.Window, m.Steps, w.window, steps)
 	}
-	losses, err := float64s(payload, steps)
+	n := steps
+	if w.probing {
+		n++ // the probe loss follows the step losses
+	}
+	losses, err := float64s(payload, n)
 	if err != nil {
 		return nil, err
 	}
@@ -671,12 +729,9 @@ func (w *Worker) cleanup() {
 		_ = w.conn.Close()
 	}
 	if w.ln != nil {
-		_ = w.ln.Close() // also removes the socket file
+		_ = w.ln.Close()
 	}
 	if w.shm != nil {
 		w.shm.close()
-	}
-	if w.ownDir {
-		_ = os.RemoveAll(w.dir)
 	}
 }

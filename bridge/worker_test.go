@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,12 +26,12 @@ type started struct {
 }
 
 func pythonOptions(t *testing.T, mode string, args ...string) Options {
-	pkg, err := filepath.Abs("../python")
-	require.NoError(t, err)
+	if mode == SyncGradients {
+		args = append(args, "--ddp")
+	}
 	return Options{
 		Command:   append([]string{testenv.Python, "testdata/worker.py"}, args...),
 		WorldSize: 1, SyncMode: mode,
-		Env:     []string{"PYTHONPATH=" + pkg},
 		Timeout: time.Minute,
 	}
 }
@@ -174,9 +173,47 @@ func TestWorkerKilledMidWindow(t *testing.T) {
 func TestWorkerRaisesMidWindow(t *testing.T) {
 	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8", "--fail-at-step", "2"))
 	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4})
+	require.ErrorIs(t, err, ErrWorker)
+	assert.Contains(t, err.Error(), "rank 0: worker (pid ")
+	assert.Contains(t, err.Error(), "the script raised at step 2 of 8: RuntimeError: worker.py failing on purpose at step 2")
+	assert.Contains(t, err.Error(), "Traceback (most recent call last)", "quotes the traceback")
+}
+
+func TestWorkerEndsEarly(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8", "--end-at-step", "6"))
+	ctx := context.Background()
+	_, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4})
+	require.NoError(t, err)
+	_, err = w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4})
+	require.ErrorIs(t, err, ErrWorker)
+	assert.Contains(t, err.Error(), "training window 1 (steps 4-7): worker reported an error: the script ended at step 6 of 8")
+}
+
+// Past total_steps the scheduler raises torch's ValueError; the script's
+// exit status after STOP is Close's error.
+func TestWorkerStepsPastTheEnd(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "4", "--extra-step", "--explicit-loss"))
+	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4, V: engine.Values{"lr": {0.1, 0.2, 0.3, 0.4}}})
+	require.NoError(t, err)
+	err = w.Close()
 	require.ErrorIs(t, err, ErrExited)
-	assert.Contains(t, err.Error(), "exit status 1")
-	assert.Contains(t, err.Error(), "RuntimeError: worker.py failing on purpose at step 2", "quotes the traceback")
+	assert.Contains(t, err.Error(), "finishing after STOP: worker process exited (exit status 1)")
+	assert.Contains(t, err.Error(), "ValueError: Tried to step")
+	assert.Contains(t, w.out.String(), "[rank 0] worker.py finished 4 steps, lr [0.4, 0.4]", "get_last_lr is the applied rate, each line prefixed")
+}
+
+func TestWorkerProbe(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8", "--probe"))
+	require.True(t, w.CanProbe())
+	ctx := context.Background()
+	res, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4, ProbeTail: 2})
+	require.NoError(t, err)
+	assert.Len(t, res.Losses, 4)
+	assert.Greater(t, res.Probe, 0.0)
+	res, err = w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4})
+	require.NoError(t, err)
+	assert.True(t, math.IsNaN(res.Probe), "no probe asked")
+	require.NoError(t, w.Close())
 }
 
 func TestWorkerHangs(t *testing.T) {
@@ -271,11 +308,9 @@ func BenchmarkWindow(b *testing.B) {
 	for _, T := range []int{1, 100} {
 		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
 			testenv.NeedTorch(b)
-			pkg, err := filepath.Abs("../python")
-			require.NoError(b, err)
 			w, err := Start(context.Background(), Options{
 				Command:   []string{testenv.Python, "testdata/worker.py", "--steps", "100000000"},
-				WorldSize: 1, SyncMode: SyncLocal, Env: []string{"PYTHONPATH=" + pkg}, Stdout: io.Discard, Stderr: io.Discard,
+				WorldSize: 1, SyncMode: SyncLocal, Stdout: io.Discard, Stderr: io.Discard,
 			})
 			require.NoError(b, err)
 			defer w.Close()

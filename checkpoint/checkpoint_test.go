@@ -60,17 +60,6 @@ func TestWriteKeepsNewestAndLatestSkipsCorrupt(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNone)
 }
 
-func FuzzDecode(f *testing.F) {
-	f.Add(Encode(sample(10)))
-	f.Add([]byte(magic))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := Decode(data)
-		if err == nil {
-			assert.LessOrEqual(t, s.ParamCount, len(s.Buffer))
-		}
-	})
-}
-
 func TestModelRoundTripAndSizeCheck(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.bin")
 	p := []float32{1.5, -2, 3e-9}

@@ -21,12 +21,17 @@ func WriteModel(path string, p []float32) error {
 
 // ReadModel loads a model.bin written by WriteModel, which must hold n parameters.
 func ReadModel(path string, n int) ([]float32, error) {
-	b, err := os.ReadFile(path)
+	// The size first: a huge file is refused without reading it.
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) != 4*n {
-		return nil, fmt.Errorf("%s holds %d bytes, this workload's %d parameters need %d", path, len(b), n, 4*n)
+	if !fi.Mode().IsRegular() || fi.Size() != 4*int64(n) {
+		return nil, fmt.Errorf("%s holds %d bytes, this workload's %d parameters need %d", path, fi.Size(), n, 4*n)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
 	}
 	r := binread.New(b, nil)
 	p := r.Float32s("parameters", n)

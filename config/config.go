@@ -75,6 +75,9 @@ type Explorer struct {
 	SHA256  string         `yaml:"sha256"`
 	Timeout Duration       `yaml:"timeout"`
 	Config  map[string]any `yaml:"config,omitempty"`
+	// Override: in a worker run, this entry's schedule replaces the
+	// script's where they differ (logged), instead of being an error.
+	Override bool `yaml:"override,omitempty"`
 }
 
 // Run is where the run's files go and how often it checkpoints.
@@ -118,6 +121,20 @@ const DefaultExplorerTimeout = 30 * time.Second
 // Load parses YAML data over the defaults, applies --set overrides
 // ("train.window=50", "explorers.lr.config.spread.alpha=0.2") and validates.
 func Load(data []byte, sets []string) (*Config, error) {
+	return load(data, sets, Default(), false)
+}
+
+// LoadWorker loads the configuration of a `--worker` run (data may be
+// empty: no file). The script says the run's length and sync mode, so
+// train.steps and train.sync default to unset (0 and "") and only need to
+// agree with the script when given; the window defaults to 50 steps.
+func LoadWorker(data []byte, sets []string) (*Config, error) {
+	c := Default()
+	c.Train.Sync, c.Train.Window = "", 50
+	return load(data, sets, c, true)
+}
+
+func load(data []byte, sets []string, c Config, worker bool) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("%w: YAML: %v", ErrInvalid, err)
@@ -134,7 +151,6 @@ func Load(data []byte, sets []string) (*Config, error) {
 			return nil, err
 		}
 	}
-	c := Default()
 	lines := map[string]int{}
 	if err := decodeStrict(&root, &c, lines); err != nil {
 		return nil, err
@@ -144,7 +160,7 @@ func Load(data []byte, sets []string) (*Config, error) {
 			c.Explorers[i].Timeout = Duration(DefaultExplorerTimeout)
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(worker); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) && fe.Line < 0 {
 			if line, ok := lines[fe.Path]; ok {
@@ -189,8 +205,12 @@ type check struct {
 }
 
 // Validate checks every range; the error names the field and what is allowed.
-func (c *Config) Validate() error {
-	for _, checks := range [][]check{c.Workload.checks(), c.Train.checks(), c.Run.checks()} {
+func (c *Config) Validate() error { return c.validate(false) }
+
+// validate checks a worker run's configuration when worker is set: its
+// length and sync mode may be left to the script.
+func (c *Config) validate(worker bool) error {
+	for _, checks := range [][]check{c.Workload.checks(), c.Train.checks(worker), c.Run.checks()} {
 		for _, ch := range checks {
 			if ch.bad {
 				return invalid(ch.path, "got %s, want %s", short(fmt.Sprint(ch.got)), ch.allow)
@@ -229,13 +249,13 @@ func (w Workload) checks() []check {
 	}
 }
 
-func (t Train) checks() []check {
+func (t Train) checks(worker bool) []check {
 	return []check{
 		{!inRange(t.Steps, 0, MaxSteps), "train.steps", fmt.Sprintf("an integer in [1, %d] (or 0 with train.epochs set)", MaxSteps), t.Steps},
 		{!inRange(t.Epochs, 0, MaxEpochs), "train.epochs", fmt.Sprintf("an integer in [1, %d] (or 0 with train.steps set)", MaxEpochs), t.Epochs},
-		{t.Steps == 0 && t.Epochs == 0, "train.steps", "an integer >= 1, or train.epochs >= 1", t.Steps},
+		{t.Steps == 0 && t.Epochs == 0 && !worker, "train.steps", "an integer >= 1, or train.epochs >= 1", t.Steps},
 		{t.Steps > 0 && t.Epochs > 0, "train.epochs", "0 when train.steps is set (give one of them)", t.Epochs},
-		{!slices.Contains([]string{"local", "gradients"}, t.Sync), "train.sync", "local or gradients", t.Sync},
+		{!slices.Contains([]string{"local", "gradients"}, t.Sync) && !(worker && t.Sync == ""), "train.sync", "local or gradients", t.Sync},
 		{t.Window < 1, "train.window", "an integer >= 1 (steps per window, T)", t.Window},
 		{t.Window > MaxWindow, "train.window", fmt.Sprintf("at most %d steps per window", MaxWindow), t.Window},
 		{t.Steps > 0 && t.Window > t.Steps, "train.window", fmt.Sprintf("at most train.steps (%d)", t.Steps), t.Window},

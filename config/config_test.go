@@ -92,17 +92,6 @@ func TestResolvedYAMLRoundTrips(t *testing.T) {
 	assert.Equal(t, h1, h2)
 }
 
-func FuzzLoad(f *testing.F) {
-	f.Add([]byte(sample))
-	f.Add([]byte("train: {steps: 1, window: 1}"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Load(data, nil)
-		if err == nil {
-			assert.NoError(t, c.Validate())
-		}
-	})
-}
-
 // Every configuration error says where: the file's line, --set, or that the
 // value is a default.
 func TestErrorsCarryTheirLine(t *testing.T) {

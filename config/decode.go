@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -140,7 +141,7 @@ func (d decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		return at(n, where, "want %s, got a %s", typeName(v.Type()), kindName(n))
 	}
 	p := reflect.New(v.Type())
-	if err := n.Decode(p.Interface()); err != nil {
+	if err := n.Decode(p.Interface()); err != nil || !integral(n, v.Kind()) {
 		return at(n, where, "want %s, got %q", typeName(v.Type()), short(n.Value))
 	}
 	v.Set(p.Elem())
@@ -172,6 +173,21 @@ func (d decoder) structure(n *yaml.Node, v reflect.Value, path, where string) er
 		}
 	}
 	return nil
+}
+
+// integral refuses a fractional number for an integer field, which yaml.v3
+// would truncate (train.epochs: 1.5 is not one epoch).
+func integral(n *yaml.Node, k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32:
+	default:
+		return true
+	}
+	if n.ShortTag() != "!!float" {
+		return true
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	return err == nil && f == math.Trunc(f)
 }
 
 func yamlName(f reflect.StructField) string {

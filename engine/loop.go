@@ -133,6 +133,9 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 		}
 		w.events = append(l.pending, frozenEvents(evs)...)
 		l.pending = nil
+		for _, n := range l.o.Controller.Notices() {
+			l.o.Log.Warn().Int("window", w.index).Msg(n)
+		}
 		if msg, err = plan.MarshalBinary(); err != nil {
 			return nil, fmt.Errorf("encode plan of window %d: %w", w.index, err)
 		}

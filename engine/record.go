@@ -73,7 +73,8 @@ func lastOf(v Values) map[string]float64 {
 func frozenEvents(evs []hparam.Event) []metrics.Event {
 	out := make([]metrics.Event, 0, len(evs))
 	for _, e := range evs {
-		out = append(out, metrics.Event{Kind: metrics.EventFrozen, Param: e.Param, Message: e.String()})
+		// hparam.EventFrozen and EventClamped are metrics' kinds of the same names.
+		out = append(out, metrics.Event{Kind: e.Kind, Param: e.Param, Message: e.String()})
 	}
 	return out
 }

@@ -6,30 +6,67 @@ import (
 	"math"
 )
 
-// Decay is how the auto phase pulls the base down when there is no signal.
-type Decay string
+// Form is the meta-update's form (DESIGN §1, "Auto phase, revision 2").
+type Form string
 
 const (
-	// DecayFloor chooses the per-window decay gamma so that, with equal
-	// losses, the base reaches the schedule's final value at the last window.
-	DecayFloor Decay = "floor"
-	// DecayNone is gamma = 0.
-	DecayNone Decay = "none"
+	// FormOffset is revision 2: the base is the schedule combined with a
+	// learned offset u in the hyperparameter's scale.
+	FormOffset Form = "offset"
+	// FormPaper is revision 1, the paper's absolute update, kept for
+	// comparison: the base is learned in the hyperparameter's units and
+	// held constant over each window.
+	FormPaper Form = "paper"
+)
+
+// Signal is what the controller compares the replicas by.
+type Signal string
+
+const (
+	// SignalProbe compares each rank's tail-averaged parameters on the
+	// run's probe examples; where the workload cannot evaluate them, the
+	// training losses stand in (Controller.Notices says so).
+	SignalProbe Signal = "probe"
+	// SignalTrain is the paper's: each rank's mean training loss over the window.
+	SignalTrain Signal = "train"
+)
+
+// Estimator turns the ranks' losses into x*, the estimated best offset.
+type Estimator string
+
+const (
+	// EstimatorQuadratic fits L = a + b x + c x^2 by least squares and
+	// takes the vertex (clipped), the best rank's x when the fit is not
+	// convex, 0 when the losses are flat.
+	EstimatorQuadratic Estimator = "quadratic"
+	// EstimatorSoftmax is the paper's: the softmax((Lbar - L)/sigma)-weighted mean of x.
+	EstimatorSoftmax Estimator = "softmax"
 )
 
 // AutoConfig holds the meta-update's constants (DESIGN §1, "Auto phase").
 // Field names in errors are those of the explorer config ("auto.sigma").
 type AutoConfig struct {
+	Form      Form
+	Signal    Signal
+	Estimator Estimator
+	Clip      float64 // quadratic: |x*| <= Clip * max|x_r|; > 0
 	Sigma     float64 // softmax temperature, in loss units; > 0
 	SigmaMode SigmaMode
 	Beta      float64 // velocity momentum, in [0, 1)
 	Lambda    float64 // step size applied to the velocity, >= 0
-	Decay     Decay
-	// LogSpace takes hbar and htilde as geometric means (exp of the mean of
-	// log h). A geometric spread is symmetric in log h, not in h: its
-	// arithmetic mean lies above the base (by 37% at alpha = 2, N = 4), so
-	// with arithmetic means the base would climb window after window with
-	// no signal at all. The built-in explorers set it for geometric spreads.
+	// Until is the fraction of the run after which the offset stops
+	// moving (offset form), in (0, 1].
+	Until float64
+	// Guard is the warm-up guard's threshold (offset form) as a fraction
+	// of the spread's half-width in scale space: while the schedule rises,
+	// v <= -Guard*max|x_r| holds the next window's base; 0 turns it off.
+	Guard float64
+	// LogSpace (paper form) takes hbar and htilde as geometric means (exp
+	// of the mean of log h). A geometric spread is symmetric in log h, not
+	// in h: its arithmetic mean lies above the base (by 37% at alpha = 2,
+	// N = 4), so with arithmetic means the base would climb window after
+	// window with no signal at all. The built-in explorers set it for
+	// geometric spreads.
 	LogSpace bool
 }
 
@@ -45,19 +82,50 @@ const (
 	SigmaRelative SigmaMode = "relative"
 )
 
-// DefaultAutoConfig returns the paper's constants: sigma 0.1, beta 0.9,
-// lambda 0.5, with decay floor.
-func DefaultAutoConfig() AutoConfig {
-	return AutoConfig{Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Decay: DecayFloor}
+// DefaultAutoConfig returns the defaults of a form. Offset (revision 2):
+// probe signal, quadratic estimator clipped at 1.5, beta 0, lambda 1,
+// updates over the whole run. Paper: the paper's constants, sigma 0.1,
+// beta 0.9, lambda 0.5, softmax on the training loss.
+func DefaultAutoConfig(form Form) AutoConfig {
+	if form == FormPaper {
+		return AutoConfig{Form: FormPaper, Signal: SignalTrain, Estimator: EstimatorSoftmax, Clip: 1.5,
+			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1}
+	}
+	return AutoConfig{Form: FormOffset, Signal: SignalProbe, Estimator: EstimatorQuadratic, Clip: 1.5,
+		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.5}
+}
+
+func oneOf[T ~string](field string, v T, allowed ...T) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return fieldErr(field, "must be one of %v, got %q", allowed, v)
 }
 
 // Validate checks the ranges of every field.
 func (c AutoConfig) Validate() error {
+	if err := oneOf("auto.form", c.Form, FormOffset, FormPaper); err != nil {
+		return err
+	}
+	if err := oneOf("auto.signal", c.Signal, SignalProbe, SignalTrain); err != nil {
+		return err
+	}
+	if err := oneOf("auto.estimator", c.Estimator, EstimatorQuadratic, EstimatorSoftmax); err != nil {
+		return err
+	}
+	if c.Form == FormPaper && c.Estimator != EstimatorSoftmax {
+		return fieldErr("auto.estimator", "form paper takes the softmax estimator only, got %q", c.Estimator)
+	}
+	if math.IsNaN(c.Clip) || math.IsInf(c.Clip, 0) || c.Clip <= 0 {
+		return fieldErr("auto.clip", "must be a finite number > 0, got %v", c.Clip)
+	}
 	if math.IsNaN(c.Sigma) || math.IsInf(c.Sigma, 0) || c.Sigma <= 0 {
 		return fieldErr("auto.sigma", "must be a finite number > 0, got %v", c.Sigma)
 	}
-	if c.SigmaMode != SigmaAbsolute && c.SigmaMode != SigmaRelative {
-		return fieldErr("auto.sigma_mode", "must be %q or %q, got %q", SigmaAbsolute, SigmaRelative, c.SigmaMode)
+	if err := oneOf("auto.sigma_mode", c.SigmaMode, SigmaAbsolute, SigmaRelative); err != nil {
+		return err
 	}
 	if math.IsNaN(c.Beta) || c.Beta < 0 || c.Beta >= 1 {
 		return fieldErr("auto.beta", "must be in [0, 1), got %v", c.Beta)
@@ -65,38 +133,35 @@ func (c AutoConfig) Validate() error {
 	if math.IsNaN(c.Lambda) || math.IsInf(c.Lambda, 0) || c.Lambda < 0 {
 		return fieldErr("auto.lambda", "must be a finite number >= 0, got %v", c.Lambda)
 	}
-	if c.Decay != DecayFloor && c.Decay != DecayNone {
-		return fieldErr("auto.decay", "must be %q or %q, got %q", DecayFloor, DecayNone, c.Decay)
+	if math.IsNaN(c.Guard) || math.IsInf(c.Guard, 0) || c.Guard < 0 {
+		return fieldErr("auto.guard", "must be a finite number >= 0 (0: no warm-up guard), got %v", c.Guard)
+	}
+	if math.IsNaN(c.Until) || c.Until <= 0 || c.Until > 1 {
+		return fieldErr("auto.until", "must be a fraction of the run in (0, 1], got %v", c.Until)
 	}
 	return nil
 }
 
-// Auto is the meta-update's state for one hyperparameter: the base, the
-// velocity v and the decay gamma fixed at the first update.
+// Auto is the paper form's state for one hyperparameter: the base and the
+// velocity v.
 type Auto struct {
 	cfg    AutoConfig
 	bounds Bounds
-	final  float64 // the decay floor's target, the schedule's final value
 
 	Base     float64
 	Velocity float64
-	Gamma    float64
 	Updates  int // meta-updates applied so far
 }
 
-// NewAuto returns a meta-update with no updates applied. final is the
-// value decay floor aims at; it must be > 0 for DecayFloor.
-func NewAuto(cfg AutoConfig, bounds Bounds, final float64) (*Auto, error) {
+// NewAuto returns a paper-form meta-update with no updates applied.
+func NewAuto(cfg AutoConfig, bounds Bounds) (*Auto, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := bounds.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Decay == DecayFloor && !(final > 0 && !math.IsInf(final, 0)) {
-		return nil, fieldErr("auto.decay", "floor needs the schedule's final value to be a positive number, got %v (use decay none)", final)
-	}
-	return &Auto{cfg: cfg, bounds: bounds, final: final}, nil
+	return &Auto{cfg: cfg, bounds: bounds}, nil
 }
 
 // SoftmaxWeights returns w = softmax((Lbar - L)/sigma) over the healthy
@@ -135,13 +200,11 @@ func SoftmaxWeights(losses []float64, sigma float64, w []float64) []float64 {
 
 func healthy(loss float64) bool { return !math.IsNaN(loss) && !math.IsInf(loss, 0) }
 
-// Update applies one meta-update (DESIGN §1 steps 2-5) from the value each
-// rank used at the window's last step and its mean window loss (NaN or Inf
-// for an unhealthy rank). windowsLeft is the number of windows that will
-// run with the new base; the first update fixes gamma from it
-// (gamma = 1 - (final/hbar)^(1/K)), and when it is 0 no decay is applied.
-// weights is reused for the returned weights when it has the capacity.
-func (a *Auto) Update(values, losses []float64, windowsLeft int, weights []float64) (Feedback, error) {
+// Update applies one paper-form meta-update (b <- hbar + lambda*v on
+// Delta = htilde - hbar) from the value each rank used at the window's last
+// step and its loss (NaN or Inf for an unhealthy rank). weights is reused
+// for the returned weights when it has the capacity.
+func (a *Auto) Update(values, losses []float64, weights []float64) (Feedback, error) {
 	n := len(values)
 	if n == 0 || len(losses) != n {
 		return Feedback{}, fmt.Errorf("%w: %d values and %d losses, want the same positive number", ErrInvalid, n, len(losses))
@@ -163,7 +226,7 @@ func (a *Auto) Update(values, losses []float64, windowsLeft int, weights []float
 		sumH += f(h)
 	}
 	hbar := inv(sumH / float64(n)) // over all ranks, healthy or not
-	w := SoftmaxWeights(losses, a.sigma(losses), weights)
+	w := SoftmaxWeights(losses, sigmaFor(a.cfg, losses), weights)
 	var htilde, wsum float64
 	for r, wr := range w {
 		htilde += float64(wr * f(values[r]))
@@ -173,26 +236,16 @@ func (a *Auto) Update(values, losses []float64, windowsLeft int, weights []float
 	if wsum > 0 { // no healthy rank: no signal
 		delta = inv(htilde) - hbar
 	}
-	if a.Updates == 0 && a.cfg.Decay == DecayFloor && windowsLeft > 0 {
-		if hbar <= 0 {
-			return Feedback{}, fmt.Errorf("%w: decay floor needs a positive base, the mean value is %v", ErrInvalid, hbar)
-		}
-		a.Gamma = 1 - math.Pow(a.final/hbar, 1/float64(windowsLeft))
-	}
-	gamma := a.Gamma
-	if windowsLeft <= 0 {
-		gamma = 0
-	}
 	a.Velocity = float64(a.cfg.Beta*a.Velocity) + float64((1-a.cfg.Beta)*delta)
-	a.Base = a.bounds.Clamp(float64(hbar*(1-gamma)) + float64(a.cfg.Lambda*a.Velocity))
+	a.Base = a.bounds.Clamp(hbar + float64(a.cfg.Lambda*a.Velocity))
 	a.Updates++
 	return Feedback{Weights: w, Base: a.Base}, nil
 }
 
-// sigma is the softmax temperature for this window's losses.
-func (a *Auto) sigma(losses []float64) float64 {
-	if a.cfg.SigmaMode != SigmaRelative {
-		return a.cfg.Sigma
+// sigmaFor is the softmax temperature for this window's losses.
+func sigmaFor(cfg AutoConfig, losses []float64) float64 {
+	if cfg.SigmaMode != SigmaRelative {
+		return cfg.Sigma
 	}
 	var sum, sq float64
 	k := 0
@@ -203,7 +256,7 @@ func (a *Auto) sigma(losses []float64) float64 {
 		}
 	}
 	if k < 2 {
-		return a.cfg.Sigma
+		return cfg.Sigma
 	}
 	mean := sum / float64(k)
 	for _, l := range losses {
@@ -212,21 +265,19 @@ func (a *Auto) sigma(losses []float64) float64 {
 		}
 	}
 	if sd := math.Sqrt(sq / float64(k)); sd > 0 {
-		return a.cfg.Sigma * sd
+		return cfg.Sigma * sd
 	}
-	return a.cfg.Sigma // equal losses: any temperature gives equal weights
+	return cfg.Sigma // equal losses: any temperature gives equal weights
 }
 
-// autoStateLen is the size of Auto's binary state: version, three float64s, updates.
-const autoStateLen = 1 + 3*8 + 8
+// autoStateLen is the size of Auto's binary state: two float64s, updates.
+const autoStateLen = 3 * 8
 
-const autoStateVersion = 1
-
-// MarshalBinary encodes the state (base, velocity, gamma, updates) bit-exactly.
+// MarshalBinary encodes the state (base, velocity, updates) bit-exactly;
+// the version is the explorer state's.
 func (a *Auto) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, autoStateLen)
-	b = append(b, autoStateVersion)
-	for _, f := range []float64{a.Base, a.Velocity, a.Gamma} {
+	for _, f := range []float64{a.Base, a.Velocity} {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 	}
 	return binary.LittleEndian.AppendUint64(b, uint64(a.Updates)), nil
@@ -235,14 +286,14 @@ func (a *Auto) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary restores a state from MarshalBinary; the configuration
 // stays that of NewAuto.
 func (a *Auto) UnmarshalBinary(b []byte) error {
-	if len(b) != autoStateLen || b[0] != autoStateVersion {
-		return fmt.Errorf("%w: auto state: want %d bytes of version %d", ErrDecode, autoStateLen, autoStateVersion)
+	if len(b) != autoStateLen {
+		return fmt.Errorf("%w: auto state: want %d bytes, got %d", ErrDecode, autoStateLen, len(b))
 	}
-	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[1+8*i:])) }
-	updates := binary.LittleEndian.Uint64(b[25:])
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
+	updates := binary.LittleEndian.Uint64(b[16:])
 	if updates > math.MaxInt32 {
 		return fmt.Errorf("%w: auto state: %d updates", ErrDecode, updates)
 	}
-	a.Base, a.Velocity, a.Gamma, a.Updates = f(0), f(1), f(2), int(updates)
+	a.Base, a.Velocity, a.Updates = f(0), f(1), int(updates)
 	return nil
 }

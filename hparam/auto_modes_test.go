@@ -14,13 +14,13 @@ func TestGeometricSpreadDoesNotDriftWithoutSignal(t *testing.T) {
 	sp := Spread{Kind: Geometric, Alpha: 2}
 	bounds := Bounds{0, 1}
 	for _, logSpace := range []bool{false, true} {
-		cfg := DefaultAutoConfig()
-		cfg.Decay, cfg.LogSpace = DecayNone, logSpace
-		a, err := NewAuto(cfg, bounds, 0)
+		cfg := DefaultAutoConfig(FormPaper)
+		cfg.LogSpace = logSpace
+		a, err := NewAuto(cfg, bounds)
 		require.NoError(t, err)
 		base := 0.01
 		for range 5 {
-			fb, err := a.Update(sp.Values(base, 4, bounds), []float64{1, 1, 1, 1}, 10, nil)
+			fb, err := a.Update(sp.Values(base, 4, bounds), []float64{1, 1, 1, 1}, nil)
 			require.NoError(t, err)
 			base = fb.Base
 		}
@@ -35,23 +35,23 @@ func TestGeometricSpreadDoesNotDriftWithoutSignal(t *testing.T) {
 // Relative sigma makes the weights depend on how the losses compare, not on
 // their scale.
 func TestRelativeSigmaIsScaleFree(t *testing.T) {
-	cfg := DefaultAutoConfig()
+	cfg := DefaultAutoConfig(FormPaper)
 	cfg.SigmaMode = SigmaRelative
-	a, err := NewAuto(cfg, Bounds{0, 1}, 1e-6)
+	_, err := NewAuto(cfg, Bounds{0, 1})
 	require.NoError(t, err)
 	big := []float64{3.0, 3.1, 2.9, 3.05}
 	small := make([]float64, 4)
 	for i, l := range big {
 		small[i] = l / 60
 	}
-	wb := SoftmaxWeights(big, a.sigma(big), nil)
-	ws := SoftmaxWeights(small, a.sigma(small), nil)
+	wb := SoftmaxWeights(big, sigmaFor(cfg, big), nil)
+	ws := SoftmaxWeights(small, sigmaFor(cfg, small), nil)
 	for i := range wb {
 		assert.InDelta(t, wb[i], ws[i], 1e-12)
 	}
-	assert.Equal(t, cfg.Sigma, a.sigma([]float64{1, 1, math.NaN()}), "equal losses keep sigma")
+	assert.Equal(t, cfg.Sigma, sigmaFor(cfg, []float64{1, 1, math.NaN()}), "equal losses keep sigma")
 
 	cfg.SigmaMode = "bogus"
-	_, err = NewAuto(cfg, Bounds{0, 1}, 1e-6)
+	_, err = NewAuto(cfg, Bounds{0, 1})
 	assert.ErrorContains(t, err, "auto.sigma_mode")
 }

@@ -9,11 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func newTestAuto(t *testing.T, decay Decay) *Auto {
+func newTestAuto(t *testing.T) *Auto {
 	t.Helper()
-	c := DefaultAutoConfig()
-	c.Decay = decay
-	a, err := NewAuto(c, Bounds{1e-8, 10}, 1e-6)
+	a, err := NewAuto(DefaultAutoConfig(FormPaper), Bounds{1e-8, 10})
 	require.NoError(t, err)
 	return a
 }
@@ -54,8 +52,8 @@ func TestUnhealthyRankOnlyLosesItsWeight(t *testing.T) {
 	for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 1e300} {
 		l := append([]float64(nil), losses...)
 		l[2] = bad
-		a := newTestAuto(t, DecayNone)
-		fb, err := a.Update(values, l, 10, nil)
+		a := newTestAuto(t)
+		fb, err := a.Update(values, l, nil)
 		require.NoError(t, err)
 		assert.Equal(t, []float64{others[0], others[1], 0, others[2]}, fb.Weights, "loss %v", bad)
 		bases = append(bases, fb.Base)
@@ -64,8 +62,8 @@ func TestUnhealthyRankOnlyLosesItsWeight(t *testing.T) {
 		assert.Equal(t, bases[0], b)
 	}
 	// Dropping the rank altogether gives another hbar, so another base.
-	a := newTestAuto(t, DecayNone)
-	fb, err := a.Update([]float64{0.09, 0.1, 0.12}, []float64{0.50, 0.48, 0.49}, 10, nil)
+	a := newTestAuto(t)
+	fb, err := a.Update([]float64{0.09, 0.1, 0.12}, []float64{0.50, 0.48, 0.49}, nil)
 	require.NoError(t, err)
 	assert.NotEqual(t, bases[0], fb.Base)
 }
@@ -81,16 +79,16 @@ func TestUpdatePermutationInvariant(t *testing.T) {
 			values[i] = 0.01 * (1 + r.Float64())
 			losses[i] = 1 + 0.2*r.Float64()
 		}
-		a, b := newTestAuto(t, DecayFloor), newTestAuto(t, DecayFloor)
+		a, b := newTestAuto(t), newTestAuto(t)
 		pi := r.Perm(n)
 		pv, pl := make([]float64, n), make([]float64, n)
 		for i, j := range pi {
 			pv[i], pl[i] = values[j], losses[j]
 		}
 		for w := range 3 {
-			fa, err := a.Update(values, losses, 5-w, nil)
+			fa, err := a.Update(values, losses, nil)
 			require.NoError(t, err)
-			fb, err := b.Update(pv, pl, 5-w, nil)
+			fb, err := b.Update(pv, pl, nil)
 			require.NoError(t, err)
 			require.InEpsilon(t, fa.Base, fb.Base, 1e-12, "trial %d window %d", trial, w)
 			require.InDelta(t, a.Velocity, b.Velocity, 1e-12*math.Abs(fa.Base))
@@ -105,7 +103,7 @@ func TestUpdatePermutationInvariant(t *testing.T) {
 // rises window after window; in the mirror case it falls.
 func TestUpdateFollowsTheSignal(t *testing.T) {
 	for _, larger := range []bool{true, false} {
-		a := newTestAuto(t, DecayNone)
+		a := newTestAuto(t)
 		base := 0.01
 		rho := Spread{Multiplicative, 1.0 / 9}.Multipliers(4)
 		for w := range 20 {
@@ -117,7 +115,7 @@ func TestUpdateFollowsTheSignal(t *testing.T) {
 					losses[j] = 1 + 0.05*float64(j)
 				}
 			}
-			fb, err := a.Update(values, losses, 20-w, nil)
+			fb, err := a.Update(values, losses, nil)
 			require.NoError(t, err)
 			if larger {
 				require.Greater(t, fb.Base, base, "window %d", w)
@@ -130,69 +128,55 @@ func TestUpdateFollowsTheSignal(t *testing.T) {
 }
 
 func TestUpdateBoundsAndErrors(t *testing.T) {
-	c := DefaultAutoConfig()
-	c.Decay, c.Lambda = DecayNone, 1e6
-	a, err := NewAuto(c, Bounds{0.001, 0.02}, 0)
+	c := DefaultAutoConfig(FormPaper)
+	c.Lambda = 1e6
+	a, err := NewAuto(c, Bounds{0.001, 0.02})
 	require.NoError(t, err)
-	fb, err := a.Update([]float64{0.01, 0.011}, []float64{1, 0.5}, 3, nil)
+	fb, err := a.Update([]float64{0.01, 0.011}, []float64{1, 0.5}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 0.02, fb.Base, "clamped to the upper bound")
 
-	_, err = a.Update([]float64{0.01}, []float64{1, 2}, 3, nil)
+	_, err = a.Update([]float64{0.01}, []float64{1, 2}, nil)
 	assert.ErrorIs(t, err, ErrInvalid)
-	_, err = a.Update([]float64{math.NaN(), 1}, []float64{1, 2}, 3, nil)
+	_, err = a.Update([]float64{math.NaN(), 1}, []float64{1, 2}, nil)
 	assert.ErrorIs(t, err, ErrInvalid)
 
-	_, err = NewAuto(DefaultAutoConfig(), Bounds{0, 1}, 0)
-	assert.ErrorIs(t, err, ErrInvalid, "decay floor needs a positive final value")
 	for _, mod := range []func(*AutoConfig){
 		func(c *AutoConfig) { c.Sigma = 0 },
 		func(c *AutoConfig) { c.Beta = 1 },
 		func(c *AutoConfig) { c.Lambda = -1 },
-		func(c *AutoConfig) { c.Decay = "exp" },
+		func(c *AutoConfig) { c.Form = "absolute" },
+		func(c *AutoConfig) { c.Signal = "eval" },
+		func(c *AutoConfig) { c.Estimator = "cubic" },
+		func(c *AutoConfig) { c.Estimator = EstimatorQuadratic }, // paper form: softmax only
+		func(c *AutoConfig) { c.Clip = 0 },
+		func(c *AutoConfig) { c.Until = 0 },
+		func(c *AutoConfig) { c.Until = 1.5 },
 	} {
-		c := DefaultAutoConfig()
+		c := DefaultAutoConfig(FormPaper)
 		mod(&c)
 		assert.ErrorIs(t, c.Validate(), ErrInvalid)
 	}
 }
 
-func TestDecayFloorWithoutSignal(t *testing.T) {
-	// Equal losses: the base follows hbar*(1-gamma) and lands on the final
-	// value after K updates.
-	a := newTestAuto(t, DecayFloor)
-	base := 0.05
-	const k = 37
-	for w := range k {
-		values := Spread{Multiplicative, 1.0 / 9}.Values(base, 8, Bounds{1e-8, 10})
-		fb, err := a.Update(values, []float64{2, 2, 2, 2, 2, 2, 2, 2}, k-w, nil)
-		require.NoError(t, err)
-		require.Less(t, fb.Base, base)
-		base = fb.Base
-	}
-	assert.InEpsilon(t, 1e-6, base, 1e-9)
-}
-
 func TestAutoStateRoundTrip(t *testing.T) {
-	a := newTestAuto(t, DecayFloor)
+	a := newTestAuto(t)
 	values, losses := []float64{0.01, 0.02, 0.03}, []float64{1, 0.9, 0.95}
-	for w := range 3 {
-		_, err := a.Update(values, losses, 10-w, nil)
+	for range 3 {
+		_, err := a.Update(values, losses, nil)
 		require.NoError(t, err)
 	}
 	st, err := a.MarshalBinary()
 	require.NoError(t, err)
-	b := newTestAuto(t, DecayFloor)
+	b := newTestAuto(t)
 	require.NoError(t, b.UnmarshalBinary(st))
 	assert.Equal(t, *a, *b)
-	for w := range 3 {
-		fa, err := a.Update(values, losses, 7-w, nil)
+	for range 3 {
+		fa, err := a.Update(values, losses, nil)
 		require.NoError(t, err)
-		fb, err := b.Update(values, losses, 7-w, nil)
+		fb, err := b.Update(values, losses, nil)
 		require.NoError(t, err)
 		require.Equal(t, math.Float64bits(fa.Base), math.Float64bits(fb.Base))
 	}
 	assert.ErrorIs(t, b.UnmarshalBinary(st[:10]), ErrDecode)
-	st[0] = 9
-	assert.ErrorIs(t, b.UnmarshalBinary(st), ErrDecode)
 }

@@ -29,7 +29,13 @@ func TestBuiltinDescribe(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, kind, d.Name)
 		assert.Equal(t, want, d.Spread.Kind)
-		assert.InDelta(t, 1.0/9, d.Spread.Alpha, 1e-17)
+		wantAlpha := 1.0 / 9
+		if kind == BuiltinLR {
+			wantAlpha = 0.5
+		}
+		assert.InDelta(t, wantAlpha, d.Spread.Alpha, 1e-17)
+		_, err = initBuiltin(t, kind, string(d.ExampleConfig), setup4)
+		assert.NoError(t, err, "the example config is accepted")
 	}
 	_, err := NewBuiltinExplorer("momentum")
 	assert.ErrorIs(t, err, ErrInvalid)
@@ -59,7 +65,16 @@ func TestBuiltinConfigErrors(t *testing.T) {
 		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": -1}}`, "auto.start"},
 		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": 1.5}}`, "auto.start"},
 		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"stat": 1}}`, "auto.stat"},
-		{BuiltinLR, `{"schedule": {"kind": "cosine", "peak": 0.1}}`, "auto.decay"}, // floor towards final 0
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"decay": "none"}}`, "auto.decay"}, // revision 1's, refused
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"form": "absolute"}}`, "auto.form"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"signal": "eval"}}`, "auto.signal"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"estimator": "cubic"}}`, "auto.estimator"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"form": "paper", "estimator": "quadratic"}}`, "auto.estimator"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"clip": -1}}`, "auto.clip"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"until": 0}}`, "auto.until"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"narrow_from": 0.8, "narrow_to": 0.5}}`, "spread.narrow_from"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"alpha_end": 1.5}}`, "spread.alpha_end"},
+		{BuiltinLR, `{"schedule": {"max_lr": 0.1, "total_steps": 50}}`, "schedule.total_steps"}, // the offset form needs the whole run
 		{BuiltinDropout, `{}`, "schedule.value"},
 		{BuiltinDropout, `{"schedule": "high"}`, "schedule"},
 		{BuiltinDropout, `{"schedule": 0.1} x`, "config"},
@@ -76,14 +91,14 @@ func TestBuiltinConfigErrors(t *testing.T) {
 
 func TestBuiltinUnknownKeyListsAllowed(t *testing.T) {
 	_, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"alpah": 0.1}}`, setup4)
-	assert.ErrorContains(t, err, "spread.alpah: unknown key (allowed: kind, alpha)")
+	assert.ErrorContains(t, err, "spread.alpah: unknown key (allowed: kind, alpha, narrow_from, narrow_to, alpha_end)")
 }
 
 func TestBuiltinScheduleThenAuto(t *testing.T) {
 	ctx := context.Background()
-	// auto.start 35: windows 0..3 follow the schedule, the first update is
-	// at step 40, after window 3.
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": 35}}`, setup4)
+	// Paper form, auto.start 35: windows 0..3 follow the schedule, the
+	// first update is at step 40, after window 3.
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.1}, "auto": {"form": "paper", "start": 35}}`, setup4)
 	require.NoError(t, err)
 	oc, err := NewOneCycle(DefaultOneCycleConfig(0.1, 100))
 	require.NoError(t, err)
@@ -168,5 +183,5 @@ func TestBuiltinStateRoundTrip(t *testing.T) {
 	}
 	assert.ErrorIs(t, b.LoadState(ctx, []byte{1}), ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, nil), ErrDecode)
-	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{1, 99}, st[2:]...)), ErrDecode, "window count past the run")
+	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{2, 99}, st[2:]...)), ErrDecode, "window count past the run")
 }

@@ -32,10 +32,18 @@ type NamedExplorer struct {
 	Config   []byte
 }
 
+// Event kinds.
+const (
+	EventFrozen  = "frozen"  // the explorer failed; its hyperparameter is frozen
+	EventClamped = "clamped" // its plan left what the hyperparameter admits and was clamped (admissible.go)
+)
+
 // Event reports that an explorer failed during window Window's call Op and
 // was frozen: hyperparameter Param keeps base Base with spread Spread (and
-// its bounds) for the rest of the run.
+// its bounds) for the rest of the run. Kind EventClamped reports a plan
+// clamped into what the hyperparameter admits instead (Err says how).
 type Event struct {
+	Kind   string // EventFrozen or EventClamped
 	Window int
 	Param  string
 	Op     string // the failed call: "plan", "observe", "save_state", "load_state"
@@ -45,6 +53,9 @@ type Event struct {
 }
 
 func (e Event) String() string {
+	if e.Kind == EventClamped {
+		return fmt.Sprintf("window %d: explorer %q: %v", e.Window, e.Param, e.Err)
+	}
 	return fmt.Sprintf("window %d: explorer %q: %s failed: %v; frozen at %g with spread %s for the rest of the run",
 		e.Window, e.Param, e.Op, e.Err, e.Base, e.Spread)
 }
@@ -65,6 +76,9 @@ type param struct {
 	base    float64 // the current base: the last plan's base at its last step
 	spread  Spread
 	bounds  Bounds
+	// violations counts the windows whose plan was clamped (admissible.go);
+	// not checkpointed.
+	violations int
 
 	// Scratch for Observe, reused every window: the value of each slot and
 	// of each rank (explorers must not keep Observation.Values).
@@ -85,6 +99,8 @@ type Controller struct {
 	next      int    // the window to plan next
 	plan      *Plan  // the plan of window next, once drawn
 	genBefore []byte // the permuter's state before plan's draws
+	notices   []string
+	noticed   map[string]bool
 }
 
 // NewController describes and initialises every explorer. Errors (a bad
@@ -123,9 +139,22 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: init: %w", ErrExplorer, ne.Name, err)
 		}
+		if err := admitSetup(ctx, ne, d, shape); err != nil {
+			return nil, err
+		}
 		c.params = append(c.params, &param{name: ne.Name, ex: ne.Explorer, desc: d, spread: d.Spread, bounds: d.Bounds})
 	}
+	c.noticed = map[string]bool{}
 	return c, nil
+}
+
+// Notices returns what the run should log once and has not yet: an
+// explorer that asked for the probe signal where the workload cannot
+// evaluate it (it gets the training losses). Plan adds them.
+func (c *Controller) Notices() []string {
+	out := c.notices
+	c.notices = nil
+	return out
 }
 
 // explorerSeed gives explorer i its own seed (splitmix64 of seed and i), so
@@ -173,7 +202,7 @@ func (c *Controller) Frozen(name string) bool {
 
 func (c *Controller) freeze(p *param, op string, err error) Event {
 	p.frozen = true
-	return Event{Window: c.next, Param: p.name, Op: op, Err: err, Base: p.base, Spread: p.spread}
+	return Event{Kind: EventFrozen, Window: c.next, Param: p.name, Op: op, Err: err, Base: p.base, Spread: p.spread}
 }
 
 func checkWindowPlan(wp WindowPlan, steps int) error {
@@ -230,6 +259,8 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 				return nil, events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, req.Window, err)
 			}
 			events = append(events, c.freeze(p, "plan", err))
+		} else if !p.frozen {
+			events = append(events, c.admit(p, &wps[i])...)
 		}
 		wp := wps[i]
 		if p.frozen {
@@ -242,9 +273,24 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 		slots := make([]uint32, c.shape.Ranks)
 		c.perm.Perm(slots)
 		plan.Params[i] = ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: slots, Frozen: p.frozen}
+		c.askProbe(plan, p, wp.Probe && !p.frozen)
 	}
 	c.plan, c.genBefore = plan, gen
 	return plan, events, nil
+}
+
+// askProbe records that p asked for probe losses this window: the plan
+// probes when the workload can, otherwise a notice says the explorer gets
+// the training losses instead.
+func (c *Controller) askProbe(plan *Plan, p *param, asked bool) {
+	switch {
+	case !asked:
+	case c.shape.Probe:
+		plan.Probe = true
+	case !c.noticed[p.name]:
+		c.noticed[p.name] = true
+		c.notices = append(c.notices, fmt.Sprintf("explorer %q asked for the probe signal, but the workload cannot evaluate probe losses: it compares the ranks by their training losses (auto.signal: train)", p.name))
+	}
 }
 
 // Observe feeds the planned window's results to the explorers: losses[r]
@@ -332,7 +378,10 @@ func (p *param) lastValues(pp *ParamPlan) []float64 {
 //	  byte flags (bit 0 frozen, bit 1 has a base)
 //	  float64 base, byte spread kind, float64 alpha, lower, upper
 //	  uvarint length, the explorer's SaveState bytes (empty when frozen)
-const controllerStateVersion = 1
+//
+// Version 2 is revision 2 of the meta-update: the explorers' states it
+// holds changed meaning, so a version-1 checkpoint cannot resume.
+const controllerStateVersion = 2
 
 // SaveState serialises the controller for a checkpoint: the window to plan
 // next, the generator, the frozen set and every live explorer's SaveState.
@@ -390,7 +439,7 @@ func appendBytes(b, v []byte) []byte {
 func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error) {
 	d := &planDecoder{b: data}
 	if v := d.byte1("version"); d.err == nil && v != controllerStateVersion {
-		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads version %d", ErrDecode, v, controllerStateVersion)
+		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads version %d (written before revision 2 of the meta-update; start the run afresh)", ErrDecode, v, controllerStateVersion)
 	}
 	next := d.uvarint("next window", uint64(c.windows))
 	gen := d.bytes("generator state")

@@ -119,9 +119,9 @@ func TestControllerAlphaZero(t *testing.T) {
 	}
 }
 
-// Property: with equal losses, decay floor lands on the schedule's final
-// value at the last step.
-func TestControllerDecayFloorLandsOnFinal(t *testing.T) {
+// Property: with equal losses the offset stays 0, so the base is the
+// schedule at every step, to its final value at the last step.
+func TestControllerEqualLossesFollowTheSchedule(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ n, s, t, start int }{
 		{4, 1000, 10, 300}, {7, 1003, 25, 0}, {2, 500, 100, 150}, {16, 120, 1, 40},
@@ -131,23 +131,30 @@ func TestControllerDecayFloorLandsOnFinal(t *testing.T) {
 		cfg := fmt.Sprintf(`{"schedule": {"max_lr": 0.3, "div_factor": 20, "final_div_factor": 500}, "auto": {"start": %d}}`, tc.start)
 		c, err := NewController(ctx, RunShape{Ranks: tc.n, TotalSteps: tc.s, WindowSteps: tc.t}, []NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(cfg)}})
 		require.NoError(t, err)
-		equal := func(p *Plan) []float64 {
+		oc := DefaultOneCycleConfig(0.3, tc.s)
+		oc.DivFactor, oc.FinalDivFactor = 20, 500
+		sched, err := NewOneCycle(oc)
+		require.NoError(t, err)
+		for range c.Windows() {
+			p, _, err := c.Plan(ctx)
+			require.NoError(t, err)
+			for i, b := range p.Params[0].Base {
+				want, err := sched.At(p.Start + i)
+				require.NoError(t, err)
+				require.Equal(t, want, b, "%+v step %d", tc, p.Start+i)
+			}
 			l := make([]float64, tc.n)
 			for r := range l {
 				l[r] = 0.7
 			}
-			return l
-		}
-		var last *Plan
-		for range c.Windows() {
-			p, _, err := c.Plan(ctx)
+			fb, _, err := c.Observe(ctx, l, nil)
 			require.NoError(t, err)
-			last = p
-			_, _, err = c.Observe(ctx, equal(p), nil)
-			require.NoError(t, err)
+			require.Zero(t, fb[0].Offset)
 		}
 		final := 0.3 / 20 / 500
-		assert.InEpsilon(t, final, last.Params[0].Base[last.Steps-1], 1e-9, "%+v", tc)
+		last, err := sched.At(tc.s - 1)
+		require.NoError(t, err)
+		assert.InEpsilon(t, final, last, 1e-9)
 	}
 }
 
@@ -240,19 +247,18 @@ func TestControllerFreezesFailingExplorer(t *testing.T) {
 		if !f.nanBase {
 			assert.ErrorIs(t, events[0].Err, errBoom)
 		}
-		calls := 2*f.failWindow + 1 // plans 0..w, observations 0..w-1
+		calls := 2*f.failWindow + 2 // setup's plan of window 0 (admissible.go), plans 0..w, observations 0..w-1
 		if f.failOp == "observe" {
 			calls++
 		}
 		assert.Equal(t, calls, f.calls, "never called after it failed")
 	}
 
-	// Failing the very first plan leaves nothing to freeze at.
+	// Failing the very first plan leaves nothing to freeze at: the setup
+	// (which plans window 0 to check it) fails.
 	ex := threeExplorers(t, 0.1, 20)
 	ex[1].Explorer = &flaky{Explorer: ex[1].Explorer, failOp: "plan", failWindow: 0}
-	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10}, ex)
-	require.NoError(t, err)
-	_, _, err = c.Plan(ctx)
+	_, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10}, ex)
 	assert.ErrorIs(t, err, ErrExplorer)
 	assert.ErrorIs(t, err, errBoom)
 }

@@ -50,9 +50,8 @@ type ocPhase struct {
 }
 
 // OneCycle is PyTorch's OneCycleLR: the same phases, the same float
-// operations in the same order, so the learning rates and momenta agree
-// with PyTorch's to the last bit or two (the cosine comes from Go's math
-// package rather than the C library).
+// operations in the same order and the C library's cosine (Cos), so the
+// learning rates and momenta are PyTorch's to the bit.
 type OneCycle struct {
 	c      OneCycleConfig
 	total  int

@@ -71,15 +71,10 @@ func loadTorchCases(t testing.TB) []torchCase {
 	return ref.Cases
 }
 
-func relErr(got, want float64) float64 {
-	if got == want {
-		return 0
-	}
-	return math.Abs(got-want) / math.Max(math.Abs(want), math.SmallestNonzeroFloat64)
-}
-
+// The schedule is PyTorch's to the bit: Cos is the C library's cos that
+// Python's math.cos calls (Go's math.Cos was 1.2e-12 off near the end of a
+// cosine anneal).
 func TestOneCycleParityWithPyTorch(t *testing.T) {
-	worst := 0.0
 	for i, tc := range loadTorchCases(t) {
 		oc, err := NewOneCycle(tc.oneCycleConfig())
 		require.NoError(t, err, "case %d", i)
@@ -87,14 +82,12 @@ func TestOneCycleParityWithPyTorch(t *testing.T) {
 		for s := range tc.LR {
 			lr, m, err := oc.AtBoth(s)
 			require.NoError(t, err)
-			worst = math.Max(worst, math.Max(relErr(lr, tc.LR[s]), relErr(m, tc.Momentum[s])))
-			require.LessOrEqual(t, relErr(lr, tc.LR[s]), 1e-12, "case %d step %d lr %v want %v", i, s, lr, tc.LR[s])
-			require.LessOrEqual(t, relErr(m, tc.Momentum[s]), 1e-12, "case %d step %d momentum %v want %v", i, s, m, tc.Momentum[s])
+			require.Equal(t, tc.LR[s], lr, "case %d step %d lr", i, s)
+			require.Equal(t, tc.Momentum[s], m, "case %d step %d momentum", i, s)
 		}
 		_, err = oc.At(oc.Steps())
 		require.ErrorIs(t, err, ErrStepRange, "case %d", i)
 	}
-	t.Logf("worst relative error over all cases and steps: %g", worst)
 }
 
 func TestOneCycleValidation(t *testing.T) {

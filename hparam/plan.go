@@ -128,6 +128,7 @@ func (p *Plan) Validate() error {
 //
 //	version byte
 //	uvarint window, start, steps, ranks, number of hyperparameters
+//	byte plan flags (bit 0 probe)
 //	per hyperparameter:
 //	  uvarint name length, name bytes
 //	  byte spread kind (1 multiplicative, 2 additive, 3 geometric)
@@ -135,7 +136,7 @@ func (p *Plan) Validate() error {
 //	  byte flags (bit 0 frozen, bit 1 constant base: one float64 instead of steps)
 //	  float64 base values
 //	  slot of each rank, 1, 2 or 4 bytes each as N <= 256, <= 65536 or more
-const planVersion = 1
+const planVersion = 2
 
 const (
 	flagFrozen    = 1
@@ -164,6 +165,11 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 	for _, v := range []int{p.Window, p.Start, p.Steps, n, len(p.Params)} {
 		b = binary.AppendUvarint(b, uint64(v))
 	}
+	var pflags byte
+	if p.Probe {
+		pflags = 1
+	}
+	b = append(b, pflags)
 	for _, pp := range p.Params {
 		b = binary.AppendUvarint(b, uint64(len(pp.Name)))
 		b = append(b, pp.Name...)
@@ -320,9 +326,14 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 	q.Steps = d.uvarint("steps", MaxWindowSteps)
 	n := d.uvarint("ranks", uint64(len(d.b))) // each rank needs >= 1 byte per hyperparameter
 	np := d.uvarint("hyperparameter count", uint64(len(d.b))/(1+1+24+1+8))
+	pflags := d.byte1("plan flags")
+	if pflags > 1 {
+		d.fail(fmt.Sprintf("unknown plan flags %#x", pflags))
+	}
 	if d.err != nil {
 		return d.err
 	}
+	q.Probe = pflags == 1
 	q.Params = make([]ParamPlan, np)
 	for i := range q.Params {
 		pp := &q.Params[i]

@@ -90,7 +90,7 @@ func TestPlanDecodeGarbage(t *testing.T) {
 		require.ErrorIs(t, q.UnmarshalBinary(b[:i]), ErrDecode, "prefix of %d bytes", i)
 	}
 	require.ErrorIs(t, q.UnmarshalBinary(append(b, 0)), ErrDecode, "trailing byte")
-	other := append([]byte{2}, b[1:]...)
+	other := append([]byte{planVersion + 1}, b[1:]...)
 	require.ErrorIs(t, q.UnmarshalBinary(other), ErrDecode, "another version")
 	// Every single-byte corruption either decodes to a valid plan or errs.
 	for i := range b {

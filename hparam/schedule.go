@@ -13,7 +13,7 @@ type Schedule interface {
 	At(step int) (float64, error)
 	// Steps is the number of steps the schedule covers.
 	Steps() int
-	// Final is the value the schedule ends on; `decay: floor` aims there.
+	// Final is the value the schedule ends on.
 	Final() float64
 }
 
@@ -191,7 +191,7 @@ func (s *StepDecay) Final() float64 { return s.at(s.c.TotalSteps - 1) }
 // (which Go may otherwise emit on arm64, ppc64, s390x), so the result is
 // rounded exactly as CPython rounds it.
 func annealCos(start, end, pct float64) float64 {
-	cosOut := math.Cos(float64(math.Pi*pct)) + 1
+	cosOut := Cos(float64(math.Pi*pct)) + 1
 	return end + float64(float64((start-end)/2.0)*cosOut)
 }
 

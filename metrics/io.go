@@ -125,7 +125,10 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 	br := bufio.NewReader(r)
 	var pending error // a bad line, forgiven only if it turns out to be the last
 	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
+		line, rerr := readLine(br)
+		if errors.Is(rerr, errLongLine) {
+			return nil, false, fmt.Errorf("%w: line %d: %w", ErrCorrupt, lineNo, rerr)
+		}
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			return nil, false, fmt.Errorf("metrics: %w", rerr)
 		}
@@ -156,6 +159,27 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 	return recs, pending != nil, nil
 }
 
+// MaxLine bounds a line of metrics.jsonl: a window record of thousands of
+// ranks is far shorter, and a reader never holds more than this of one line.
+const MaxLine = 64 << 20
+
+var errLongLine = fmt.Errorf("line longer than %d bytes", MaxLine)
+
+// readLine reads up to and including the next newline, at most MaxLine bytes.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		line = append(line, frag...)
+		if len(line) > MaxLine {
+			return nil, errLongLine
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
 // ReadFile reads the metrics.jsonl at path; see Read.
 func ReadFile(path string) (recs []Record, truncated bool, err error) {
 	f, err := os.Open(path)
@@ -163,6 +187,9 @@ func ReadFile(path string) (recs []Record, truncated bool, err error) {
 		return nil, false, fmt.Errorf("metrics: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, path)
+	}
 	recs, truncated, err = Read(f)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", path, err)

@@ -112,3 +112,10 @@ func TestWriterSyncsByBatch(t *testing.T) {
 	require.NoError(t, w.Sync())
 	assert.Equal(t, 0, w.unsynced)
 }
+
+func TestReadRefusesAnEndlessLine(t *testing.T) {
+	line := `{"type":"start","x":"` + strings.Repeat("a", MaxLine) + "\"}\n"
+	_, _, err := Read(strings.NewReader(line))
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Contains(t, err.Error(), "line 1: line longer than")
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/plugins/contract"
 )
 
 // IsConfigError tells whether err comes from how an explorer was configured
@@ -62,14 +63,11 @@ func (c *checker) step(name string, f func(context.Context) (string, error)) err
 }
 
 // Check starts spec's binary (the handshake, and the checksum when pinned)
-// and runs a dry round against it: Describe, Init with config (nil: "{}")
-// for 4 ranks, Plan window 0, Observe it with made-up losses (one NaN),
-// SaveState and LoadState. It returns the steps it ran and the first
-// failure.
+// and runs a dry round against it: Describe, Init with config (nil: the
+// explorer's Descriptor.ExampleConfig, else "{}") for 4 ranks, Plan window
+// 0, Observe it with made-up losses (one NaN), SaveState and LoadState. It
+// returns the steps it ran and the first failure.
 func Check(ctx context.Context, spec Spec, config []byte, log zerolog.Logger) ([]CheckStep, error) {
-	if config == nil {
-		config = []byte("{}")
-	}
 	return check(ctx, spec, log, func(c *checker) error { return dryRound(c, config) })
 }
 
@@ -89,7 +87,7 @@ func check(ctx context.Context, spec Spec, log zerolog.Logger, round func(*check
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("pid %d, protocol %d, gRPC with mutual TLS", p.pid, Handshake.ProtocolVersion), nil
+		return fmt.Sprintf("pid %d in its own process group, protocol %d, gRPC with mutual TLS", p.pid, contract.Handshake.ProtocolVersion), nil
 	})
 	if err != nil {
 		return c.steps, err
@@ -123,7 +121,13 @@ func dryRound(c *checker, config []byte) error {
 				d.Name, d.Version, d.Hyperparameter, d.Spread.Kind, d.Spread.Alpha, d.Bounds.Lower, d.Bounds.Upper, d.Scale), validDescriptor(d)
 		}},
 		{"init", func(ctx context.Context) (string, error) {
-			return fmt.Sprintf("%d ranks, %d steps, window %d", checkRanks, 10*checkSteps, checkSteps),
+			if config == nil {
+				config = d.ExampleConfig
+			}
+			if len(config) == 0 {
+				config = []byte("{}")
+			}
+			return fmt.Sprintf("%d ranks, %d steps, window %d, config %s", checkRanks, 10*checkSteps, checkSteps, config),
 				c.x.Init(ctx, hparam.Setup{Name: d.Hyperparameter, Config: config, Ranks: checkRanks, TotalSteps: 10 * checkSteps, WindowSteps: checkSteps, Seed: 1})
 		}},
 		{"plan", func(ctx context.Context) (string, error) {
@@ -131,7 +135,7 @@ func dryRound(c *checker, config []byte) error {
 			if plan, err = c.x.Plan(ctx, hparam.WindowRequest{Window: checkWindow, Start: 0, Steps: checkSteps}); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("window 0 base %g..%g, %s spread alpha %g", plan.Base[0], plan.Base[len(plan.Base)-1], plan.Spread.Kind, plan.Spread.Alpha), validPlan(plan)
+			return fmt.Sprintf("window 0 base %g..%g, %s spread alpha %g", plan.Base[0], plan.Base[len(plan.Base)-1], plan.Spread.Kind, plan.Spread.Alpha), errors.Join(validPlan(plan), hparam.AdmitBounds(d.Hyperparameter, plan.Bounds))
 		}},
 		{"observe", func(ctx context.Context) (string, error) {
 			last := plan.Base[len(plan.Base)-1]
@@ -141,7 +145,7 @@ func dryRound(c *checker, config []byte) error {
 				return "", err
 			}
 			if math.IsNaN(f.Base) || math.IsInf(f.Base, 0) {
-				return "", fmt.Errorf("%w: next base %v", ErrBadAnswer, f.Base)
+				return "", fmt.Errorf("%w: next base %v", contract.ErrBadAnswer, f.Base)
 			}
 			return fmt.Sprintf("losses 1, 0.9, 1.1, NaN -> next base %g", f.Base), nil
 		}},
@@ -163,17 +167,20 @@ func dryRound(c *checker, config []byte) error {
 func validDescriptor(d hparam.Descriptor) error {
 	switch {
 	case d.Name == "" || d.Hyperparameter == "":
-		return fmt.Errorf("%w: empty name or hyperparameter", ErrBadAnswer)
+		return fmt.Errorf("%w: empty name or hyperparameter", contract.ErrBadAnswer)
 	case d.Scale != hparam.Linear && d.Scale != hparam.Log:
-		return fmt.Errorf("%w: scale %q is not linear or log", ErrBadAnswer, d.Scale)
+		return fmt.Errorf("%w: scale %q is not linear or log", contract.ErrBadAnswer, d.Scale)
 	}
-	return validSpreadBounds(d.Spread, d.Bounds)
+	if err := validSpreadBounds(d.Spread, d.Bounds); err != nil {
+		return err
+	}
+	return hparam.AdmitBounds(d.Hyperparameter, d.Bounds)
 }
 
 func validPlan(p hparam.WindowPlan) error {
 	for i, b := range p.Base {
 		if math.IsNaN(b) || math.IsInf(b, 0) {
-			return fmt.Errorf("%w: base %v at step %d", ErrBadAnswer, b, i)
+			return fmt.Errorf("%w: base %v at step %d", contract.ErrBadAnswer, b, i)
 		}
 	}
 	return validSpreadBounds(p.Spread, p.Bounds)
@@ -183,13 +190,13 @@ func validSpreadBounds(s hparam.Spread, b hparam.Bounds) error {
 	switch s.Kind {
 	case hparam.Multiplicative, hparam.Additive, hparam.Geometric:
 	default:
-		return fmt.Errorf("%w: spread kind %q", ErrBadAnswer, s.Kind)
+		return fmt.Errorf("%w: spread kind %q", contract.ErrBadAnswer, s.Kind)
 	}
 	if s.Alpha < 0 || math.IsNaN(s.Alpha) {
-		return fmt.Errorf("%w: spread alpha %v", ErrBadAnswer, s.Alpha)
+		return fmt.Errorf("%w: spread alpha %v", contract.ErrBadAnswer, s.Alpha)
 	}
 	if !(b.Lower <= b.Upper) {
-		return fmt.Errorf("%w: bounds [%v, %v]", ErrBadAnswer, b.Lower, b.Upper)
+		return fmt.Errorf("%w: bounds [%v, %v]", contract.ErrBadAnswer, b.Lower, b.Upper)
 	}
 	return nil
 }

@@ -1,3 +1,8 @@
+// Package plugins is hdet's side of the explorer plugins: it launches
+// explorer binaries (each in a process group of its own, ended with it),
+// pins them by checksum, times their calls out and restarts them, finds them
+// in the plugin directory and checks them. What hdet and an explorer agree
+// on lives in plugins/contract; explorer authors use plugins/sdk.
 package plugins
 
 import (
@@ -7,14 +12,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/plugins/contract"
 )
 
 // Spec says which explorer binary to run for one hyperparameter instance.
@@ -23,19 +29,18 @@ type Spec struct {
 	Binary   string        // path of the explorer executable (see Resolve)
 	Checksum string        // optional SHA-256 of Binary in hex ("sha256:" prefix allowed); when set, a different binary is refused
 	Timeout  time.Duration // deadline of every call; 0 means DefaultTimeout
+	// Handshake is the deadline from launch to go-plugin's handshake line;
+	// past it the explorer's process group is killed. 0 means StartTimeout.
+	Handshake time.Duration
 }
 
 // DefaultTimeout bounds one explorer call when Spec.Timeout is zero. Explorer
 // calls are tiny; a call this slow means the explorer is stuck.
 const DefaultTimeout = 10 * time.Second
 
-// StartTimeout bounds launching an explorer process up to its handshake.
+// StartTimeout bounds launching an explorer process up to its handshake
+// when Spec.Handshake is zero.
 const StartTimeout = 30 * time.Second
-
-// EnvParentPID tells an explorer which process launched it, so the SDK can
-// exit when that process is gone even if it died before the explorer started
-// watching.
-const EnvParentPID = "HDET_PLUGIN_PARENT_PID"
 
 var (
 	// ErrChecksumMismatch: the binary's SHA-256 is not the pinned one. hdet
@@ -54,6 +59,9 @@ type process struct {
 	pid      int
 }
 
+// kill ends the explorer: go-plugin closes the connection and waits briefly
+// for a clean exit, then kills; either way the group runner ends the rest
+// of the explorer's process group.
 func (p *process) kill() { p.client.Kill() }
 
 // parseChecksum decodes a hex SHA-256, with an optional "sha256:" prefix.
@@ -78,45 +86,64 @@ func checkExecutable(path string) error {
 	return nil
 }
 
-// start launches spec's binary and connects to it over gRPC with mutual TLS.
+// checkPinned refuses spec's binary unless it has the pinned SHA-256. hdet
+// checks it itself because go-plugin's check does not apply to a runner.
+func checkPinned(spec Spec) error {
+	if spec.Checksum == "" {
+		return nil
+	}
+	want, err := parseChecksum(spec.Checksum)
+	if err != nil {
+		return err
+	}
+	got, err := FileSHA256(spec.Binary)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotExecutable, err)
+	}
+	if got != hex.EncodeToString(want) {
+		return fmt.Errorf("%w: %s has sha256:%s, the config pins %s", ErrChecksumMismatch, spec.Binary, got, spec.Checksum)
+	}
+	return nil
+}
+
+// start launches spec's binary in a process group of its own and connects
+// to it over gRPC with mutual TLS. Past the handshake deadline the group is
+// killed and start fails; it never waits longer.
 func start(spec Spec, hl hclog.Logger) (*process, error) {
 	if err := checkExecutable(spec.Binary); err != nil {
 		return nil, err
 	}
-	var secure *plugin.SecureConfig
-	if spec.Checksum != "" {
-		sum, err := parseChecksum(spec.Checksum)
-		if err != nil {
-			return nil, err
-		}
-		secure = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	if err := checkPinned(spec); err != nil {
+		return nil, err
 	}
-	cmd := exec.Command(spec.Binary)
-	// SkipHostEnv below, so that our parent pid comes last and wins over an
-	// inherited value.
-	cmd.Env = append(os.Environ(), EnvParentPID+"="+strconv.Itoa(os.Getpid()))
+	deadline := spec.Handshake
+	if deadline <= 0 {
+		deadline = StartTimeout
+	}
+	var gr *groupRunner
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake,
-		Plugins:          PluginSet(nil),
-		Cmd:              cmd,
-		SkipHostEnv:      true,
-		SecureConfig:     secure,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		HandshakeConfig: contract.Handshake,
+		Plugins:         contract.PluginSet(nil),
+		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, _ string) (runner.Runner, error) {
+			gr = newGroupRunner(spec.Binary, cmd.Env)
+			return gr, nil
+		},
+		AllowedProtocols: contract.Protocols,
 		AutoMTLS:         true,
 		Managed:          true,
-		StartTimeout:     StartTimeout,
+		StartTimeout:     deadline,
 		Logger:           hl,
 	})
+	t0 := time.Now()
 	rpc, err := client.Client()
 	if err != nil {
 		client.Kill()
-		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-			got, _ := FileSHA256(spec.Binary)
-			return nil, fmt.Errorf("%w: %s has sha256:%s, the config pins %s", ErrChecksumMismatch, spec.Binary, got, spec.Checksum)
+		if time.Since(t0) >= deadline {
+			return nil, fmt.Errorf("start explorer %s: no go-plugin handshake within %s, so its process group was killed. %s: %w", spec.Binary, deadline, startHint, err)
 		}
 		return nil, fmt.Errorf("start explorer %s: %w", spec.Binary, err)
 	}
-	raw, err := rpc.Dispense(PluginName)
+	raw, err := rpc.Dispense(contract.PluginName)
 	if err != nil {
 		client.Kill()
 		return nil, fmt.Errorf("start explorer %s: %w", spec.Binary, err)
@@ -126,11 +153,7 @@ func start(spec Spec, hl hclog.Logger) (*process, error) {
 		client.Kill()
 		return nil, fmt.Errorf("start explorer %s: dispensed %T, not an explorer", spec.Binary, raw)
 	}
-	p := &process{client: client, explorer: ex}
-	if rc := client.ReattachConfig(); rc != nil {
-		p.pid = rc.Pid
-	}
-	return p, nil
+	return &process{client: client, explorer: ex, pid: gr.pid}, nil
 }
 
 // KillAll kills every explorer process this program started. Call it on any

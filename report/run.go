@@ -81,6 +81,9 @@ func Load(runDir string) (*Run, error) {
 	for _, w := range r.Windows {
 		r.Ranks = max(r.Ranks, len(w.Losses))
 	}
+	if err := checkSize(r); err != nil {
+		return nil, err
+	}
 	r.Params = append(r.Params, r.Start.Hyperparameters...)
 	seen := map[string]bool{}
 	for _, p := range r.Params {
@@ -100,6 +103,23 @@ func Load(runDir string) (*Run, error) {
 		r.Params = append(r.Params, metrics.Param{Name: name})
 	}
 	return r, nil
+}
+
+// Bounds on what a report allocates from a file's contents: a start record
+// claiming a billion ranks is refused rather than plotted.
+const (
+	MaxRanks = 1 << 16
+	maxCells = 1 << 27 // windows times ranks in the per-rank figures and CSV
+)
+
+func checkSize(r *Run) error {
+	if r.Ranks < 0 || r.Ranks > MaxRanks {
+		return fmt.Errorf("%w: start record: ranks %d, want 0 to %d", metrics.ErrCorrupt, r.Ranks, MaxRanks)
+	}
+	if cells := int64(r.Ranks) * int64(len(r.Windows)); cells > maxCells {
+		return fmt.Errorf("%w: %d windows of %d ranks is more than a report draws (%d values)", metrics.ErrCorrupt, len(r.Windows), r.Ranks, maxCells)
+	}
+	return nil
 }
 
 // healthy reports whether rank r counts in window w's mean: its loss is

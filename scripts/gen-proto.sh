@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerates plugins/proto/*.pb.go from plugins/proto/explorer.proto with
+# Regenerates plugins/contract/proto/*.pb.go from plugins/contract/proto/explorer.proto with
 # pinned generators. protoc comes from Debian (apt-get install -y
 # protobuf-compiler); the Go plugins are installed into bin/tools so the
 # result does not depend on what else is on PATH.
@@ -13,7 +13,7 @@ mkdir -p "$tools"
 GOBIN="$tools" go install "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO"
 GOBIN="$tools" go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC"
 PATH="$tools:$PATH" protoc \
-	--proto_path=plugins/proto \
-	--go_out=plugins/proto --go_opt=paths=source_relative \
-	--go-grpc_out=plugins/proto --go-grpc_opt=paths=source_relative \
-	plugins/proto/explorer.proto
+	--proto_path=plugins/contract/proto \
+	--go_out=plugins/contract/proto --go_opt=paths=source_relative \
+	--go-grpc_out=plugins/contract/proto --go-grpc_opt=paths=source_relative \
+	plugins/contract/proto/explorer.proto

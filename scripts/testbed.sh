@@ -5,6 +5,8 @@
 #
 #   scripts/testbed.sh up [--slurm]   tear down what a failed run left, then build
 #   scripts/testbed.sh down           stop Slurm, kill what runs in the hosts, remove all
+#   scripts/testbed.sh slurm          (re)start the bed's Slurm daemons that are missing
+#                                     or whose nodes are down (after a host was frozen)
 #   scripts/testbed.sh run [--slurm] CMD...
 #                                     take the lock, up, run CMD with the bed's
 #                                     environment, down (also when CMD fails)
@@ -45,12 +47,13 @@ up() {
 	fi
 }
 
-[ $# -ge 1 ] || die "usage: $0 up [--slurm] | down | run [--slurm] CMD..."
+[ $# -ge 1 ] || die "usage: $0 up [--slurm] | down | slurm | run [--slurm] CMD..."
 cmd=$1
 shift
 case $cmd in
 up) up "$@" ;;
 down) down ;;
+slurm) "$TB/slurm-multi-up.sh" ;;
 run)
 	slurm=
 	if [ "${1:-}" = --slurm ]; then slurm=--slurm; shift; fi
@@ -65,5 +68,5 @@ run)
 	if [ -n "$slurm" ]; then . "$STATE/slurm/env.sh"; fi
 	"$@"
 	;;
-*) die "unknown command '$cmd' (want up, down or run)" ;;
+*) die "unknown command '$cmd' (want up, down, slurm or run)" ;;
 esac

@@ -20,6 +20,13 @@ const (
 	LauncherMpirun = "mpirun"
 )
 
+// MpirunKeepalive makes mpirun notice a host that froze or lost its link:
+// TCP keepalives on its idle connection to each host's daemon, the first after
+// 5 s of silence, then every 3 s, the host declared lost after 3 unanswered
+// (about 14 s); mpirun then ends the job. Without them it notices only when
+// a rank or the watchdog aborts, and that abort hangs on the lost host.
+const MpirunKeepalive = "--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 3 --mca oob_tcp_keepalive_probes 3"
+
 // DefaultSignalLead is how long before the time limit Slurm warns the batch
 // script: it must cover the rest of a window plus writing a checkpoint.
 const DefaultSignalLead = 300
@@ -252,8 +259,9 @@ func Script(j Job) (string, error) {
 			w("# that CUDA peer access between them keeps working; hdet picks its own GPU by")
 			w("# its local rank.")
 		}
-		w("# mpirun takes the task slots from the allocation.")
-		w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, tpn)
+		w("# mpirun takes the task slots from the allocation. The keepalives end the job")
+		w("# within about 14 s when a node freezes or loses its link.")
+		w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node %s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, tpn, MpirunKeepalive)
 	}
 	w("STEP_PID=$!")
 	w("# wait returns early when a trapped signal arrives: wait again until the step")

@@ -88,7 +88,7 @@ func TestScriptCPUWithMpirun(t *testing.T) {
 	assert.Contains(t, lines, "#SBATCH --ntasks-per-node=4")
 	assert.Contains(t, lines, "#SBATCH --cpus-per-task=2")
 	assert.Contains(t, lines, `if [ "$(nproc)" -lt 4 ]; then export OMPI_MCA_mpi_yield_when_idle=1; fi`)
-	assert.Contains(t, lines, `mpirun -np "$SLURM_NTASKS" --map-by ppr:4:node "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`)
+	assert.Contains(t, lines, `mpirun -np "$SLURM_NTASKS" --map-by ppr:4:node `+MpirunKeepalive+` "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`)
 	assert.NotContains(t, s, "gpus")
 	assert.NotContains(t, s, "--partition")
 	assert.NotContains(t, s, "--account")

@@ -27,7 +27,7 @@ explorers:
     config:
       schedule: {kind: onecycle, max_lr: 0.004}
       spread: {alpha: 0.5}
-      auto: {start: 40, decay: none}
+      auto: {start: 40}
   - name: dropout
     plugin: hdet-explorer-dropout
     config: {schedule: 0.1, spread: {alpha: 0.05}}

@@ -23,9 +23,11 @@ import (
 // testbed is scripts/testbed.sh's fake cluster: hosts made of network
 // namespaces on this machine, with a multi-node Slurm when asked.
 type testbed struct {
-	state string
-	env   []string // os.Environ plus the bed's env.sh (and Slurm's)
-	hosts []string
+	script string
+	setup  []string // the environment scripts/testbed.sh runs with
+	state  string
+	env    []string // os.Environ plus the bed's env.sh (and Slurm's)
+	hosts  []string
 }
 
 const testbedState = "/tmp/hdet-testbed"
@@ -72,7 +74,7 @@ func startTestbed(t *testing.T, hosts int, slurm bool) *testbed {
 	}
 	dump, err := exec.Command("bash", "-c", source+"; env -0").Output()
 	require.NoError(t, err)
-	tb := &testbed{state: testbedState}
+	tb := &testbed{script: script, setup: env, state: testbedState}
 	for _, kv := range bytes.Split(dump, []byte{0}) {
 		if len(kv) > 0 {
 			tb.env = append(tb.env, string(kv))
@@ -82,6 +84,15 @@ func startTestbed(t *testing.T, hosts int, slurm bool) *testbed {
 		tb.hosts = append(tb.hosts, fmt.Sprintf("hdnode%d", i))
 	}
 	return tb
+}
+
+// repairSlurm restarts the bed's Slurm daemons or nodes that are down.
+func (tb *testbed) repairSlurm(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(tb.script, "slurm")
+	cmd.Env = tb.setup
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "testbed.sh slurm:\n%s", out)
 }
 
 // hostfile writes an Open MPI hostfile of the first n hosts with slots each.

@@ -34,13 +34,13 @@ const pinnedAuto = `
 explorers:
   - name: lr
     plugin: hdet-explorer-lr
-    config: {schedule: {kind: onecycle, max_lr: 0.004}, spread: {alpha: 0.5}, auto: {start: 20, decay: none}}
+    config: {schedule: {kind: onecycle, max_lr: 0.004}, spread: {alpha: 0.5}, auto: {start: 20}}
   - name: weight_decay
     plugin: hdet-explorer-weight-decay
     config: {schedule: 0.01, spread: {kind: geometric, alpha: 2}, auto: {start: 0}}
 `
 
-const pinnedAutoSum = "2e6e0d0bd97b9d10"
+const pinnedAutoSum = "fad9de79913948ee"
 
 func pinnedCfg(sync, explorers string) string {
 	return strings.Replace(pinnedBase, "%s", sync, 1) + explorers

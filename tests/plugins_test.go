@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/plugins"
 )
 
@@ -127,8 +128,15 @@ func (l *eventLog) kinds() []string {
 
 func openTest(t *testing.T, dir string, cfg string, timeout time.Duration) (*plugins.Explorer, *eventLog) {
 	t.Helper()
+	return openBinary(t, filepath.Join(dir, "hdet-explorer-test"), cfg, timeout)
+}
+
+// openBinary opens and initialises an explorer binary (or a wrapper of the
+// test explorer).
+func openBinary(t *testing.T, binary string, cfg string, timeout time.Duration) (*plugins.Explorer, *eventLog) {
+	t.Helper()
 	ev := &eventLog{}
-	x, err := plugins.Open(context.Background(), plugins.Spec{Name: "test", Binary: filepath.Join(dir, "hdet-explorer-test"), Timeout: timeout}, zerolog.Nop(), ev.add)
+	x, err := plugins.Open(context.Background(), plugins.Spec{Name: "test", Binary: binary, Timeout: timeout}, zerolog.Nop(), ev.add)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = x.Close() })
 	require.NoError(t, x.Init(context.Background(), hparam.Setup{Name: "test", Config: []byte(cfg), Ranks: 2, TotalSteps: 20, WindowSteps: 2, Seed: 1}))
@@ -297,15 +305,54 @@ func TestExplorerIgnoresGroupSignals(t *testing.T) {
 	assert.Equal(t, pid, x.Pid())
 }
 
+// wrappers writes two wrapper scripts for explorer into a directory of
+// their own, one that execs it and one that does not (so the shell stays
+// the group's leader with the explorer as its child).
+func wrappers(t *testing.T, explorer string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	w := map[string]string{}
+	for name, line := range map[string]string{"exec": "exec %q \"$@\"", "no exec": "%q \"$@\""} {
+		path := filepath.Join(dir, plugins.BinaryPrefix+strings.ReplaceAll(name, " ", "-"))
+		require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\n"+fmt.Sprintf(line, explorer)+"\n"), 0o755))
+		w[name] = path
+	}
+	return w
+}
+
+// readPID waits up to 10 s for a pid file a process writes.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
+			return pid
+		}
+		require.True(t, time.Now().Before(deadline), "no pid in %s", path)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// childConfig is the test explorer's config that makes it start a child
+// it never ends, and the file where the child's pid appears.
+func childConfig(t *testing.T) (string, string) {
+	file := filepath.Join(t.TempDir(), "child.pid")
+	return fmt.Sprintf(`{"child_pid_file":%q}`, file), file
+}
+
 func TestNoExplorerOutlivesItsHost(t *testing.T) {
 	dir := pluginDir(t)
 	host := buildBinary(t, "./plugins/internal/testhost")
 	explorer := filepath.Join(dir, "hdet-explorer-test")
+	wrap := wrappers(t, explorer)
 
 	// start runs the host in its own process group, as a shell runs a job,
-	// and returns it with its explorer's pid.
-	start := func(t *testing.T) (*exec.Cmd, int) {
-		cmd := exec.Command(host, explorer)
+	// and returns it with its explorer's pid and the pid of the child the
+	// explorer started.
+	start := func(t *testing.T, binary string) (*exec.Cmd, int, int) {
+		cfg, pidFile := childConfig(t)
+		cmd := exec.Command(host, binary, cfg)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -314,32 +361,104 @@ func TestNoExplorerOutlivesItsHost(t *testing.T) {
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		line, err := bufio.NewReader(stdout).ReadString('\n')
-		require.NoError(t, err, "host stderr: %s", stderr.String())
+		if err != nil { // stderr is safe to read once the host is gone
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("no pid line from the host: %v; its stderr: %s", err, stderr.String())
+		}
 		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "pid ")))
 		require.NoError(t, err, line)
 		require.True(t, alive(pid))
-		return cmd, pid
+		child := readPID(t, pidFile)
+		require.True(t, alive(child))
+		return cmd, pid, child
 	}
 
-	t.Run("normal end", func(t *testing.T) {
-		x, _ := openTest(t, dir, `{}`, 5*time.Second)
-		pid := x.Pid()
-		require.NoError(t, x.Close())
-		requireGone(t, dir, pid)
+	for _, binary := range []string{explorer, wrap["exec"], wrap["no exec"]} {
+		t.Run("normal end/"+filepath.Base(binary), func(t *testing.T) {
+			cfg, pidFile := childConfig(t)
+			x, _ := openBinary(t, binary, cfg, 5*time.Second)
+			base, err := window(x, 0)
+			require.NoError(t, err, "the explorer works through %s", binary)
+			assert.Equal(t, 1.0, base)
+			pid, child := x.Pid(), readPID(t, pidFile)
+			require.True(t, alive(child))
+			require.NoError(t, x.Close())
+			requireGone(t, dir, pid, child)
+		})
+	}
+	t.Run("the explorer's own exit", func(t *testing.T) {
+		cfg, pidFile := childConfig(t)
+		once := filepath.Join(t.TempDir(), "failed-once")
+		x, _ := openBinary(t, explorer, strings.TrimSuffix(cfg, "}")+fmt.Sprintf(`,"fail_at_window":0,"once_file":%q}`, once), 5*time.Second)
+		pid, child := x.Pid(), readPID(t, pidFile)
+		_, err := x.Plan(context.Background(), hparam.WindowRequest{Window: 0, Steps: 2})
+		require.NoError(t, err, "restarted once")
+		require.NotEqual(t, pid, x.Pid())
+		// The crashed explorer's child went with it (the restarted one lives on, so
+		// the plugin directory is not searched).
+		requireGone(t, t.TempDir(), pid, child)
 	})
 	t.Run("Ctrl-C to the process group", func(t *testing.T) {
-		cmd, pid := start(t)
+		cmd, pid, child := start(t, explorer)
 		require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
 		require.NoError(t, cmd.Wait(), "the host closes its explorer and exits 0")
-		requireGone(t, dir, pid)
+		requireGone(t, dir, pid, child)
 	})
-	t.Run("SIGKILL of the host", func(t *testing.T) {
-		cmd, pid := start(t)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		var exit *exec.ExitError
-		require.True(t, errors.As(cmd.Wait(), &exit))
-		requireGone(t, dir, pid)
-	})
+	for _, binary := range []string{explorer, wrap["exec"], wrap["no exec"]} {
+		t.Run("SIGKILL of the host/"+filepath.Base(binary), func(t *testing.T) {
+			cmd, pid, child := start(t, binary)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			var exit *exec.ExitError
+			require.True(t, errors.As(cmd.Wait(), &exit))
+			requireGone(t, dir, pid, child)
+		})
+	}
+}
+
+// TestExplorerThatNeverShakesHandsIsKilledWithItsChildren: a plugin that
+// hangs before the handshake while a child holds its stdout fails to open
+// at the handshake deadline with a message, and leaves no process behind.
+func TestExplorerThatNeverShakesHandsIsKilledWithItsChildren(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	script := filepath.Join(dir, "hdet-explorer-hang")
+	require.NoError(t, os.WriteFile(script, []byte(fmt.Sprintf("#!/bin/sh\nsleep 300 &\necho $$ $! > %q\nsleep 300\n", pids)), 0o755))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := plugins.Open(context.Background(), plugins.Spec{Name: "hang", Binary: script, Handshake: 2 * time.Second}, zerolog.Nop(), nil)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Open hangs past its 2 s handshake deadline")
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no go-plugin handshake within 2s")
+	assert.Contains(t, err.Error(), script)
+	b, rerr := os.ReadFile(pids)
+	require.NoError(t, rerr)
+	var leader, child int
+	_, serr := fmt.Sscan(string(b), &leader, &child)
+	require.NoError(t, serr)
+	requireGone(t, dir, leader, child)
+}
+
+// TestWrapperThatWritesToStdoutGetsAMessage: a wrapper that writes to
+// stdout before the explorer's handshake fails with a message that says
+// what to change, not go-plugin's guess about architectures.
+func TestWrapperThatWritesToStdoutGetsAMessage(t *testing.T) {
+	dir := pluginDir(t)
+	script := filepath.Join(t.TempDir(), "hdet-explorer-chatty")
+	require.NoError(t, os.WriteFile(script, []byte(fmt.Sprintf("#!/bin/sh\necho starting the explorer\nexec %q\n", filepath.Join(dir, "hdet-explorer-test"))), 0o755))
+	_, err := plugins.Open(context.Background(), plugins.Spec{Binary: script, Handshake: 10 * time.Second}, zerolog.Nop(), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exec /path/to/explorer")
+	assert.NotContains(t, err.Error(), "not compiled for this architecture")
+	requireGone(t, dir)
 }
 
 func TestPluginsListAndCheck(t *testing.T) {
@@ -355,17 +474,21 @@ func TestPluginsListAndCheck(t *testing.T) {
 		assert.Regexp(t, fmt.Sprintf(`(?m)^%s +\S+ +\S+ +%s +%s$`, name, sum, path), out)
 	}
 
-	configs := map[string]string{
-		"lr":              `{"schedule":{"max_lr":0.01}}`,
-		"dropout":         `{"schedule":0.1}`,
-		"weight-decay":    `{"schedule":0.01}`,
-		"label-smoothing": `{}`,
-	}
-	for name, cfg := range configs {
-		out, code := runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", cfg, name)
+	// Every shipped explorer passes with no flags: it describes an example config.
+	for _, name := range []string{"lr", "dropout", "weight-decay", "label-smoothing"} {
+		out, code := runHdet(t, hdet, "plugins", "check", filepath.Join(dir, plugins.BinaryPrefix+name))
 		assert.Equal(t, 0, code, "%s:\n%s", name, out)
 		assert.Contains(t, out, "PASS:", name)
 	}
+	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"schedule":{"max_lr":0.5}}`, "lr")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, `config {"schedule":{"max_lr":0.5}}`, "--config replaces the example")
+	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"schedule":{}}`, "lr")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "max_lr")
+	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"schedule":0.1,"bounds":{"upper":2}}`, "dropout")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "bounds.upper: 2 is outside what dropout admits, [0, 1)")
 
 	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"fail_at_window":0,"fail_in":"observe","mode":"error"}`, "test")
 	assert.Equal(t, 1, code, out)
@@ -375,6 +498,83 @@ func TestPluginsListAndCheck(t *testing.T) {
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "not an executable")
 	requireGone(t, dir)
+}
+
+// TestExplorerBinariesLinkOnlyTheContract: an explorer binary links the SDK
+// and the contract, not the host's launcher, discovery and check.
+func TestExplorerBinariesLinkOnlyTheContract(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "./cmd/hdet-explorer-lr", "./cmd/hdet-explorer-dropout",
+		"./cmd/hdet-explorer-weight-decay", "./examples/explorer-label-smoothing")
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	deps := strings.Fields(string(out))
+	assert.Contains(t, deps, "github.com/hdet-dev/hdet/plugins/contract")
+	assert.NotContains(t, deps, "github.com/hdet-dev/hdet/plugins")
+	assert.NotContains(t, deps, "github.com/rs/zerolog", "the host's logging stays in the host")
+}
+
+// admitRun is a short run with the lr explorer and a dropout explorer
+// block.
+func admitRun(dropout string) string {
+	return `
+workload: {hidden: [32], batch_size: 32}
+train: {steps: 60, window: 10, seed: 5}
+run: {progress: none}
+explorers:
+  - name: lr
+    plugin: hdet-explorer-lr
+    config: {schedule: {kind: onecycle, max_lr: 0.004}}
+  - name: dropout
+` + dropout + "\n"
+}
+
+// An explorer whose bounds or schedule leave what its hyperparameter admits
+// is refused before training, with exit 2 naming it, the field and what is
+// allowed; built-in or plugin.
+func TestExplorerOutsideTheAdmissibleRangeIsRefusedAtSetup(t *testing.T) {
+	hdet, dir := hdetBinaries(t)
+	data := mnistDir(t)
+	test := buildBinary(t, "./plugins/internal/testexplorer")
+	for _, tc := range []struct{ block, want string }{
+		{"    plugin: hdet-explorer-dropout\n    config: {schedule: 1.5, bounds: {upper: 2}}", "bounds.upper: 2 is outside what dropout admits, [0, 1)"},
+		{"    plugin: hdet-explorer-dropout\n    config: {schedule: 1.5}", "schedule: gives 1.5 at step 0, outside what dropout admits, [0, 1)"},
+		{"    plugin: " + test + "\n    config: {plan: {base: 0.1, bounds: [0, 2]}}", "bounds.upper: 2 is outside what dropout admits, [0, 1)"},
+	} {
+		cfg := filepath.Join(t.TempDir(), "cfg.yaml")
+		require.NoError(t, os.WriteFile(cfg, []byte(admitRun(tc.block)), 0o644))
+		out, code := runHdet(t, hdet, "run", cfg, "--run-dir", filepath.Join(t.TempDir(), "run"), "--plugin-dir", dir, "--set", "workload.data="+data)
+		assert.Equal(t, 2, code, out)
+		assert.Contains(t, lastLine(out), "dropout")
+		assert.Contains(t, lastLine(out), tc.want)
+		assert.NotContains(t, out, "rpc error")
+		assert.NotContains(t, out, "step 0 ", "refused before training")
+	}
+}
+
+// A plugin that plans values its hyperparameter does not admit mid-run is
+// clamped (a clamped event per window), then frozen; the run completes.
+func TestExplorerOutsideTheAdmissibleRangeMidRunIsClamped(t *testing.T) {
+	test := buildBinary(t, "./plugins/internal/testexplorer")
+	r := runHDET(t, 2, admitRun("    plugin: "+test+"\n    config: {plan: {base: 0.1, bounds: [0, 0.5]}, bad: {from: 2, base: -0.3, bounds: [-1, 2]}}"))
+	require.NoError(t, r.err, "the run completes with exit 0:\n%s", r.stderr)
+	r.end(t)
+	kinds := map[int][]string{}
+	for _, rec := range r.records(t) {
+		if rec.Type != metrics.TypeWindow {
+			continue
+		}
+		for _, v := range rec.Values["dropout"] {
+			assert.True(t, v >= 0 && v <= 0.5, "window %d: dropout %v", rec.Window, v)
+		}
+		for _, ev := range rec.Events {
+			if ev.Param == "dropout" {
+				kinds[rec.Window] = append(kinds[rec.Window], ev.Kind)
+				assert.Contains(t, ev.Message, "outside what dropout admits, [0, 1)")
+			}
+		}
+	}
+	assert.Equal(t, map[int][]string{2: {metrics.EventClamped}, 3: {metrics.EventClamped}, 4: {metrics.EventFrozen}}, kinds)
 }
 
 // runHdet runs hdet and returns its combined output and exit code.

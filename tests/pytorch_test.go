@@ -3,15 +3,20 @@ package tests
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,54 +29,70 @@ import (
 	"github.com/hdet-dev/hdet/metrics"
 )
 
-// workerConfig is the run configuration of the PyTorch example: the lr
-// explorer follows the script's own OneCycleLR (max_lr 0.1), dropout is
-// explored around the script's 0.2.
-func workerConfig(sync string, window int) string {
-	return `
-train: {steps: 60, window: ` + strconv.Itoa(window) + `, seed: 7, sync: ` + sync + `}
-run: {progress: none, checkpoint_every: 0}
-explorers:
-  - name: lr
-    plugin: hdet-explorer-lr
-    config:
-      schedule: {kind: onecycle, max_lr: 0.1}
-      spread: {alpha: 0.3}
-      auto: {start: 40}
-  - name: dropout
-    plugin: hdet-explorer-dropout
-    config: {schedule: 0.2, spread: {alpha: 0.05}}
-`
-}
-
-// runWorker runs `mpirun -np n hdet run CFG --worker -- python3
-// examples/pytorch/train.py ARGS` with HDET_TRACE_DIR set, so each rank's
-// worker logs what it loaded and applied. started, if not nil, runs once the
-// command has started.
-func runWorker(t testing.TB, n int, cfg string, started func(traceDir string), args ...string) hdetRun {
+// runWorker runs `mpirun -np n hdet run [CFG] --worker -- python3 SCRIPT
+// ARGS` (no config when cfg is empty) with HDET_TRACE_DIR set, so each
+// rank's worker logs what it loaded and applied. started, if not nil, runs
+// once the command has started, with the trace folder and the command.
+func runWorker(t testing.TB, n int, cfg string, started func(traceDir string, cmd *exec.Cmd), script string, args ...string) hdetRun {
 	t.Helper()
 	testenv.NeedTorch(t)
 	hdet, plugins := hdetBinaries(t)
-	root := repoRoot(t)
 	dir := t.TempDir()
-	path := filepath.Join(dir, "config.in.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	runDir, traceDir := filepath.Join(dir, "run"), filepath.Join(dir, "trace")
 	require.NoError(t, os.Mkdir(traceDir, 0o755))
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	full := []string{hdet, "run"}
+	if cfg != "" {
+		path := filepath.Join(dir, "config.in.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+		full = append(full, path)
+	}
+	full = append(append(full, "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none", "--worker", "--", testenv.Python, script), args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	full := append([]string{hdet, "run", path, "--run-dir", runDir, "--plugin-dir", plugins, "--worker", "--",
-		testenv.Python, filepath.Join(root, "examples", "pytorch", "train.py"), "--data", mnistDir(t), "--log-every", "1000"}, args...)
+	before := shmEntries(t)
 	cmd := mpirunCmd(ctx, t, n, full...)
 	cmd.Env = append(cmd.Env, "HDET_TRACE_DIR="+traceDir)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	require.NoError(t, cmd.Start())
 	if started != nil {
-		started(traceDir)
+		started(traceDir, cmd)
 	}
 	err := cmd.Wait()
+	assert.Empty(t, newHdetEntries(before, shmEntries(t)), "the run left files in /dev/shm")
 	return hdetRun{dir: runDir, stdout: out.String(), stderr: errb.String(), err: err}
+}
+
+func shmEntries(t testing.TB) []string {
+	entries, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		return nil // no /dev/shm: nothing to leave there
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// newHdetEntries are hdet's files in after that were not in before.
+func newHdetEntries(before, after []string) []string {
+	var out []string
+	for _, n := range after {
+		if strings.Contains(n, "hdet") && !slices.Contains(before, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func examplePath(t testing.TB, name string) string {
+	return filepath.Join(repoRoot(t), "examples", "pytorch", name)
+}
+
+// workerScript is the bridge's small test worker.
+func workerScript(t testing.TB) string {
+	return filepath.Join(repoRoot(t), "bridge", "testdata", "worker.py")
 }
 
 // traceRecord is one line of a worker's HDET_TRACE_DIR log (python/hdet/_session.py).
@@ -153,119 +174,310 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, windows int, traceDir string) {
 	}
 }
 
-func TestPyTorchWorkerLocalMode(t *testing.T) {
-	var traceDir string
-	r := runWorker(t, 4, workerConfig("local", 20), func(d string) { traceDir = d }, "--steps", "60")
-	checkWorkerRun(t, r, 4, 3, traceDir)
-	hdet, _ := hdetBinaries(t)
-	out, err := exec.Command(hdet, "report", r.dir).CombinedOutput()
-	assert.NoError(t, err, "hdet report draws the run: %s", out)
+// convnetArgs: 25600 training images, batch 64, one epoch: 100 steps per
+// rank under DDP on 4 ranks (2 windows of the default 50); the plain
+// script's test uses half the images, 200 steps (4 windows).
+var convnetArgs = []string{"--train-samples", "25600", "--test-samples", "2000", "--epochs", "1"}
+
+var testAccuracy = regexp.MustCompile(`(\d+) steps in [0-9.]+ s, test loss [0-9.]+, test accuracy ([0-9.]+)`)
+
+// accuracy is the test accuracy the script's rank 0 printed.
+func accuracy(t testing.TB, out string) float64 {
+	t.Helper()
+	m := testAccuracy.FindStringSubmatch(out)
+	require.NotNil(t, m, "no test accuracy in:\n%s", out)
+	a, err := strconv.ParseFloat(m[2], 64)
+	require.NoError(t, err)
+	return a
 }
 
-func TestPyTorchWorkerGradientsMode(t *testing.T) {
+var plainDDP struct {
+	once sync.Once
+	acc  float64
+	out  string
+}
+
+// plainDDPAccuracy runs convnet_ddp.py (torch's OneCycleLR) on 4 processes
+// started as torchrun would (Debian's torch 1.13 torchrun fails under
+// Python 3.11), once per test binary.
+func plainDDPAccuracy(t *testing.T) float64 {
+	plainDDP.once.Do(func() {
+		outs, err := runPlainDDP(t, 4, "convnet_ddp.py", convnetArgs...)
+		require.NoError(t, err, "%s", outs)
+		plainDDP.out = outs
+		plainDDP.acc = accuracy(t, outs)
+	})
+	require.NotZero(t, plainDDP.acc, "the plain DDP run failed earlier")
+	return plainDDP.acc
+}
+
+// runPlainDDP runs script on n processes with torchrun's variables and
+// returns rank 0's output.
+func runPlainDDP(t testing.TB, n int, script string, args ...string) (string, error) {
+	testenv.NeedTorch(t)
+	port := strconv.Itoa(29500 + rand.IntN(1000))
+	var cmds []*exec.Cmd
+	var out bytes.Buffer
+	for r := range n {
+		c := exec.Command(testenv.Python, append([]string{examplePath(t, script), "--data", mnistDir(t)}, args...)...)
+		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+		if r == 0 {
+			c.Stdout, c.Stderr = &out, &out
+		}
+		if err := c.Start(); err != nil {
+			return "", err
+		}
+		cmds = append(cmds, c)
+	}
+	var errs []error
+	for _, c := range cmds {
+		errs = append(errs, c.Wait())
+	}
+	return out.String(), errors.Join(errs...)
+}
+
+// checkConvNet asserts what issue 17 promises for an ordinary script whose
+// only change is the import line, run without a config file.
+func checkConvNet(t *testing.T, script string, steps int, args ...string) {
+	save := filepath.Join(t.TempDir(), "convnet.pt")
+	args = append(append([]string{"--data", mnistDir(t), "--save", save}, convnetArgs...), args...)
 	var traceDir string
-	r := runWorker(t, 4, workerConfig("gradients", 20), func(d string) { traceDir = d }, "--steps", "60")
-	checkWorkerRun(t, r, 4, 3, traceDir)
+	r := runWorker(t, 4, "", func(d string, _ *exec.Cmd) { traceDir = d }, examplePath(t, script), args...)
+	checkWorkerRun(t, r, 4, steps/50, traceDir)
+	out := r.stdout + r.stderr
+
+	end := r.end(t)
+	assert.Equal(t, steps, end.Step, "the run is the script's schedule")
+	distinct := map[metrics.Float]bool{}
+	for _, rec := range r.records(t) {
+		if rec.Type == metrics.TypeWindow {
+			for _, v := range rec.Values["lr"] {
+				distinct[v] = true
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, len(distinct), 4, "the ranks applied different learning rates")
+	assert.Regexp(t, `\[rank 0\] \d+ steps in`, out, "worker lines carry their rank")
+	assert.NotContains(t, out, "NaN")
+
+	acc, plain := accuracy(t, out), plainDDPAccuracy(t)
+	t.Logf("%s under hdet: test accuracy %.4f; plain DDP (convnet_ddp.py, same max_lr): %.4f", script, acc, plain)
+	fmt.Printf("%s under hdet: test accuracy %.4f; plain DDP (convnet_ddp.py, same max_lr): %.4f\n", script, acc, plain)
+	assert.GreaterOrEqual(t, acc, plain, "hdet's accuracy against plain DDP at the same max_lr")
+
+	// The scheduler's state_dict, saved under hdet, loads into torch's
+	// OneCycleLR in a process that never imports hdet.
+	check := exec.Command(testenv.Python, "-c", `import sys, torch
+assert "hdet" not in sys.modules
+ck = torch.load(sys.argv[1])
+m = torch.nn.Linear(1, 1)
+o = torch.optim.AdamW(m.parameters())
+s = torch.optim.lr_scheduler.OneCycleLR(o, max_lr=3e-3, total_steps=int(sys.argv[2]))
+s.load_state_dict(ck["scheduler"])
+assert "hdet" not in sys.modules
+print("loaded", s.last_epoch, s.get_last_lr()[0], ck["scheduler"]["hdet"]["rank"])
+`, save, strconv.Itoa(steps))
+	check.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
+	got, err := check.CombinedOutput()
+	require.NoError(t, err, "%s", got)
+	assert.Regexp(t, fmt.Sprintf(`^loaded %d [0-9.e-]+ 0\n$`, steps), string(got))
+}
+
+// convnet_hdet.py is convnet.py with one changed line: a single-process
+// script, so local mode; every rank trains on the whole data.
+func TestPyTorchConvNet(t *testing.T) {
+	checkConvNet(t, "convnet_hdet.py", 200, "--train-samples", "12800")
+}
+
+// convnet_ddp_hdet.py is convnet_ddp.py with one changed line: DDP, so
+// gradients mode; DistributedSampler shards the data by hdet's RANK.
+func TestPyTorchConvNetDDP(t *testing.T) {
+	checkConvNet(t, "convnet_ddp_hdet.py", 100)
+}
+
+// Each way a worker can fail stops the job with a message naming the rank,
+// the step and the script's own error, and a non-zero exit.
+func TestPyTorchWorkerFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"raises", []string{"--fail-at-step", "60", "--fail-rank", "1"},
+			`rank 1: worker \(pid \d+\) training window 1 \(steps 50-99\): worker reported an error: the script raised at step 60 of 100: RuntimeError: worker.py failing on purpose at step 60`},
+		{"ends early", []string{"--end-at-step", "70", "--fail-rank", "0"},
+			`rank 0: worker \(pid \d+\) training window 1 \(steps 50-99\): worker reported an error: the script ended at step 70 of 100`},
+		{"steps past the end", []string{"--extra-step"},
+			`rank \d: worker \(pid \d+\) finishing after STOP: worker process exited \(exit status 1\)(.|\n)*ValueError: Tried to step`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runWorker(t, 2, "", nil, workerScript(t), append([]string{"--steps", "100", "--explore", "lr"}, tc.args...)...)
+			require.Error(t, r.err)
+			assert.Regexp(t, tc.want, r.stdout+r.stderr)
+		})
+	}
+}
+
+// Where the script and the config disagree, hdet says so and exits 2.
+func TestPyTorchWorkerConflicts(t *testing.T) {
+	for _, tc := range []struct {
+		name, cfg string
+		args      []string
+		want      string
+	}{
+		{"max_lr", "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {schedule: {max_lr: 0.2}}}]", nil,
+			`explorers\[0\] \(lr\) schedule disagrees with the script's OneCycleLR \(max_lr: 0.2 in the config, 0.05 in the script\)`},
+		{"sync local with DDP", "train: {sync: local}", []string{"--ddp"}, `train.sync is local, but the script set up torch.distributed`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runWorker(t, 2, tc.cfg, nil, workerScript(t), append([]string{"--steps", "100", "--explore", "lr"}, tc.args...)...)
+			require.Error(t, r.err)
+			var ee *exec.ExitError
+			require.ErrorAs(t, r.err, &ee)
+			assert.Equal(t, 2, ee.ExitCode(), "%s\n%s", r.stdout, r.stderr)
+			assert.Regexp(t, tc.want, r.stdout+r.stderr)
+		})
+	}
+	// override: true makes the config's schedule win, and says so.
+	r := runWorker(t, 2, "explorers: [{name: lr, plugin: hdet-explorer-lr, override: true, config: {schedule: {max_lr: 0.2}}}]", nil,
+		workerScript(t), "--steps", "100", "--explore", "lr")
+	require.NoError(t, r.err, "%s\n%s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout+r.stderr, "overrides the script's OneCycleLR (override: true): max_lr: 0.2 in the config, 0.05 in the script")
+}
+
+// A signal makes a worker run checkpoint and exit 3, as a built-in run does.
+func TestPyTorchWorkerSignal(t *testing.T) {
+	r := runWorker(t, 2, "", func(traceDir string, cmd *exec.Cmd) {
+		waitForDone(t, traceDir, 0, 1)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1)) // mpirun forwards it to every rank
+	}, workerScript(t), "--steps", "2000", "--explore", "lr", "--sleep", "0.01")
+	var ee *exec.ExitError
+	require.ErrorAs(t, r.err, &ee)
+	assert.Equal(t, 3, ee.ExitCode(), "%s\n%s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout+r.stderr, "stopped by a signal after checkpointing")
+	cks, _ := filepath.Glob(filepath.Join(r.dir, "checkpoints", "*"))
+	assert.NotEmpty(t, cks, "a checkpoint was written")
+}
+
+// waitForDone waits until rank's worker has reported windows windows.
+func waitForDone(t testing.TB, traceDir string, rank, windows int) []traceRecord {
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		recs := readTrace(t, traceDir, rank)
+		done := 0
+		for _, rec := range recs {
+			if rec.Event == "done" {
+				done++
+			}
+		}
+		if done >= windows {
+			return recs
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("rank %d's worker never finished %d windows", rank, windows)
+	return nil
 }
 
 // A worker killed mid-run stops the job with a message naming the rank and
 // the signal.
 func TestPyTorchWorkerKilled(t *testing.T) {
-	const victim = 2
-	killed := false
-	r := runWorker(t, 4, strings.Replace(workerConfig("local", 20), "steps: 60", "steps: 2000", 1), func(traceDir string) {
-		deadline := time.Now().Add(3 * time.Minute)
-		for time.Now().Before(deadline) {
-			recs := readTrace(t, traceDir, victim)
-			done := 0
-			for _, rec := range recs {
-				if rec.Event == "done" {
-					done++
-				}
-			}
-			if done >= 1 { // killed inside its second window
-				require.NoError(t, syscall.Kill(recs[0].PID, syscall.SIGKILL))
-				killed = true
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}, "--steps", "2000")
-	require.True(t, killed, "rank %d's worker never finished a window:\n%s", victim, r.stderr)
+	r := runWorker(t, 2, "", func(traceDir string, _ *exec.Cmd) {
+		recs := waitForDone(t, traceDir, 1, 1) // killed inside its second window
+		require.NoError(t, syscall.Kill(recs[0].PID, syscall.SIGKILL))
+	}, workerScript(t), "--steps", "2000", "--explore", "lr", "--sleep", "0.01")
 	require.Error(t, r.err)
-	assert.Regexp(t, regexp.MustCompile(`rank 2: worker \(pid \d+\) training window \d+ \(steps \d+-\d+\): worker process exited \(killed by signal 9`), r.stdout+r.stderr)
+	assert.Regexp(t, regexp.MustCompile(`rank 1: worker \(pid \d+\) training window \d+ \(steps \d+-\d+\): worker process exited \(killed by signal 9`), r.stdout+r.stderr)
 }
 
-// Outside hdet, train.py is train_onecycle.py: the same losses and accuracy.
+// Outside hdet, the _hdet variants are the plain scripts: the same output.
 func TestPyTorchExampleOutsideHdetIsOneCycleLR(t *testing.T) {
 	testenv.NeedTorch(t)
-	root := repoRoot(t)
 	run := func(script string) string {
-		cmd := exec.Command(testenv.Python, filepath.Join(root, "examples", "pytorch", script), "--data", mnistDir(t), "--steps", "40", "--log-every", "5")
-		cmd.Env = os.Environ()
+		cmd := exec.Command(testenv.Python, examplePath(t, script), "--data", mnistDir(t), "--train-samples", "1280", "--test-samples", "500")
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repoRoot(t), "python"))
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		return regexp.MustCompile(`in [0-9.]+ s`).ReplaceAllString(string(out), "in T s")
 	}
-	plain, hdet := run("train_onecycle.py"), run("train.py")
+	plain, hdet := run("convnet.py"), run("convnet_hdet.py")
 	assert.Contains(t, plain, "test accuracy")
 	assert.Equal(t, plain, hdet)
 }
 
-// BenchmarkPyTorchOverhead compares the example's training time under hdet
-// (gradients mode, T = 100) with its plain OneCycleLR + DDP version under
-// DDP, 4 processes, same steps. Reported: the training loop's wall time
-// as rank 0's script prints it, and the whole command's.
+// BenchmarkPyTorchOverhead compares the DDP example's training-loop time
+// under hdet (gradients mode, T = 100) with the plain script under DDP, 4
+// processes, same steps, interleaved: each iteration runs one of each.
+// Reported: the training loop's wall time as rank 0's script prints it.
 func BenchmarkPyTorchOverhead(b *testing.B) {
-	testenv.NeedTorch(b)
-	root := repoRoot(b)
-	const steps = "400"
-	trainSeconds := regexp.MustCompile(`(\d+) steps in ([0-9.]+) s`)
-	measure := func(cmd *exec.Cmd) (loop, whole float64) {
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		t0 := time.Now()
-		require.NoError(b, cmd.Run(), "%s", out.String())
-		whole = time.Since(t0).Seconds()
-		m := trainSeconds.FindStringSubmatch(out.String())
-		require.NotNil(b, m, "%s", out.String())
-		loop, _ = strconv.ParseFloat(m[2], 64)
-		return loop, whole
+	args := []string{"--train-samples", "51200", "--test-samples", "500", "--epochs", "1"}
+	var plainLoop, hdetLoop, exchange []float64
+	loopSeconds := regexp.MustCompile(`(\d+) steps in ([0-9.]+) s`)
+	seconds := func(out string) float64 {
+		m := loopSeconds.FindStringSubmatch(out)
+		require.NotNil(b, m, "%s", out)
+		v, _ := strconv.ParseFloat(m[2], 64)
+		return v
 	}
-	var plainLoop, plainWhole, hdetLoop, hdetWhole float64
 	for b.Loop() {
-		// Debian's torch 1.13 torchrun fails under Python 3.11 (its
-		// redirects map is None), so the 4 DDP processes are started the way
-		// torchrun would: rank 0's output is measured, the others must succeed.
-		port := strconv.Itoa(29500 + rand.IntN(1000))
-		var others []*exec.Cmd
-		for r := 1; r < 4; r++ {
-			c := exec.Command(testenv.Python, filepath.Join(root, "examples", "pytorch", "train_onecycle.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
-			c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
-			require.NoError(b, c.Start())
-			others = append(others, c)
-		}
-		plain := exec.Command(testenv.Python, filepath.Join(root, "examples", "pytorch", "train_onecycle.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
-		plain.Env = append(os.Environ(), "RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
-		l, w := measure(plain)
-		for _, c := range others {
-			require.NoError(b, c.Wait())
-		}
-		plainLoop, plainWhole = plainLoop+l, plainWhole+w
-
-		dir := b.TempDir()
-		path := filepath.Join(dir, "config.yaml")
-		require.NoError(b, os.WriteFile(path, []byte(strings.Replace(workerConfig("gradients", 100), "steps: 60", "steps: "+steps, 1)), 0o644))
-		hdet, plugins := hdetBinaries(b)
-		cmd := mpirunCmd(context.Background(), b, 4, hdet, "run", path, "--run-dir", filepath.Join(dir, "run"), "--plugin-dir", plugins, "--worker", "--",
-			testenv.Python, filepath.Join(root, "examples", "pytorch", "train.py"), "--data", mnistDir(b), "--steps", steps, "--log-every", "100000")
-		l, w = measure(cmd)
-		hdetLoop, hdetWhole = hdetLoop+l, hdetWhole+w
+		out, err := runPlainDDP(b, 4, "convnet_ddp.py", append([]string{}, args...)...)
+		require.NoError(b, err, "%s", out)
+		plainLoop = append(plainLoop, seconds(out))
+		var traceDir string
+		r := runWorker(b, 4, "train: {window: 100}", func(d string, _ *exec.Cmd) { traceDir = d },
+			examplePath(b, "convnet_ddp_hdet.py"), append([]string{"--data", mnistDir(b)}, args...)...)
+		require.NoError(b, r.err, "%s\n%s", r.stdout, r.stderr)
+		hdetLoop = append(hdetLoop, seconds(r.stdout))
+		send, wait, windows := exchangeSeconds(b, traceDir)
+		b.Logf("hdet rank 0's exchange: %d windows, %.1f ms handing over + %.1f ms waiting for the plan per window",
+			windows, 1e3*send/float64(windows), 1e3*wait/float64(windows))
+		exchange = append(exchange, (send+wait)/hdetLoop[len(hdetLoop)-1])
 	}
-	n := float64(b.N)
-	b.ReportMetric(plainLoop/n, "plain-loop-s")
-	b.ReportMetric(hdetLoop/n, "hdet-loop-s")
-	b.ReportMetric(100*(hdetLoop/plainLoop-1), "loop-overhead-%")
-	b.ReportMetric(plainWhole/n, "plain-total-s")
-	b.ReportMetric(hdetWhole/n, "hdet-total-s")
+	// The quietest pairs (smallest plain + hdet time): the machine's noise
+	// only ever adds time, and interleaving exposes both sides to the same.
+	pairs := make([]int, len(plainLoop))
+	for i := range pairs {
+		pairs[i] = i
+		b.Logf("pair %d: plain %.2f s, hdet %.2f s, overhead %+.1f%%", i, plainLoop[i], hdetLoop[i], 100*(hdetLoop[i]/plainLoop[i]-1))
+	}
+	slices.SortFunc(pairs, func(i, j int) int {
+		return cmp.Compare(plainLoop[i]+hdetLoop[i], plainLoop[j]+hdetLoop[j])
+	})
+	quiet := pairs[:min(len(pairs), max(3, len(pairs)/2))]
+	var ratios []float64
+	for _, i := range quiet {
+		ratios = append(ratios, hdetLoop[i]/plainLoop[i]-1)
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(float64(len(ratios)), "quiet-pairs")
+	b.ReportMetric(100*ratios[len(ratios)/2], "loop-overhead-median-%")
+	b.ReportMetric(100*ratios[0], "loop-overhead-min-%")
+	b.ReportMetric(100*ratios[len(ratios)-1], "loop-overhead-max-%")
+	b.ReportMetric(plainLoop[quiet[0]], "plain-loop-s")
+	b.ReportMetric(hdetLoop[quiet[0]], "hdet-loop-s")
+	slices.Sort(exchange)
+	b.ReportMetric(100*exchange[len(exchange)/2], "exchange-%-of-hdet-loop")
+}
+
+// exchangeSeconds sums rank 0's window exchanges (python/hdet traces them):
+// handing the parameters over and reporting, then waiting for the next plan.
+func exchangeSeconds(t testing.TB, traceDir string) (send, wait float64, windows int) {
+	f, err := os.Open(filepath.Join(traceDir, "trace-rank0.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r struct {
+			Event string
+			Send  float64 `json:"send_s"`
+			Wait  float64 `json:"wait_s"`
+		}
+		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Event != "exchange" {
+			continue
+		}
+		send, wait, windows = send+r.Send, wait+r.Wait, windows+1
+	}
+	require.NotZero(t, windows, "no exchange traced")
+	return send, wait, windows
 }

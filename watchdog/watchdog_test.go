@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
 	var logs testenv.SyncBuffer
 	aborted := make(chan int, 1)
 	w := Start(Options{Dir: dir, Rank: 0, Size: 2, Timeout: 100 * time.Millisecond, Log: zerolog.New(&logs),
-		Abort: func(code int) { aborted <- code }})
+		Abort: func(code int) { aborted <- code }, Exit: func(int) {}})
 	defer w.Stop()
 	w.Enter(0, 0, engine.PhaseGather)
 	end := w.collective("allgather") // never ends: rank 1 is gone
@@ -86,6 +87,7 @@ func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
 	assert.Contains(t, out, "longer than train.watchdog (100ms)")
 	assert.Contains(t, out, "rank 1 (pid 101 on n): not responding")
 	assert.Contains(t, out, `"late_ranks":[1]`)
+	assert.Contains(t, out, "silent: rank 1 on n;")
 
 	own, err := ReadBeat(filepath.Join(dir, "rank-0"))
 	require.NoError(t, err)
@@ -94,21 +96,49 @@ func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
 	assert.Equal(t, "allgather", own.Op)
 }
 
-// A rank that keeps progressing is never aborted, however long the run.
+// clock is a test clock that moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// A rank that keeps progressing is never aborted, however long the run; the
+// same rank stuck past the timeout would be. The phases are timed on an
+// injected clock, so a loaded machine cannot make a phase look long.
 func TestWatchdogLeavesAProgressingRankAlone(t *testing.T) {
+	c := &clock{t: time.Unix(1_000_000, 0)}
 	aborted := make(chan int, 1)
 	w := Start(Options{Dir: t.TempDir(), Rank: 0, Size: 1, Timeout: 200 * time.Millisecond, Log: zerolog.Nop(),
-		Abort: func(code int) { aborted <- code }})
+		Abort: func(code int) { aborted <- code }, Now: c.Now})
+	defer w.Stop()
 	for i := range 20 {
 		w.Enter(i, i*10, engine.PhaseTrain)
-		time.Sleep(20 * time.Millisecond)
+		c.Advance(150 * time.Millisecond) // 3 s in all, each phase within the timeout
+		_, _, _, over := w.overdue()
+		require.False(t, over, "window %d", i)
 	}
-	w.Stop()
 	select {
 	case <-aborted:
 		t.Fatal("aborted a rank that made progress")
 	default:
 	}
+	c.Advance(100 * time.Millisecond)
+	_, waited, what, over := w.overdue()
+	assert.True(t, over, "stuck 250ms in one phase")
+	assert.Equal(t, 250*time.Millisecond, waited)
+	assert.Equal(t, "train.watchdog (200ms)", what)
 }
 
 type fakeComm struct{ engine.Comm }
@@ -170,4 +200,35 @@ func TestPeriod(t *testing.T) {
 	assert.Equal(t, 500*time.Millisecond, Period(5*time.Second))
 	assert.Equal(t, 50*time.Millisecond, Period(0))
 	assert.Equal(t, 10*time.Second, Period(30*time.Minute))
+}
+
+// An MPI_Abort that hangs (a frozen host's launcher) does not keep the rank
+// alive: after the grace period the watchdog exits it with the same code.
+func TestWatchdogExitsWhenAbortHangs(t *testing.T) {
+	var logs testenv.SyncBuffer
+	exited := make(chan int, 1)
+	w := Start(Options{Dir: t.TempDir(), Rank: 0, Size: 1, Timeout: 100 * time.Millisecond, Log: zerolog.New(&logs),
+		Abort: func(int) { select {} }, Exit: func(code int) { exited <- code }, AbortGrace: 200 * time.Millisecond})
+	defer w.Stop()
+	w.Enter(0, 0, engine.PhaseConverge)
+	defer w.collective("converge allreduce")()
+	select {
+	case code := <-exited:
+		assert.Equal(t, 1, code)
+	case <-time.After(time.Minute):
+		t.Fatal("the rank did not exit")
+	}
+	assert.Contains(t, logs.String(), "MPI_Abort has not ended this rank within 200ms; exiting it locally")
+}
+
+func TestSilentGroupsRanksByHost(t *testing.T) {
+	now := time.Now()
+	beat := func(rank int, host string, age time.Duration) *Beat {
+		b := beatAt(rank, 1, engine.PhaseConverge, "", age, now)
+		b.Host = host
+		return b
+	}
+	beats := []*Beat{beat(0, "a", 0), beat(1, "a", 0), beat(2, "b", time.Minute), beat(3, "b", time.Minute), nil}
+	assert.Equal(t, "ranks 2, 3 on b; rank 4 on an unknown host", Silent(beats, now, time.Second))
+	assert.Empty(t, Silent(beats[:2], now, time.Second))
 }

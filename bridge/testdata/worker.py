@@ -17,7 +17,17 @@ ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
 ap.add_argument("--die-at-step", type=int, default=-1)
 ap.add_argument("--hang-at-step", type=int, default=-1)
 ap.add_argument("--fail-at-step", type=int, default=-1)
+ap.add_argument("--end-at-step", type=int, default=-1, help="leave the loop early")
+ap.add_argument("--extra-step", action="store_true", help="step the scheduler once past total_steps")
+ap.add_argument("--explicit-loss", action="store_true", help="step(loss) instead of step()")
+ap.add_argument("--fail-rank", type=int, default=-1, help="only this rank fails, ends early or hangs")
+ap.add_argument("--explore", default="lr,weight_decay,temperature")
+ap.add_argument("--sleep", type=float, default=0, help="seconds per step")
+ap.add_argument("--ddp", action="store_true", help="set up torch.distributed (gradients mode)")
+ap.add_argument("--probe", action="store_true", help="give hdet a probe function")
 args = ap.parse_args()
+if args.fail_rank >= 0 and args.fail_rank != hdet.rank():
+    args.die_at_step = args.hang_at_step = args.fail_at_step = args.end_at_step = -1
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
@@ -29,7 +39,7 @@ if args.optimizer == "adamw":
     opt = torch.optim.AdamW(groups, lr=1e-3)
 else:
     opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
-if hdet.sync_mode() == "gradients" and hdet.world_size() > 1:
+if args.ddp:
     torch.distributed.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from hdet
     model = torch.nn.parallel.DistributedDataParallel(model)
 
@@ -44,9 +54,12 @@ def evaluate():
         return float(sum(p.sum() for p in model.parameters())), state
 
 
+probe_x = torch.randn(64, 8, generator=torch.Generator().manual_seed(99))
+if args.probe:
+    hdet.probe(lambda: float((model(probe_x) ** 2).mean()))
 sched = hdet.OneCycleLR(opt, max_lr=[0.05, 0.05], total_steps=args.steps,
                         callbacks={"temperature": lambda v: temperature.__setitem__(0, v)},
-                        explore=["lr", "weight_decay", "temperature"], evaluate=evaluate)
+                        explore=args.explore.split(","), evaluate=evaluate)
 gen = torch.Generator().manual_seed(1 + hdet.rank())
 w_true = torch.arange(8, dtype=torch.float32) / 8
 for step in range(args.steps):
@@ -54,6 +67,9 @@ for step in range(args.steps):
         os.kill(os.getpid(), signal.SIGKILL)
     if step == args.hang_at_step:
         time.sleep(3600)
+    time.sleep(args.sleep)
+    if step == args.end_at_step:
+        break
     if step == args.fail_at_step:
         raise RuntimeError("worker.py failing on purpose at step %d" % step)
     x = torch.randn(32, 8, generator=gen)
@@ -62,5 +78,10 @@ for step in range(args.steps):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    sched.step(loss)
-print("worker.py finished %d steps" % args.steps, flush=True)
+    if args.explicit_loss:
+        sched.step(loss)
+    else:
+        sched.step()
+print("worker.py finished %d steps, lr %r" % (args.steps, sched.get_last_lr()), flush=True)
+if args.extra_step:
+    sched.step()

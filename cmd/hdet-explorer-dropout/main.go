@@ -2,16 +2,8 @@
 package main
 
 import (
-	"log"
-
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/plugins/sdk"
 )
 
-func main() {
-	e, err := hparam.NewBuiltinExplorer(hparam.BuiltinDropout)
-	if err != nil {
-		log.Fatal(err)
-	}
-	sdk.Serve(e)
-}
+func main() { sdk.ServeBuiltin(hparam.BuiltinDropout) }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/hdet-dev/hdet/internal/cli"
+	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/mpi"
 )
 
@@ -15,6 +16,10 @@ import (
 func init() { runtime.LockOSThread() }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		// First: a signal during MPI, data or plugin setup is not lost.
+		signals.Catch()
+	}
 	out := cli.Main(os.Args[1:])
 	code := out.Code
 	if out.MPI {

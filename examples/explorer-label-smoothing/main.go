@@ -20,7 +20,8 @@ type rule struct {
 func (r *rule) Describe() hparam.Descriptor {
 	return hparam.Descriptor{Name: "label-smoothing", Version: "1.0.0", Hyperparameter: "label_smoothing",
 		Scale: hparam.Linear, Bounds: hparam.Bounds{Lower: 0, Upper: 0.3},
-		Spread: hparam.Spread{Kind: hparam.Additive, Alpha: 0.05}}
+		Spread:        hparam.Spread{Kind: hparam.Additive, Alpha: 0.05},
+		ExampleConfig: []byte(`{"start":0.1,"step":0.5}`)}
 }
 
 func (r *rule) Start(s hparam.Setup) (float64, error) {

@@ -56,7 +56,10 @@ func (r *Reader) Int(what string, limit int) int {
 
 // Bytes reads a varint length and that many bytes (a copy).
 func (r *Reader) Bytes(what string) []byte {
-	n := r.Int(what, len(r.b))
+	n := r.Int(what, math.MaxInt)
+	if r.err == nil && n > len(r.b) {
+		r.Fail(what)
+	}
 	if r.err != nil {
 		return nil
 	}

@@ -35,7 +35,10 @@ func TestBoundsAreChecked(t *testing.T) {
 		read(r)
 		assert.ErrorIs(t, r.End(), kind, name)
 	}
-	r := New([]byte{1, 2}, nil)
+	r := New([]byte{4, '0', '0', '0'}, nil) // a length one byte past the end
+	r.Bytes("blob")
+	assert.ErrorIs(t, r.End(), ErrShort, "length past the end (found by FuzzDecode)")
+	r = New([]byte{1, 2}, nil)
 	r.Int("x", 10)
 	assert.ErrorIs(t, r.End(), ErrShort, "trailing bytes")
 	assert.ErrorContains(t, r.End(), "bad trailing bytes")

@@ -92,7 +92,7 @@ func runPluginsCheck(s Streams, args []string) error {
 	fs := newFlagSet(s, "plugins check")
 	dirFlag := fs.String("plugin-dir", "", "where to look up BINARY when it is a bare name such as lr")
 	checksum := fs.String("sha256", "", "refuse the binary unless its SHA-256 is this (hex)")
-	config := fs.String("config", "{}", "the explorer's config block, as JSON")
+	config := fs.String("config", "", "the explorer's config block, as JSON (default: the example the explorer describes, else {})")
 	timeout := fs.Duration("timeout", plugins.DefaultTimeout, "deadline of each explorer call")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -100,7 +100,11 @@ func runPluginsCheck(s Streams, args []string) error {
 	if fs.NArg() != 1 {
 		return Usagef("plugins check takes one BINARY (a path, or a name in the plugin directory), got %d arguments", fs.NArg())
 	}
-	if !json.Valid([]byte(*config)) {
+	var block []byte // nil: the explorer's example
+	if *config != "" {
+		block = []byte(*config)
+	}
+	if block != nil && !json.Valid(block) {
 		return Usagef("--config must be JSON, got %q", *config)
 	}
 	if *timeout <= 0 {
@@ -115,7 +119,7 @@ func runPluginsCheck(s Streams, args []string) error {
 		return Usagef("%s: %v", fs.Arg(0), err)
 	}
 	spec := plugins.Spec{Binary: path, Checksum: *checksum, Timeout: *timeout}
-	steps, err := plugins.Check(context.Background(), spec, []byte(*config), pluginLog(s))
+	steps, err := plugins.Check(context.Background(), spec, block, pluginLog(s))
 	for _, st := range steps {
 		verdict := "ok"
 		if st.Err != nil {

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -16,6 +16,7 @@ import (
 	"github.com/hdet-dev/hdet/examples"
 	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/internal/session"
+	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/mpi"
 )
 
@@ -82,6 +83,9 @@ func parseRun(s Streams, args []string) (runFlags, error) {
 		return f, Usagef("run takes at most one CONFIG.yaml, got %q", pos)
 	}
 	f.data, f.source = examples.MNIST, "embedded examples/mnist.yaml"
+	if f.worker {
+		f.data, f.source = nil, "the worker script (no config file)"
+	}
 	if len(pos) == 1 {
 		b, err := os.ReadFile(pos[0])
 		if err != nil {
@@ -106,12 +110,13 @@ func runRun(s Streams, args []string) Outcome {
 	if err != nil {
 		return Outcome{Code: exitCode(s, "run", err)}
 	}
-	// SIGINT cancels the run; SIGUSR1/SIGTERM (Slurm's warning, preemption)
-	// make the ranks agree at the next converge to checkpoint and stop.
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGUSR1/SIGTERM (Slurm's warning, preemption), caught since main's
+	// first line, and a first Ctrl-C make the ranks agree to checkpoint and
+	// stop (before training, or at the next converge).
+	signals.Catch() // main already did; here for callers of Main
+	ctx, cancel, interrupted := runSignals()
 	defer cancel()
-	stop, stopCancel := signal.NotifyContext(context.Background(), syscall.SIGUSR1, syscall.SIGTERM)
-	defer stopCancel()
+	signals.Pause("mpi")
 	if err := mpi.Init(); err != nil {
 		return Outcome{Code: exitCode(s, "run", fmt.Errorf("MPI: %w", err))}
 	}
@@ -124,9 +129,30 @@ func runRun(s Streams, args []string) Outcome {
 		World: w, Out: s.Out, Log: log, Config: f.data, Source: f.source, Sets: f.sets, PluginDir: f.pluginDir,
 		Worker: f.command, AllreducePath: f.path, CUDAAware: mpi.CUDAAware(), DebugCollectives: f.debugColl,
 		NoRequeue: f.noRequeue, Host: mpi.ProcessorName, Abort: mpi.Abort,
-		Stop: func() bool { return stop.Err() != nil },
+		Stop: func() bool { return signals.Received() || interrupted.Load() },
 	})
 	return runOutcome(s, log, out, err)
+}
+
+// runSignals: a first SIGINT (Ctrl-C) raises stop, on which the ranks agree
+// to checkpoint and stop (exit 3) as for SIGUSR1/SIGTERM (package signals);
+// a second SIGINT cancels ctx.
+func runSignals() (ctx context.Context, cancel func(), stop *atomic.Bool) {
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	stop = new(atomic.Bool)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt)
+	go func() {
+		for range sig {
+			if stop.Swap(true) {
+				cancelCtx() // the second Ctrl-C
+				continue
+			}
+			fmt.Fprintln(os.Stderr, "hdet: interrupted: checkpointing at the end of this window, then stopping (Ctrl-C again to stop now)")
+		}
+	}()
+	// Stop guarantees no more sends, so closing ends the goroutine.
+	return ctx, func() { signal.Stop(sig); close(sig); cancelCtx() }, stop
 }
 
 // runOutcome maps a run's end to its exit code, in one place: 0, 2 for

@@ -135,9 +135,15 @@ func runSchedule(s Streams, args []string) error {
 		}
 		return err
 	}
+	if sched.Steps() > maxPrintedSteps {
+		return Usagef("--total-steps: got %d, want at most %d (hdet schedule prints every step)", sched.Steps(), maxPrintedSteps)
+	}
 	oc, _ := sched.(*hparam.OneCycle)
 	return writeSchedule(s, sched, oc, *format)
 }
+
+// maxPrintedSteps bounds what hdet schedule prints (about 250 MB of JSON).
+const maxPrintedSteps = 10_000_000
 
 // writeSchedule prints every step's value (and OneCycle's momentum) with
 // full float64 precision.

@@ -11,11 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hdet-dev/hdet/bridge"
 	"github.com/hdet-dev/hdet/config"
 	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/logging"
+	"github.com/hdet-dev/hdet/internal/memcheck"
+	"github.com/hdet-dev/hdet/internal/runlock"
+	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 	"github.com/hdet-dev/hdet/plugins"
 	"github.com/hdet-dev/hdet/slurm"
@@ -31,19 +35,24 @@ func (s *session) setup(ctx context.Context) error {
 	if err := agree(w, s.loadConfig()); err != nil {
 		return err
 	}
+	if err := agree(w, s.lockRunDir()); err != nil {
+		return err
+	}
 	s.startWatchdog()
 	for _, p := range []struct {
-		name string
-		fn   func(context.Context) error
+		name, pause string // pause: a test's moment to signal (HDET_TEST_PAUSE)
+		fn          func(context.Context) error
 	}{
-		{"setup: device", s.bindDevice},
-		{"setup: replica", s.makeReplica},
-		{"setup: check replicas", s.checkReplica},
-		{"setup: explorers (rank 0)", s.openExplorers},
-		{"setup: resume", s.resume},
-		{"setup: start", s.start},
+		{"setup: device", "device", s.bindDevice},
+		{"setup: replica", "data", s.makeReplica},
+		{"setup: check replicas", "check", s.checkReplica},
+		{"setup: explorers (rank 0)", "explorers", s.openExplorers},
+		{"setup: resume", "resume", s.resume},
+		{"setup: signals", "", s.stopBeforeTraining},
+		{"setup: start", "", s.start},
 	} {
 		s.wd.Setup(p.name)
+		signals.Pause(p.pause)
 		if err := agree(w, p.fn(ctx)); err != nil {
 			return err
 		}
@@ -52,12 +61,16 @@ func (s *session) setup(ctx context.Context) error {
 }
 
 func (s *session) loadConfig() error {
-	cfg, err := config.Load(s.o.Config, s.o.Sets)
+	load := config.Load
+	if len(s.o.Worker) > 0 {
+		load = config.LoadWorker // the script says what the config leaves out
+	}
+	cfg, err := load(s.o.Config, s.o.Sets)
 	if err != nil {
 		return &UsageError{Err: err}
 	}
 	s.cfg = cfg
-	if s.sync, err = engine.ParseSyncMode(cfg.Train.Sync); err != nil {
+	if s.sync, err = engine.ParseSyncMode(cfg.Train.Sync); err != nil && !(len(s.o.Worker) > 0 && cfg.Train.Sync == "") {
 		return Usagef("train.sync: %v", err)
 	}
 	if s.slurm, err = slurm.FromOS(); err != nil {
@@ -145,8 +158,11 @@ func (s *session) makeMNIST() error {
 	if err != nil {
 		return &UsageError{Err: fmt.Errorf("workload.data: %w", err)}
 	}
-	mc := mnist.DefaultConfig()
 	wl := cfg.Workload
+	if err := memcheck.Fit(memcheck.MLPBytes(ds.Train.Dim, wl.Hidden, ds.Train.Classes, wl.BatchSize), w.LocalSize()); err != nil {
+		return Usagef("workload.hidden %v: %v", wl.Hidden, err)
+	}
+	mc := mnist.DefaultConfig()
 	mc.Hidden, mc.BatchSize, mc.Optimizer = wl.Hidden, wl.BatchSize, wl.Optimizer
 	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
 	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
@@ -176,6 +192,11 @@ func (s *session) checkReplica(context.Context) error {
 	if err := errors.Join(w.AllreduceFloat64(lo, reduce.Min), w.AllreduceFloat64(hi, reduce.Max)); err != nil {
 		return err
 	}
+	if s.worker != nil {
+		if err := bridge.Agree(w, s.worker); err != nil {
+			return usageIf(err)
+		}
+	}
 	if !slices.Equal(lo, hi) {
 		return fmt.Errorf("the ranks' replicas differ: parameters %g..%g, sync buffer %g..%g floats, steps %g..%g", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
 	}
@@ -194,6 +215,16 @@ func (s *session) openExplorers(ctx context.Context) error {
 		return nil
 	}
 	cfg := s.cfg
+	if s.worker != nil {
+		ex, notes, err := bridge.Explorers(cfg.Explorers, s.worker.Hello())
+		if err != nil {
+			return usageIf(err)
+		}
+		for _, n := range notes {
+			s.o.Log.Warn().Msg(n)
+		}
+		cfg.Explorers = ex
+	}
 	var named []hparam.NamedExplorer
 	if len(cfg.Explorers) > 0 {
 		dir, err := plugins.Dir(s.o.PluginDir)
@@ -244,4 +275,41 @@ func (s *session) openExplorer(ctx context.Context, dir string, i int, e config.
 		}
 	}
 	return hparam.NamedExplorer{Name: e.Name, Explorer: ex, Config: block}, nil
+}
+
+// lockRunDir makes rank 0 hold the run directory for the run's life, so a
+// second launch into it is refused rather than training alongside.
+func (s *session) lockRunDir() error {
+	if s.rank != 0 {
+		return nil
+	}
+	lk, stale, err := runlock.Acquire(s.cfg.Run.Dir)
+	switch {
+	case errors.Is(err, runlock.ErrHeld) || errors.Is(err, runlock.ErrBadDir):
+		return &UsageError{Err: err}
+	case err != nil:
+		return err
+	case stale != nil:
+		s.o.Log.Warn().Str("holder", stale.String()).Msg("taking over the run directory's lock from a run that is gone")
+	}
+	s.closers = append(s.closers, func() { _ = lk.Release() })
+	return nil
+}
+
+// stopBeforeTraining ends the run with engine.ErrStopped (exit 3) when any
+// rank caught a signal during setup, before the run directory is written:
+// nothing was trained, so a relaunch runs as this one would have.
+func (s *session) stopBeforeTraining(context.Context) error {
+	got := []float64{0}
+	if s.o.Stop != nil && s.o.Stop() {
+		got[0] = 1
+	}
+	if err := s.o.World.AllreduceFloat64(got, reduce.Max); err != nil || got[0] == 0 {
+		return err
+	}
+	if s.rank == 0 {
+		s.o.Log.Warn().Msg("a signal arrived during setup: stopping before training; launch the same command again to run")
+		s.requeue()
+	}
+	return engine.ErrStopped
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hdet-dev/hdet/checkpoint"
@@ -36,13 +37,15 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 	if errors.Is(err, engine.ErrStopped) {
 		s.stopped(res)
 	}
+	// The model, read before the worker is closed (that unmaps its buffer).
+	model := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
 	if err == nil || errors.Is(err, engine.ErrStopped) {
 		err = errors.Join(err, s.closeWorker())
 	}
 	if err != nil || s.rank != 0 {
 		return Outcome{Result: res}, err
 	}
-	return s.finish(res, time.Since(start))
+	return s.finish(res, model, time.Since(start))
 }
 
 func (s *session) engineOptions() (engine.Options, error) {
@@ -86,7 +89,7 @@ func (s *session) saver() (*checkpoint.Saver, error) {
 		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
 	}
 	if s.rank == 0 {
-		saver.BeforeWrite = s.mw.Sync
+		saver.BeforeWrite = s.mw.Sync // metrics.jsonl on disk up to the checkpoint's window
 		saver.Controller = func(ctx context.Context) ([]byte, error) {
 			b, evs, err := s.ctrl.SaveState(ctx)
 			for _, e := range evs {
@@ -103,8 +106,14 @@ func (s *session) stopped(res engine.Result) {
 	if s.rank != 0 {
 		return
 	}
+	s.o.Log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
+	s.requeue()
+}
+
+// requeue (rank 0) puts the Slurm job back in the queue after a signal
+// stopped the run, unless --no-requeue.
+func (s *session) requeue() {
 	log := s.o.Log
-	log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
 	if !s.slurm.InSlurm() || s.o.NoRequeue {
 		return
 	}
@@ -117,9 +126,9 @@ func (s *session) stopped(res engine.Result) {
 
 // finish (rank 0) writes model.bin and the end record, prints the closing
 // lines and hands back the report for after MPI_Finalize.
-func (s *session) finish(res engine.Result, wall time.Duration) (Outcome, error) {
+func (s *session) finish(res engine.Result, model []float32, wall time.Duration) (Outcome, error) {
 	dir := s.cfg.Run.Dir
-	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), s.replica.SyncBuffer(false)[:s.replica.ParamCount()]); err != nil {
+	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), model); err != nil {
 		return Outcome{Result: res}, err
 	}
 	if err := s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/hdet-dev/hdet/bridge"
+	"github.com/hdet-dev/hdet/engine"
 )
 
 // workerGPU is what the worker sees as CUDA_VISIBLE_DEVICES: this rank's GPU
@@ -64,27 +65,30 @@ func (s *session) startWorker(ctx context.Context) error {
 		MasterAddr: host, MasterPort: port, GPU: s.workerGPU(), SyncMode: string(s.sync),
 	})
 	if err != nil {
-		return err
+		return usageIf(err)
 	}
 	s.worker, s.replica = wk, wk
 	// After a failure the worker is only killed; a finished run closes it
 	// itself (closeWorker) to learn how the script ended.
 	s.closers = append(s.closers, func() { _ = wk.Close() })
-	s.steps = s.cfg.Train.Steps
-	if sched := wk.Hello().Schedule; sched != nil {
-		if s.steps == 0 {
-			s.steps = sched.TotalSteps
-		} else if s.steps != sched.TotalSteps {
-			return Usagef("train.steps: got %d, but the worker's OneCycleLR has total_steps %d; give the same length (or leave train.steps 0)", s.steps, sched.TotalSteps)
-		}
-	}
-	if s.steps == 0 {
-		return Usagef("train.steps: the worker's scheduler does not say how long the run is; set train.steps")
+	s.sync = engine.SyncMode(wk.SyncMode()) // the script's, which a configured mode must match
+	s.cfg.Train.Sync = wk.SyncMode()
+	if s.steps, err = bridge.RunSteps(s.cfg.Train.Steps, wk.Hello()); err != nil {
+		return usageIf(err)
 	}
 	if s.cfg.Train.Window > s.steps {
 		return Usagef("train.window: got %d, want at most the run's %d steps", s.cfg.Train.Window, s.steps)
 	}
 	return nil
+}
+
+// usageIf makes a disagreement between the script and the configuration
+// (or between ranks' scripts) a usage error: exit 2.
+func usageIf(err error) error {
+	if errors.Is(err, bridge.ErrConflict) {
+		return &UsageError{Err: err}
+	}
+	return err
 }
 
 // closeWorker ends the worker after the loop (STOP, then its exit status):

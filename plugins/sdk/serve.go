@@ -3,61 +3,67 @@
 //
 //	func main() { sdk.Serve(sdk.FromRule(myRule{})) }
 //
-// Serve speaks hdet's explorer protocol over go-plugin's gRPC transport. An
-// explorer's lifetime belongs to hdet: Serve ignores SIGINT, SIGTERM and
-// SIGUSR1 (Slurm and a terminal signal the whole process group, and hdet must
-// checkpoint first) and exits when hdet closes the connection, kills it, or
-// is itself gone.
+// Serve speaks hdet's explorer protocol (package contract) over go-plugin's
+// gRPC transport. An explorer's lifetime belongs to hdet: Serve ignores
+// SIGINT, SIGTERM, SIGUSR1 and SIGHUP (Slurm and a terminal signal the
+// whole process group, and hdet must checkpoint first) and ends its process
+// group when hdet closes the connection, kills it, or is itself gone.
 package sdk
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/plugins"
+	"github.com/hdet-dev/hdet/plugins/contract"
 )
-
-// parentPoll is how often Serve checks that hdet is still there, in case the
-// kernel's parent-death signal did not fire (non-Linux, or a race at start).
-const parentPoll = 500 * time.Millisecond
 
 // Serve serves e to hdet and does not return. Run outside hdet, it prints
 // that it is a plugin and exits 1.
 func Serve(e hparam.Explorer) {
-	signal.Ignore(syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGINT)
-	watchParent(parentPID())
+	signal.Ignore(syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGHUP)
+	watchLifeline()
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: plugins.Handshake,
-		Plugins:         plugins.PluginSet(e),
+		HandshakeConfig: contract.Handshake,
+		Plugins:         contract.PluginSet(e),
 		GRPCServer:      plugin.DefaultGRPCServer,
 	})
 	os.Exit(0)
 }
 
-// parentPID is the pid hdet passed in the environment, else the current
-// parent's.
-func parentPID() int {
-	if pid, err := strconv.Atoi(os.Getenv(plugins.EnvParentPID)); err == nil && pid > 0 {
-		return pid
+// ServeBuiltin serves one of hdet's built-in explorers (hparam.BuiltinLR,
+// ...): the whole main of cmd/hdet-explorer-*.
+func ServeBuiltin(kind string) {
+	e, err := hparam.NewBuiltinExplorer(kind)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
-	return os.Getppid()
+	Serve(e)
 }
 
-// watchParent makes the process exit once parent is no longer its parent:
-// hdet died (even by SIGKILL) and the process was re-parented.
-func watchParent(parent int) {
-	armParentDeathSignal(parent)
+// watchLifeline ends the explorer's process group, itself and whatever it
+// started, once hdet is gone: the pipe hdet passed (contract.EnvLifeline)
+// reaches end of file when hdet's write end closes, whichever way hdet died
+// and whether or not a wrapper script stands between them. hdet starts
+// every explorer in a process group of its own, so the group is the
+// explorer's.
+func watchLifeline() {
+	fd, err := strconv.Atoi(os.Getenv(contract.EnvLifeline))
+	if err != nil || fd < 3 {
+		return // not started by hdet: plugin.Serve says so and exits
+	}
+	syscall.CloseOnExec(fd) // the explorer's own children need not hold it
+	f := os.NewFile(uintptr(fd), "hdet-lifeline")
 	go func() {
-		for range time.Tick(parentPoll) {
-			if os.Getppid() != parent {
-				os.Exit(3)
-			}
-		}
+		_, _ = io.Copy(io.Discard, f)
+		_ = syscall.Kill(0, syscall.SIGKILL)
+		os.Exit(3)
 	}()
 }

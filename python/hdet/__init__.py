@@ -1,18 +1,16 @@
 """hdet: run an existing PyTorch training script under hdet.
 
     from hdet import OneCycleLR          # was: from torch.optim.lr_scheduler import OneCycleLR
-    sched = OneCycleLR(opt, max_lr=0.1, total_steps=steps)
-    ...
-    sched.step(loss)                      # was: sched.step()
 
-Outside hdet the scheduler is torch's OneCycleLR. Launched by
-`mpirun -np N hdet run --worker -- python3 train.py`, each rank trains with
-its own hyperparameter values and hdet averages the replicas every window.
+Nothing else changes. Outside hdet the scheduler is torch's OneCycleLR.
+Launched by `mpirun -np N hdet run --worker -- python3 train.py`, each rank
+trains with its own learning rate around the script's schedule and hdet
+averages the replicas every window.
 """
 
 from ._protocol import PROTOCOL_VERSION, ProtocolError
 from ._session import Stopped, local_rank, rank, sync_mode, under_hdet, world_size
-from .scheduler import OneCycleLR, dropout_setter
+from .scheduler import OneCycleLR, dropout_setter, probe
 
 __all__ = [
     "OneCycleLR",
@@ -21,6 +19,7 @@ __all__ = [
     "Stopped",
     "dropout_setter",
     "local_rank",
+    "probe",
     "rank",
     "sync_mode",
     "under_hdet",

@@ -14,7 +14,7 @@ import struct
 import sys
 from array import array
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAGIC = b"HDET"
 _HEADER = struct.Struct("<4sII")
 _MAX_JSON = 64 << 20
@@ -48,8 +48,9 @@ class Connection:
 
     @classmethod
     def connect(cls, path):
+        """path: a socket file, or "@name" in Linux's abstract namespace."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(path)
+        sock.connect("\0" + path[1:] if path.startswith("@") else path)
         return cls(sock)
 
     def send(self, msg, payload=b""):

@@ -1,9 +1,12 @@
 """The worker side of one hdet rank: handshake, shared buffer, window exchange."""
 
+import atexit
 import hashlib
 import json
 import mmap
 import os
+import sys
+import traceback
 
 import torch
 
@@ -15,6 +18,7 @@ from ._protocol import (
 )
 
 ENV_SOCKET = "HDET_SOCKET"
+ENV_BUFFER_FD = "HDET_BUFFER_FD"
 ENV_TRACE_DIR = "HDET_TRACE_DIR"
 
 
@@ -37,15 +41,25 @@ def local_rank():
     return int(os.environ.get("HDET_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
 
 
+def script_sync_mode():
+    """What the script does: "gradients" when it set up torch.distributed
+    (its DDP all-reduces gradients every step), else "local"."""
+    d = torch.distributed
+    return "gradients" if d.is_available() and d.is_initialized() else "local"
+
+
 def sync_mode():
-    """"gradients" (the script's DDP runs every step), "local" (no DDP), or
-    None outside hdet."""
-    return os.environ.get("HDET_SYNC_MODE") or None
+    """"gradients" or "local" once the scheduler is constructed under hdet
+    (what the script does), None outside hdet."""
+    if _active is not None:
+        return _active.mode
+    return None
 
 
 class Stopped(SystemExit):
-    """hdet ended the run before the script's last step; the script exits
-    with status 0 unless it catches this."""
+    """hdet ended the run before the script's last step (a signal asked it
+    to checkpoint and stop); the script exits with status 0 unless it
+    catches this."""
 
     def __init__(self, step):
         super().__init__(0)
@@ -53,6 +67,50 @@ class Stopped(SystemExit):
 
     def __str__(self):
         return "hdet stopped the run at step %d" % self.step
+
+
+_active = None  # this process's Session
+_hooked = False
+
+
+def _report_exit(message):
+    s = _active
+    if s is None or s.finished:
+        return
+    s.finished = True
+    try:
+        s.conn.send({"type": "error", "message": message})
+    except OSError:
+        pass
+
+
+def _excepthook(kind, value, tb):
+    s = _active
+    if s is not None and not s.finished and not issubclass(kind, SystemExit):
+        line = "".join(traceback.format_exception_only(kind, value)).strip()
+        _report_exit("the script raised at step %d of %d: %s" % (s.step, s.total, line))
+    _previous_excepthook(kind, value, tb)
+
+
+_previous_excepthook = sys.excepthook
+
+
+def _atexit():
+    s = _active
+    if s is not None and not s.finished:
+        _report_exit("the script ended at step %d of %d (its OneCycleLR's total_steps) before the run finished"
+                     % (s.step, s.total))
+
+
+def _hook_exit():
+    """Tell hdet why the script stops early: its exception, or an early end."""
+    global _hooked, _previous_excepthook
+    if _hooked:
+        return
+    _hooked = True
+    _previous_excepthook = sys.excepthook
+    sys.excepthook = _excepthook
+    atexit.register(_atexit)
 
 
 def predict_state(optimizer):
@@ -104,17 +162,22 @@ class Session:
     optimizer state (floating-point state tensors, keys sorted), sized by
     predict_state. A parameter without state yet leaves its slot alone."""
 
-    def __init__(self, optimizer, hello):
+    def __init__(self, optimizer, hello, total):
+        global _active
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         self.param_count = sum(p.numel() for p in self.params)
-        self.local = sync_mode() == "local"
+        self.mode = script_sync_mode()
+        self.local = self.mode == "local"
         self._layout = predict_state(optimizer) if self.local else []
         state_count = sum(n for _, entries in self._layout for _, n in entries)
         self._trace = None
+        self.step, self.total, self.finished = 0, total, False
         self.conn = Connection.connect(os.environ[ENV_SOCKET])
+        _active = self
+        _hook_exit()
         hello = dict(hello, protocol=PROTOCOL_VERSION, pid=os.getpid(), param_count=self.param_count,
-                     state_count=state_count, dtype="float32", buffers=["shm"])
+                     state_count=state_count, dtype="float32", buffers=["fd"], sync_mode=self.mode)
         self.conn.send({"type": "hello", "hello": hello})
         welcome = self.expect("welcome")
         if welcome.get("protocol") != PROTOCOL_VERSION:
@@ -122,10 +185,12 @@ class Session:
         self.rank = welcome.get("rank", 0)
         buf = welcome.get("buffer") or {}
         floats = self.param_count + state_count
-        if buf.get("kind") != "shm" or buf.get("floats") != floats:
+        if buf.get("kind") != "fd" or buf.get("floats") != floats:
             self.fail("unusable buffer %r for %d floats" % (buf, floats))
-        with open(buf["path"], "r+b") as f:
-            self._mmap = mmap.mmap(f.fileno(), floats * 4)
+        # An anonymous file hdet passed at exec: nothing in /dev/shm to leak.
+        fd = int(os.environ[ENV_BUFFER_FD])
+        self._mmap = mmap.mmap(fd, floats * 4)
+        os.close(fd)  # the mapping keeps it; the script's subprocesses need not
         self.buf = torch.frombuffer(self._mmap, dtype=torch.float32, count=floats)
         trace_dir = os.environ.get(ENV_TRACE_DIR)
         if trace_dir:
@@ -142,10 +207,7 @@ class Session:
 
     def fail(self, why):
         """Tell hdet why, then raise."""
-        try:
-            self.conn.send({"type": "error", "message": why})
-        except OSError:
-            pass
+        _report_exit(why)
         raise ProtocolError("hdet: " + why)
 
     @torch.no_grad()
@@ -199,17 +261,22 @@ class Session:
                     self.conn.send({"type": "result", "supported": True}, pack_float64s([float(loss), float(acc)]))
                 continue
             if kind == "stop":
+                self.finished = True
                 self.close()
                 return None
             return msg
 
-    def done(self, window, steps, losses, applied):
-        """The window is trained: hand over the parameters, report."""
+    def hand_over(self):
+        """The window is trained: its parameters go to the buffer."""
         self._copy(out=True, with_state=self.local)
+
+    def done(self, window, steps, losses, applied, probe=None):
+        """Report the window (losses, then the probe loss when asked)."""
         self.trace(event="done", window=window, steps=steps, applied=applied,
                    loss_mean=sum(losses) / len(losses))
+        extra = [] if probe is None else [probe]
         self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied},
-                       pack_float64s(losses))
+                       pack_float64s(list(losses) + extra))
 
     def params_sha256(self):
         return hashlib.sha256(memoryview(self._mmap)[:self.param_count * 4]).hexdigest()

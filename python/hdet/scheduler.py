@@ -1,11 +1,31 @@
 """hdet.OneCycleLR: torch's OneCycleLR, plus hdet's per-rank values under hdet."""
 
 import math
+import time
 
 import torch
 from torch.optim.lr_scheduler import OneCycleLR as _TorchOneCycleLR
 
-from . import _session
+from . import _loss, _session
+
+_probe_fn = None
+
+
+def probe(fn):
+    """Give hdet a probe function for the `probe` signal (DESIGN §1, revision 2).
+
+    fn() -> float evaluates the current model, in eval mode and without
+    gradients, on fixed examples (the same on every rank; e.g. 1024 training
+    examples drawn with a fixed seed). hdet calls it at the end of windows on
+    the average of the window's last iterates and compares the ranks' answers.
+    Call it before constructing the scheduler (or pass probe= to it). Without
+    it hdet uses each rank's training loss (`signal: train`). Outside hdet it
+    does nothing."""
+    global _probe_fn
+    if fn is not None and not callable(fn):
+        raise TypeError("hdet.probe: %r is not callable" % (fn,))
+    _probe_fn = fn
+    return fn
 
 
 def dropout_setter(module):
@@ -130,6 +150,13 @@ class OneCycleLR(_TorchOneCycleLR):
         (hdet.dropout_setter(model) does it for nn.Dropout layers).
       callbacks: {name: function(value)} for any other scalar.
       evaluate: function() -> (test loss, accuracy), for hdet's evaluations.
+      probe: function() -> loss on fixed examples (see hdet.probe).
+
+    Under hdet step() needs no argument: the step's loss is what the script
+    called .backward() on since the previous step (summed over several
+    backward calls; unscaled when AMP's GradScaler scaled it). step(loss)
+    gives it explicitly. get_last_lr() is the rate this rank applies;
+    state_dict() pickles and loads into torch's OneCycleLR without hdet.
     """
 
     def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
@@ -137,7 +164,7 @@ class OneCycleLR(_TorchOneCycleLR):
                  max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
                  last_epoch=-1, verbose=False, *, hdet_window=None, hdet_alpha=None,
                  hdet_spread=None, hdet_auto=None, explore=None, dropout_callback=None,
-                 callbacks=None, evaluate=None):
+                 callbacks=None, evaluate=None, probe=None):
         self._hdet_run = None  # first: torch's constructor calls step()
         super().__init__(optimizer, max_lr, total_steps=total_steps, epochs=epochs,
                          steps_per_epoch=steps_per_epoch, pct_start=pct_start,
@@ -160,6 +187,9 @@ class OneCycleLR(_TorchOneCycleLR):
             raise ValueError("hdet: hdet_window must be a positive int, got %r" % (hdet_window,))
         if evaluate is not None and not callable(evaluate):
             raise TypeError("hdet: evaluate is not callable")
+        probe = probe if probe is not None else _probe_fn
+        if probe is not None and not callable(probe):
+            raise TypeError("hdet: probe is not callable")
         if not _session.under_hdet():
             return
         n = len(optimizer.param_groups)
@@ -181,55 +211,115 @@ class OneCycleLR(_TorchOneCycleLR):
             "options": {k: v for k, v in (("alpha", hdet_alpha), ("spread", hdet_spread), ("auto", hdet_auto))
                         if v is not None},
             "evaluate": evaluate is not None,
+            "probe": probe is not None,
         }
         if hdet_window is not None:
             hello["hdet_window"] = hdet_window
-        self._hdet_run = _Run(self, _session.Session(optimizer, hello), setters, evaluate)
+        _loss.install()
+        session = _session.Session(optimizer, hello, self.total_steps)
+        self._hdet_run = _Run(self, session, setters, evaluate, probe)
 
     def step(self, loss=None):
         run = self._hdet_run
         if run is None:
             super().step()
             return
-        if loss is None:
-            raise ValueError("hdet: under hdet, call step(loss) with the step's training loss")
+        if run.stopped:
+            super().step()  # past total_steps: torch's ValueError
+            raise _session.Stopped(run.step_num)
         run.record(loss)
+        applied = [g["lr"] for g in self.optimizer.param_groups]
         super().step()
         run.advance()
+        if run.stopped:  # the run is over: the last applied rate stays
+            for g, lr in zip(self.optimizer.param_groups, applied):
+                g["lr"] = lr
+            self._last_lr = applied
 
     def state_dict(self):
-        """torch's state_dict: the hdet connection is not part of the state."""
-        return {k: v for k, v in super().state_dict().items() if not k.startswith("_hdet")}
+        """torch's state_dict, without what only this process can hold: the
+        hdet connection, and torch 1.x's bound anneal_func (pickling it would
+        pickle this object; the loading scheduler keeps its own). Under hdet
+        it adds "hdet": this rank's window and last applied values, plain
+        data that torch's OneCycleLR loads without hdet."""
+        sd = {k: v for k, v in super().state_dict().items() if not k.startswith("_hdet") and k != "anneal_func"}
+        if self._hdet_run is not None:
+            sd["hdet"] = self._hdet_run.state()
+        return sd
 
     def load_state_dict(self, state_dict):
-        super().load_state_dict({k: v for k, v in state_dict.items() if not k.startswith("_hdet")})
+        sd = {k: v for k, v in state_dict.items() if not k.startswith("_hdet") and k not in ("anneal_func", "hdet")}
+        super().load_state_dict(sd)
+        if self._hdet_run is not None and "hdet" in state_dict:
+            self._hdet_run.load(state_dict["hdet"])
 
 
 class _Run:
     """The per-step side of a scheduler under hdet."""
 
-    def __init__(self, sched, session, setters, evaluate):
+    def __init__(self, sched, session, setters, evaluate, probe):
         self.sched = sched
         self.session = session
         self.setters = setters
         self.evaluate = evaluate
+        self.probe = probe
         self.step_num = max(sched.last_epoch, 0)  # steps completed
         self.stopped = False
         self._next_window()
 
     def record(self, loss):
-        if self.stopped:
-            raise _session.Stopped(self.step_num)
-        self.losses.append(float(loss))
+        if loss is None:
+            loss = _loss.take()
+            if loss is None:
+                raise RuntimeError("hdet: no loss for step %d: nothing was .backward()-ed since the last "
+                                   "scheduler.step(); call scheduler.step(loss)" % self.step_num)
+        else:
+            _loss.take()  # the explicit loss replaces what backward recorded
+            loss = loss.detach().reshape(()).float() if torch.is_tensor(loss) else torch.tensor(float(loss))
+        self.losses.append(loss)
 
     def advance(self):
         self.step_num += 1
+        self.session.step = self.step_num
         i = self.step_num - self.start
+        if self.tail and i > self.steps - self.tail:
+            self._accumulate(i - (self.steps - self.tail) - 1)
         if i < self.steps:
             self._apply(i)
             return
-        self.session.done(self.window, self.steps, self.losses, self.applied)
+        t0, window = time.perf_counter(), self.window
+        self.session.hand_over()
+        probe = self._probe() if self.tail else None
+        losses = torch.stack([x.cpu() for x in self.losses]).double().tolist()
+        self.session.done(self.window, self.steps, losses, self.applied, probe)
+        t1 = time.perf_counter()
         self._next_window()
+        # The exchange's cost (for `make bench-pytorch`'s profile): handing
+        # over and reporting, then waiting for the plan and loading it.
+        self.session.trace(event="exchange", window=window, send_s=t1 - t0,
+                           wait_s=time.perf_counter() - t1)
+
+    @torch.no_grad()
+    def _accumulate(self, k):
+        """Running mean of the parameters over the window's tail."""
+        for p, a in zip(self.session.params, self.avg):
+            if k == 0:
+                a.copy_(p)
+            else:
+                a.add_(p - a, alpha=1.0 / (k + 1))
+
+    @torch.no_grad()
+    def _probe(self):
+        """The probe loss of the tail average; the last iterate is restored."""
+        params = self.session.params
+        saved = [p.detach().clone() for p in params]
+        for p, a in zip(params, self.avg):
+            p.copy_(a)
+        try:
+            return float(self.probe())
+        finally:
+            for p, s in zip(params, saved):
+                p.copy_(s)
 
     def _next_window(self):
         msg = self.session.next_message(self.evaluate)
@@ -247,7 +337,10 @@ class _Run:
                 self.session.fail("bad plan for %r (%d values for %d steps)" % (name, len(vals), steps))
             if not all(math.isfinite(v) for v in vals):
                 self.session.fail("non-finite value planned for %r" % name)
-        self.window, self.start, self.steps, self.values = msg.get("window", 0), start, steps, values
+        tail = msg.get("probe_tail", 0) if self.probe is not None else 0
+        self.window, self.start, self.steps, self.values, self.tail = msg.get("window", 0), start, steps, values, tail
+        if tail and not hasattr(self, "avg"):
+            self.avg = [torch.empty_like(p) for p in self.session.params]
         self.losses = []
         self.applied = {name: [] for name in values}
         self._apply(0)
@@ -255,3 +348,14 @@ class _Run:
     def _apply(self, i):
         for name, vals in self.values.items():
             self.applied[name].append(self.setters[name](vals[i]))
+        # get_last_lr() is what this rank applies, not torch's schedule.
+        self.sched._last_lr = [g["lr"] for g in self.sched.optimizer.param_groups]
+
+    def state(self):
+        return {"rank": self.session.rank, "window": self.window, "step": self.step_num,
+                "lr": list(self.sched._last_lr)}
+
+    def load(self, st):
+        lr = st.get("lr") if isinstance(st, dict) else None
+        if isinstance(lr, list) and len(lr) == len(self.sched.optimizer.param_groups):
+            self.sched._last_lr = [float(x) for x in lr]

@@ -77,23 +77,12 @@ func forward(layers []layer, ws *workspace, n int, dropout, labelSmoothing float
 		if li == len(layers)-1 {
 			break
 		}
-		for i, v := range z {
-			z[i] = max(v, 0)
-		}
+		var state uint64
+		var mask []float32
 		if dropout > 0 {
-			s := drop(li)
-			p := float32(dropout)
-			scale := float32(1 / (1 - dropout))
-			mask := ws.mask[li][:n*l.out]
-			for i := range z {
-				m := scale
-				if s.float32() < p {
-					m = 0
-				}
-				mask[i] = m
-				z[i] *= m
-			}
+			state, mask = drop(li).s, ws.mask[li][:n*l.out]
 		}
+		kern.reluDropout(z, mask, state, float32(dropout), float32(1/(1-dropout)))
 		in = z
 	}
 	out := layers[len(layers)-1].out
@@ -149,12 +138,7 @@ func backward(layers []layer, ws *workspace, n int, dropout float64) {
 			in = ws.act[li-1]
 		}
 		gemm.Sgemm(true, false, l.in, l.out, n, 1, in, l.in, delta, l.out, 0, l.gw, l.out)
-		clear(l.gb)
-		for r := range n {
-			for k, d := range delta[r*l.out : (r+1)*l.out] {
-				l.gb[k] += d
-			}
-		}
+		kern.biasGrad(l.gb, delta)
 		if li == 0 {
 			break // no gradient w.r.t. the inputs needed
 		}
@@ -162,22 +146,10 @@ func backward(layers []layer, ws *workspace, n int, dropout float64) {
 		// exactly when its output is positive (ReLU output > 0 and kept).
 		prev := ws.delta[li-1][:n*l.in]
 		gemm.Sgemm(false, true, n, l.in, l.out, 1, delta, l.out, l.w, l.out, 0, prev, l.in)
-		act := ws.act[li-1][:n*l.in]
+		var mask []float32
 		if dropout > 0 {
-			mask := ws.mask[li-1][:n*l.in]
-			for i, a := range act {
-				if a > 0 {
-					prev[i] *= mask[i]
-				} else {
-					prev[i] = 0
-				}
-			}
-		} else {
-			for i, a := range act {
-				if !(a > 0) {
-					prev[i] = 0
-				}
-			}
+			mask = ws.mask[li-1][:n*l.in]
 		}
+		kern.backMask(prev, ws.act[li-1][:n*l.in], mask)
 	}
 }

@@ -37,16 +37,8 @@ func adamWStep(p, g, m, v []float32, segs []segment, h hyper, beta2, eps float64
 		if s.decay {
 			keep = float32(1 - lr*h.weightDecay)
 		}
-		step := float32(lr / bc1)
-		p := p[s.lo:s.hi]
-		g, m, v := g[s.lo:s.hi][:len(p)], m[s.lo:s.hi][:len(p)], v[s.lo:s.hi][:len(p)] // lets the compiler drop bounds checks
-		for i := range p {
-			gi := g[i]
-			mi := b1*m[i] + (1-b1)*gi
-			vi := b2*v[i] + (1-b2)*gi*gi
-			m[i], v[i] = mi, vi
-			p[i] = p[i]*keep - step*mi/(float32(math.Sqrt(float64(vi)))*invSqrtBc2+e)
-		}
+		kern.adamW(p[s.lo:s.hi], g[s.lo:s.hi], m[s.lo:s.hi], v[s.lo:s.hi],
+			adamWConsts{b1: b1, b2: b2, keep: keep, step: float32(lr / bc1), invSqrtBc2: invSqrtBc2, eps: e})
 	}
 }
 
@@ -61,12 +53,6 @@ func sgdStep(p, g, buf []float32, segs []segment, h hyper) {
 		if s.decay {
 			wd = float32(h.weightDecay)
 		}
-		p := p[s.lo:s.hi]
-		g, buf := g[s.lo:s.hi][:len(p)], buf[s.lo:s.hi][:len(p)]
-		for i := range p {
-			b := mu*buf[i] + g[i] + wd*p[i]
-			buf[i] = b
-			p[i] -= lr * b
-		}
+		kern.sgd(p[s.lo:s.hi], g[s.lo:s.hi], buf[s.lo:s.hi], mu, lr, wd)
 	}
 }

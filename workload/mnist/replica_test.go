@@ -115,7 +115,6 @@ func TestShardsAreDisjointAndCoverTheEpoch(t *testing.T) {
 	cfg := smallConfig(AdamW)
 	cfg.WorldSize = 3
 	seen := map[int32]int{}
-	var epoch0 []int32
 	var spe int
 	for rank := range 3 {
 		cfg.Rank = rank
@@ -125,7 +124,6 @@ func TestShardsAreDisjointAndCoverTheEpoch(t *testing.T) {
 		for step := range spe {
 			for _, i := range r.batchIndices(step) {
 				seen[i]++
-				epoch0 = append(epoch0, i)
 			}
 		}
 		// The next epoch reshuffles.
@@ -214,7 +212,7 @@ func TestLearningRateGroupsOverrideLR(t *testing.T) {
 func TestAbsentValuesFallBackToConfig(t *testing.T) {
 	cfg := smallConfig(AdamW)
 	ctx := context.Background()
-	a, b, c := newReplica(t, cfg), newReplica(t, cfg), newReplica(t, cfg)
+	a, b := newReplica(t, cfg), newReplica(t, cfg)
 	_, err := a.TrainWindow(ctx, engine.Window{Start: 0, Steps: 10})
 	require.NoError(t, err)
 	_, err = b.TrainWindow(ctx, engine.Window{Start: 0, Steps: 10, V: engine.Values{
@@ -225,7 +223,7 @@ func TestAbsentValuesFallBackToConfig(t *testing.T) {
 	require.Equal(t, a.SyncBuffer(true), b.SyncBuffer(true))
 	// And each value does reach the step.
 	for _, name := range []string{HDropout, HMomentum, HWeightDecay, HLabelSmoothing} {
-		c = newReplica(t, cfg)
+		c := newReplica(t, cfg)
 		_, err = c.TrainWindow(ctx, engine.Window{Start: 0, Steps: 10, V: engine.Values{name: constant(0.5, 10)}})
 		require.NoError(t, err)
 		require.NotEqual(t, a.SyncBuffer(true), c.SyncBuffer(true), name)

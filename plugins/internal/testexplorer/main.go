@@ -1,5 +1,6 @@
 // Command testexplorer is an explorer for the plugins tests only (never
-// installed in bin/plugins): it counts the windows it observed, echoes the
+// installed in bin/plugins): it counts the windows it observed (or plans
+// what its config says, from a window on: bad values too), echoes the
 // probe signal back (Plan.Probe = Setup.Probe; Feedback.Weights = the probe
 // losses it got), and its config makes it crash, fail or hang at a chosen
 // window.
@@ -12,6 +13,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
+	"strconv"
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/plugins/sdk"
@@ -23,6 +26,20 @@ type config struct {
 	FailIn   string `json:"fail_in"`        // "plan" (default) or "observe"
 	Mode     string `json:"mode"`           // "exit" (default), "error" or "hang"
 	OnceFile string `json:"once_file"`      // when set, fail only if this file does not exist yet, then create it
+	// ChildPIDFile: when set, Init starts a child process (sleep) that the
+	// explorer never ends, and writes its pid here; hdet must end it.
+	ChildPIDFile string `json:"child_pid_file"`
+	// Plan, when set, is what the explorer plans every window instead of
+	// the count of observed windows; Bad, from its window on, replaces it.
+	Plan *planned `json:"plan"`
+	Bad  *planned `json:"bad"`
+}
+
+// planned is a constant base within bounds, from window From.
+type planned struct {
+	From   int        `json:"from"`
+	Base   float64    `json:"base"`
+	Bounds [2]float64 `json:"bounds"`
 }
 
 // state counts observed windows; Feedback.Base reports it so a test can see
@@ -54,6 +71,13 @@ func (x *explorer) Init(_ context.Context, s hparam.Setup) error {
 		if err := json.Unmarshal(s.Config, &x.cfg); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+	}
+	if x.cfg.ChildPIDFile != "" {
+		child := exec.Command("sleep", "300")
+		if err := child.Start(); err != nil {
+			return err
+		}
+		return os.WriteFile(x.cfg.ChildPIDFile, []byte(strconv.Itoa(child.Process.Pid)), 0o644)
 	}
 	return nil
 }
@@ -95,7 +119,16 @@ func (x *explorer) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.Win
 		base[i] = float64(x.st.Observed)
 	}
 	d, _ := x.Describe(ctx)
-	return hparam.WindowPlan{Base: base, Spread: d.Spread, Bounds: d.Bounds, Probe: x.probe}, nil
+	wp := hparam.WindowPlan{Base: base, Spread: d.Spread, Bounds: d.Bounds, Probe: x.probe}
+	for _, p := range []*planned{x.cfg.Plan, x.cfg.Bad} {
+		if p != nil && r.Window >= p.From {
+			for i := range wp.Base {
+				wp.Base[i] = p.Base
+			}
+			wp.Bounds = hparam.Bounds{Lower: p.Bounds[0], Upper: p.Bounds[1]}
+		}
+	}
+	return wp, nil
 }
 
 func (x *explorer) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {

@@ -1,6 +1,7 @@
 // Command testhost is a minimal hdet stand-in for the orphan tests: it opens
-// the explorer binary given as its argument, prints "pid N" (the explorer's
-// pid) and waits. On SIGINT it closes the explorer and exits 0, as hdet does
+// the explorer binary given as its argument, initialises it with the config
+// given as the optional second argument, prints "pid N" (the explorer's pid)
+// and waits. On SIGINT it closes the explorer and exits 0, as hdet does
 // after its checkpoint; SIGKILL leaves the explorer to notice on its own.
 package main
 
@@ -17,9 +18,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: testhost EXPLORER_BINARY")
+	if len(os.Args) < 2 || len(os.Args) > 3 {
+		fmt.Fprintln(os.Stderr, "usage: testhost EXPLORER_BINARY [CONFIG_JSON]")
 		os.Exit(2)
+	}
+	config := "{}"
+	if len(os.Args) == 3 {
+		config = os.Args[2]
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
@@ -29,7 +34,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := x.Init(ctx, hparam.Setup{Name: "test", Config: []byte("{}"), Ranks: 2, TotalSteps: 10, WindowSteps: 2}); err != nil {
+	if err := x.Init(ctx, hparam.Setup{Name: "test", Config: []byte(config), Ranks: 2, TotalSteps: 10, WindowSteps: 2}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -844,7 +844,7 @@ const file_explorer_proto_rawDesc = "" +
 	"\x04Plan\x12\x1f.hdet.explorer.v1.WindowRequest\x1a\x1c.hdet.explorer.v1.WindowPlan\x12D\n" +
 	"\aObserve\x12\x1d.hdet.explorer.v1.Observation\x1a\x1a.hdet.explorer.v1.Feedback\x12H\n" +
 	"\tSaveState\x12\".hdet.explorer.v1.SaveStateRequest\x1a\x17.hdet.explorer.v1.State\x12I\n" +
-	"\tLoadState\x12\x17.hdet.explorer.v1.State\x1a#.hdet.explorer.v1.LoadStateResponseB(Z&github.com/hdet-dev/hdet/plugins/protob\x06proto3"
+	"\tLoadState\x12\x17.hdet.explorer.v1.State\x1a#.hdet.explorer.v1.LoadStateResponseB1Z/github.com/hdet-dev/hdet/plugins/contract/protob\x06proto3"
 
 var (
 	file_explorer_proto_rawDescOnce sync.Once

@@ -1,4 +1,4 @@
-package plugins
+package contract
 
 import (
 	"context"
@@ -122,7 +122,7 @@ func TestGRPCCarriesExplorerErrors(t *testing.T) {
 	x := dial(t, &recorder{failWith: errors.New("config: alpha must be positive")})
 	err := x.Init(context.Background(), hparam.Setup{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "config: alpha must be positive")
+	assert.Equal(t, "config: alpha must be positive", err.Error(), "the explorer's own words, no gRPC status around them")
 }
 
 func TestGRPCClientRejectsOutOfProtocolAnswers(t *testing.T) {

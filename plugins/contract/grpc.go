@@ -1,4 +1,4 @@
-package plugins
+package contract
 
 import (
 	"context"
@@ -6,9 +6,11 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/plugins/proto"
+	"github.com/hdet-dev/hdet/plugins/contract/proto"
 )
 
 // ErrBadAnswer is returned by the gRPC client when an explorer's answer does
@@ -29,7 +31,7 @@ var _ hparam.Explorer = (*GRPCClient)(nil)
 func (g *GRPCClient) Describe(ctx context.Context) (hparam.Descriptor, error) {
 	d, err := g.c.Describe(ctx, &proto.DescribeRequest{})
 	if err != nil {
-		return hparam.Descriptor{}, err
+		return hparam.Descriptor{}, explorerError(err)
 	}
 	return hparam.Descriptor{
 		Name:           d.GetName(),
@@ -52,13 +54,13 @@ func (g *GRPCClient) Init(ctx context.Context, s hparam.Setup) error {
 		Seed:        s.Seed,
 		Probe:       s.Probe,
 	})
-	return err
+	return explorerError(err)
 }
 
 func (g *GRPCClient) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.WindowPlan, error) {
 	p, err := g.c.Plan(ctx, &proto.WindowRequest{Window: int64(r.Window), Start: int64(r.Start), Steps: int64(r.Steps)})
 	if err != nil {
-		return hparam.WindowPlan{}, err
+		return hparam.WindowPlan{}, explorerError(err)
 	}
 	if len(p.GetBase()) != r.Steps {
 		return hparam.WindowPlan{}, fmt.Errorf("%w: plan for window %d has %d base values, want %d", ErrBadAnswer, r.Window, len(p.GetBase()), r.Steps)
@@ -69,7 +71,7 @@ func (g *GRPCClient) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.W
 func (g *GRPCClient) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
 	f, err := g.c.Observe(ctx, &proto.Observation{Window: int64(o.Window), Values: o.Values, Losses: o.Losses, Probe: o.Probe})
 	if err != nil {
-		return hparam.Feedback{}, err
+		return hparam.Feedback{}, explorerError(err)
 	}
 	if w := f.GetWeights(); len(w) != 0 && len(w) != len(o.Values) {
 		return hparam.Feedback{}, fmt.Errorf("%w: %d weights for %d ranks in window %d", ErrBadAnswer, len(w), len(o.Values), o.Window)
@@ -80,13 +82,23 @@ func (g *GRPCClient) Observe(ctx context.Context, o hparam.Observation) (hparam.
 func (g *GRPCClient) SaveState(ctx context.Context) ([]byte, error) {
 	s, err := g.c.SaveState(ctx, &proto.SaveStateRequest{})
 	if err != nil {
-		return nil, err
+		return nil, explorerError(err)
 	}
 	return s.GetState(), nil
 }
 
 func (g *GRPCClient) LoadState(ctx context.Context, state []byte) error {
 	_, err := g.c.LoadState(ctx, &proto.State{State: state})
+	return explorerError(err)
+}
+
+// explorerError turns an error the explorer returned (gRPC's Unknown) back
+// into its plain message, so a config error reads as the explorer wrote it;
+// transport errors (deadline, connection) keep their gRPC status.
+func explorerError(err error) error {
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unknown {
+		return errors.New(s.Message())
+	}
 	return err
 }
 

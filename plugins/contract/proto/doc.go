@@ -2,4 +2,4 @@
 // code generated from it. Regenerate with scripts/gen-proto.sh (make proto).
 package proto
 
-//go:generate sh ../../scripts/gen-proto.sh
+//go:generate sh ../../../scripts/gen-proto.sh

@@ -1,9 +1,9 @@
-// Package plugins runs hyperparameter explorers as go-plugin processes: the
-// gRPC adapters between hparam.Explorer and the explorer protocol
-// (plugins/proto), the host side that launches, pins, times out and restarts
-// explorer binaries, and discovery of the binaries. Plugin authors use
-// plugins/sdk.
-package plugins
+// Package contract is what hdet and an explorer binary agree on: the
+// explorer protocol (package proto, from explorer.proto), the go-plugin
+// handshake, the plugin set, and the gRPC adapters between hparam.Explorer
+// and the protocol. It is small on purpose: explorer binaries link it and
+// the SDK, never the host's launcher, discovery or check (package plugins).
+package contract
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/plugins/proto"
+	"github.com/hdet-dev/hdet/plugins/contract/proto"
 )
 
 // Handshake is shared by hdet and every explorer binary. ProtocolVersion
@@ -46,6 +46,17 @@ func (p *ExplorerPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error 
 func (p *ExplorerPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
 	return NewGRPCClient(c), nil
 }
+
+// Protocols are the transports hdet accepts: gRPC only (the plugin set has
+// no net/rpc side), so an explorer can be written in any language.
+var Protocols = []plugin.Protocol{plugin.ProtocolGRPC}
+
+// EnvLifeline names the environment variable that gives an explorer the
+// number of an inherited file descriptor: the read end of a pipe whose
+// write end only hdet holds. It reaches end of file when hdet is gone, however
+// it died, and through any wrapper script; the SDK then ends the explorer's
+// process group.
+const EnvLifeline = "HDET_PLUGIN_LIFELINE_FD"
 
 // PluginSet is the set hdet and explorer binaries agree on.
 func PluginSet(impl hparam.Explorer) plugin.PluginSet {

@@ -1,0 +1,173 @@
+package hparam
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Offset is the revision-2 meta-update's state for one hyperparameter
+// (DESIGN §1): the learned offset U in the hyperparameter's scale, the
+// velocity V, and Held, set when the warm-up guard holds the next window's
+// base where the schedule's rise would have taken it.
+type Offset struct {
+	cfg AutoConfig
+
+	U, V    float64
+	Held    bool
+	Updates int // meta-updates applied so far
+}
+
+// NewOffset returns an offset-form meta-update with u = 0.
+func NewOffset(cfg AutoConfig) (*Offset, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Offset{cfg: cfg}, nil
+}
+
+// Combine is s (+) u in scale sc: s*exp(u) on a log scale, s+u on a linear one.
+func Combine(sc Scale, s, u float64) float64 {
+	if sc == Log {
+		return s * math.Exp(u)
+	}
+	return s + u
+}
+
+// toScale maps a value into scale space: log h on a log scale (NaN for
+// h <= 0, which has no offset), h on a linear one.
+func toScale(sc Scale, h float64) float64 {
+	if sc == Log {
+		if h <= 0 {
+			return math.NaN()
+		}
+		return math.Log(h)
+	}
+	return h
+}
+
+// Estimate returns x*, the best offset from the window's centre that the
+// losses point at, from each rank's offset x_r (NaN where it has none) and
+// loss (NaN or Inf for an unhealthy rank), and the softmax weights when the
+// estimator is softmax (nil otherwise). No healthy rank, flat losses or a
+// zero spread give 0: no signal leaves the offset where it is.
+func (o *Offset) Estimate(x, losses []float64) (float64, []float64) {
+	var xs, ls []float64
+	span := 0.0
+	for r, l := range losses {
+		if healthy(l) && healthy(x[r]) {
+			xs, ls = append(xs, x[r]), append(ls, l)
+			span = max(span, math.Abs(x[r]))
+		}
+	}
+	if o.cfg.Estimator == EstimatorSoftmax {
+		masked := make([]float64, len(losses))
+		for r, l := range losses {
+			masked[r] = l
+			if !healthy(x[r]) {
+				masked[r] = math.NaN()
+			}
+		}
+		w := SoftmaxWeights(masked, sigmaFor(o.cfg, masked), nil)
+		var est float64
+		for r, wr := range w {
+			if wr > 0 {
+				est += wr * x[r]
+			}
+		}
+		return est, w
+	}
+	if span == 0 || flat(ls) {
+		return 0, nil
+	}
+	return QuadraticVertex(xs, ls, o.cfg.Clip*span), nil
+}
+
+// flat reports whether every loss equals the first.
+func flat(ls []float64) bool {
+	for _, l := range ls {
+		if l != ls[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// QuadraticVertex fits L = a + b x + c x^2 by least squares and returns the
+// vertex -b/(2c) clipped to [-clip, clip] when c > 0; otherwise (a concave
+// or straight fit, or fewer than three distinct x) the x of the lowest loss.
+// xs and ls are the healthy ranks' offsets and losses, at least one.
+func QuadraticVertex(xs, ls []float64, clip float64) float64 {
+	best := 0
+	for i, l := range ls {
+		if l < ls[best] {
+			best = i
+		}
+	}
+	// Centre x and L so the normal equations are well conditioned.
+	n := float64(len(xs))
+	var mx, ml float64
+	for i := range xs {
+		mx += xs[i] / n
+		ml += ls[i] / n
+	}
+	var s2, s3, s4, sy, sxy, sx2y float64
+	for i := range xs {
+		d, y := xs[i]-mx, ls[i]-ml
+		s2 += d * d
+		s3 += d * d * d
+		s4 += d * d * d * d
+		sy += y
+		sxy += d * y
+		sx2y += d * d * y
+	}
+	// With centred d, sum d = 0: solve [[n,0,s2],[0,s2,s3],[s2,s3,s4]] (a,b,c) = (sy,sxy,sx2y).
+	det := n*(s2*s4-s3*s3) - s2*s2*s2
+	if len(xs) < 3 || !(math.Abs(det) > 1e-12*n*s4*s2) {
+		return max(-clip, min(clip, xs[best]))
+	}
+	b := (n*(sxy*s4-s3*sx2y) + sy*s3*s2 - s2*s2*sxy) / det
+	c := (n*(s2*sx2y-s3*sxy) - s2*(s2*sy)) / det
+	if !(c > 0) {
+		return max(-clip, min(clip, xs[best]))
+	}
+	return max(-clip, min(clip, mx-b/(2*c)))
+}
+
+// Step applies the update v <- beta*v + (1-beta)*x*, u <- u + lambda*v.
+func (o *Offset) Step(est float64) {
+	o.V = float64(o.cfg.Beta*o.V) + float64((1-o.cfg.Beta)*est)
+	o.U += float64(o.cfg.Lambda * o.V)
+	o.Updates++
+}
+
+// offsetStateLen is the size of Offset's binary state: u, v, flags, updates.
+const offsetStateLen = 2*8 + 1 + 8
+
+// MarshalBinary encodes the state bit-exactly; the version is the explorer state's.
+func (o *Offset) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, offsetStateLen)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.U))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.V))
+	var flags byte
+	if o.Held {
+		flags = 1
+	}
+	b = append(b, flags)
+	return binary.LittleEndian.AppendUint64(b, uint64(o.Updates)), nil
+}
+
+// UnmarshalBinary restores a state from MarshalBinary.
+func (o *Offset) UnmarshalBinary(b []byte) error {
+	if len(b) != offsetStateLen || b[16] > 1 {
+		return fmt.Errorf("%w: offset state: want %d bytes", ErrDecode, offsetStateLen)
+	}
+	updates := binary.LittleEndian.Uint64(b[17:])
+	if updates > math.MaxInt32 {
+		return fmt.Errorf("%w: offset state: %d updates", ErrDecode, updates)
+	}
+	o.U = math.Float64frombits(binary.LittleEndian.Uint64(b))
+	o.V = math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))
+	o.Held, o.Updates = b[16] == 1, int(updates)
+	return nil
+}

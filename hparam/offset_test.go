@@ -1,0 +1,295 @@
+package hparam
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lrSetup is 4 ranks, 10 windows of 10 steps.
+var lrSetup = Setup{Name: "lr", Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 1}
+
+// window plans window k of e and observes it with losses given by f of
+// each rank's offset x_r = log(v_r/centre) (values in slot order).
+func window(t *testing.T, e Explorer, k int, f func(x float64) float64) (WindowPlan, Feedback) {
+	t.Helper()
+	ctx := context.Background()
+	wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+	require.NoError(t, err)
+	centre := wp.Base[9]
+	values := wp.Spread.Values(centre, 4, wp.Bounds)
+	losses := make([]float64, 4)
+	for r, v := range values {
+		losses[r] = f(math.Log(v / centre))
+	}
+	fb, err := e.Observe(ctx, Observation{Window: k, Values: values, Losses: losses})
+	require.NoError(t, err)
+	return wp, fb
+}
+
+// constLR is a constant schedule at 0.01 explored on a log scale.
+func constLR(t *testing.T, extra string) Explorer {
+	t.Helper()
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"`+extra+`}}`, lrSetup)
+	require.NoError(t, err)
+	return e
+}
+
+func TestOffsetFlatLossesLeaveUUnchanged(t *testing.T) {
+	e := constLR(t, "")
+	for k := range 9 {
+		_, fb := window(t, e, k, func(float64) float64 { return 0.37 })
+		require.Zero(t, fb.Offset)
+		require.Zero(t, fb.Estimate)
+		require.Equal(t, 0.01, fb.Base)
+	}
+}
+
+func TestQuadraticVertex(t *testing.T) {
+	xs := []float64{math.Log(0.5), math.Log(5.0 / 6), math.Log(7.0 / 6), math.Log(1.5)}
+	parab := func(v float64) []float64 {
+		ls := make([]float64, len(xs))
+		for i, x := range xs {
+			ls[i] = 2 + 3*(x-v)*(x-v)
+		}
+		return ls
+	}
+	assert.InDelta(t, 0.1, QuadraticVertex(xs, parab(0.1), 10), 1e-12, "the vertex of an exact parabola")
+	assert.InDelta(t, -0.3, QuadraticVertex(xs, parab(-0.3), 10), 1e-12)
+	assert.Equal(t, -1.5*math.Log(2), QuadraticVertex(xs, parab(-5), 1.5*math.Log(2)), "clipped below")
+	assert.Equal(t, 0.2, QuadraticVertex(xs, parab(3), 0.2), "clipped above")
+	concave := []float64{1, 2, 2.1, 1.5} // best rank is the lowest x
+	assert.Equal(t, xs[0], QuadraticVertex(xs, concave, 10))
+	assert.Equal(t, -0.1, QuadraticVertex(xs[:2], []float64{2, 1}, 0.1), "two points: the best, clipped")
+
+	o, err := NewOffset(DefaultAutoConfig(FormOffset))
+	require.NoError(t, err)
+	est, _ := o.Estimate(xs, []float64{1, 1, 1, 1})
+	assert.Zero(t, est, "flat fit")
+	est, _ = o.Estimate(xs, []float64{1, math.NaN(), 1, math.Inf(1)})
+	assert.Zero(t, est, "flat over the healthy ranks")
+	ls := parab(0.1)
+	ls[1] = math.NaN()
+	est, _ = o.Estimate(xs, ls)
+	assert.InDelta(t, 0.1, est, 1e-12, "three healthy points still fit")
+}
+
+// A parabola with its vertex at log(2) inside the clip: one update moves u
+// there (beta 0, lambda 1), and the base doubles.
+func TestOffsetParabolaMovesToVertex(t *testing.T) {
+	e := constLR(t, "")
+	v := math.Log(1.3)
+	_, fb := window(t, e, 0, func(x float64) float64 { return 1 + (x-v)*(x-v) })
+	assert.InDelta(t, v, fb.Estimate, 1e-12)
+	assert.InDelta(t, v, fb.Offset, 1e-12)
+	assert.InDelta(t, 0.013, fb.Base, 1e-14)
+	wp, _ := window(t, e, 1, func(float64) float64 { return 1 })
+	assert.InDelta(t, 0.013, wp.Base[0], 1e-14, "the next window runs at the new base")
+}
+
+func TestOffsetClipAndMomentum(t *testing.T) {
+	e := constLR(t, `, "beta": 0.5, "lambda": 2, "clip": 1`)
+	span := math.Log(2)                                // the largest |x_r| of a multiplicative spread of 0.5, |log 0.5|
+	down := func(x float64) float64 { return 1 + 5*x } // straight: the best rank's x, -span
+	var u, v float64
+	for k := range 3 {
+		_, fb := window(t, e, k, down)
+		assert.InDelta(t, -span, fb.Estimate, 1e-12, "window %d", k)
+		v = 0.5*v + 0.5*(-span)
+		u += 2 * v
+		assert.InDelta(t, u, fb.Offset, 1e-12, "window %d", k)
+	}
+	_, fb := window(t, e, 3, func(float64) float64 { return 1 })
+	v *= 0.5
+	u += 2 * v
+	assert.InDelta(t, u, fb.Offset, 1e-12, "momentum carries on with a flat reading")
+}
+
+func TestOffsetBounds(t *testing.T) {
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "bounds": {"lower": 0.005, "upper": 0.02}, "auto": {"signal": "train", "lambda": 10}}`, lrSetup)
+	require.NoError(t, err)
+	up := func(x float64) float64 { return 1 - x }
+	_, fb := window(t, e, 0, up)
+	assert.InDelta(t, math.Log(2), fb.Offset, 1e-12, "u stops where the base meets the upper bound")
+	assert.InDelta(t, 0.02, fb.Base, 1e-15)
+	_, fb = window(t, e, 1, func(x float64) float64 { return 1 + x })
+	assert.InDelta(t, math.Log(0.5), fb.Offset, 1e-12, "and the lower one")
+}
+
+// The warm-up guard: while the schedule rises, a reading beyond the lowest
+// replica holds the next window at the value the rise would have reached
+// (u absorbs the rise); a "lower" reading inside the spread does not.
+func TestOffsetWarmupGuard(t *testing.T) {
+	cfg := `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"}}`
+	e, err := initBuiltin(t, BuiltinLR, cfg, lrSetup)
+	require.NoError(t, err)
+	// Inside the spread: vertex at -0.2, the schedule keeps rising.
+	_, fb := window(t, e, 0, func(x float64) float64 { return (x + 0.2) * (x + 0.2) })
+	require.InDelta(t, -0.2, fb.Offset, 1e-12)
+	wp, _ := window(t, e, 1, func(x float64) float64 { return 1 + x }) // straight: the lowest replica, log 0.5
+	assert.Greater(t, wp.Base[9], wp.Base[0], "window 1 rose with the schedule")
+	assert.InDelta(t, 0.003*math.Exp(-0.2), wp.Base[0], 1e-15)
+	wp, fb = window(t, e, 2, func(float64) float64 { return 1 })
+	for _, b := range wp.Base {
+		require.Equal(t, wp.Base[0], b, "window 2 is held")
+	}
+	u := -0.2 + math.Log(0.5) - math.Log(0.007/0.005) // the rise over window 2, 0.005 -> 0.007
+	assert.InDelta(t, 0.007*math.Exp(u), wp.Base[0], 1e-15)
+	assert.InDelta(t, u, fb.Offset, 1e-12)
+	wp, _ = window(t, e, 3, func(float64) float64 { return 1 })
+	assert.InDelta(t, 0.007*math.Exp(u), wp.Base[0], 1e-15, "continuous after the hold")
+	assert.Greater(t, wp.Base[9], wp.Base[0], "flat reading: the schedule rises again")
+}
+
+func TestNarrowing(t *testing.T) {
+	n := Narrowing{From: 0.3, To: 0.7, AlphaEnd: 0.1}
+	assert.Equal(t, 0.5, n.Alpha(0.5, 0))
+	assert.Equal(t, 0.5, n.Alpha(0.5, 0.3))
+	assert.InDelta(t, 0.3, n.Alpha(0.5, 0.5), 1e-15)
+	assert.Equal(t, 0.1, n.Alpha(0.5, 0.7))
+	assert.Equal(t, 0.1, n.Alpha(0.5, 1))
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5, "narrow_from": 0.5, "narrow_to": 1}}`, lrSetup)
+	require.NoError(t, err)
+	var alphas []float64
+	for k := range 10 {
+		wp, _ := window(t, e, k, func(float64) float64 { return 1 })
+		alphas = append(alphas, wp.Spread.Alpha)
+	}
+	assert.InDeltaSlice(t, []float64{0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.4, 0.3, 0.2, 0.1}, alphas, 1e-15)
+}
+
+// The probe signal: the explorer asks for it on windows that end at an
+// update, and compares the ranks by it, not by their training losses.
+func TestOffsetProbeSignal(t *testing.T) {
+	ctx := context.Background()
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"narrow_from": 1}, "auto": {"until": 0.5}}`, lrSetup)
+	require.NoError(t, err)
+	for k := range 10 {
+		wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+		require.NoError(t, err)
+		require.Equal(t, k < 4, wp.Probe, "window %d: updates at boundaries 10..40, before until", k)
+		values := wp.Spread.Values(wp.Base[9], 4, wp.Bounds)
+		train := []float64{1, 2, 3, 4} // the lowest value looks best in training...
+		probe := []float64{4, 3, 2, 1} // ...the highest on the probe
+		o := Observation{Window: k, Values: values, Losses: train}
+		if wp.Probe {
+			o.Probe = probe
+		}
+		fb, err := e.Observe(ctx, o)
+		require.NoError(t, err)
+		if wp.Probe {
+			require.Greater(t, fb.Estimate, 0.0, "window %d follows the probe", k)
+		} else {
+			require.Zero(t, fb.Estimate)
+		}
+	}
+}
+
+func TestControllerProbeNotice(t *testing.T) {
+	ctx := context.Background()
+	for _, canProbe := range []bool{true, false} {
+		e, err := NewBuiltinExplorer(BuiltinLR)
+		require.NoError(t, err)
+		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Probe: canProbe},
+			[]NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(`{"schedule": {"max_lr": 0.01}}`)}})
+		require.NoError(t, err)
+		p, _, err := c.Plan(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, canProbe, p.Probe)
+		b, err := p.MarshalBinary()
+		require.NoError(t, err)
+		var q Plan
+		require.NoError(t, q.UnmarshalBinary(b))
+		assert.Equal(t, canProbe, q.Probe, "the flag crosses the broadcast")
+		if canProbe {
+			assert.Empty(t, c.Notices())
+		} else {
+			n := c.Notices()
+			require.Len(t, n, 1)
+			assert.Contains(t, n[0], "training losses")
+			assert.Empty(t, c.Notices(), "said once")
+		}
+	}
+}
+
+// The paper form is revision 1's update without decay: this trajectory was
+// recorded from revision 1 with `decay: none` and must not change.
+func TestPaperFormPinned(t *testing.T) {
+	ctx := context.Background()
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule":{"max_lr":0.01,"pct_start":0.25},"spread":{"alpha":0.5,"narrow_from":1},"auto":{"form":"paper","sigma":0.05}}`,
+		Setup{Name: "lr", Ranks: 4, TotalSteps: 400, WindowSteps: 50, Seed: 1})
+	require.NoError(t, err)
+	losses := [][]float64{{1, 1.1, 0.9, 1}, {0.5, 0.6, 0.55, 0.52}, {0.4, 0.3, 0.35, 0.45}, {0.3, 0.31, 0.29, 0.3},
+		{0.2, 0.25, 0.22, 0.21}, {0.2, 0.19, 0.18, 0.21}, {0.1, 0.12, 0.11, 0.1}, {0.1, 0.1, 0.1, 0.1}}
+	want := []float64{0.005276156626407078, 0.00997099595114813, 0.009897339913884197, 0.009839269880524477,
+		0.009780079612198641, 0.009721891925506319, 0.00967296910437683, 0.009628938565360292}
+	w1 := []float64{0.46008005650439415, 0.062265064758538984, 0.16925399408096198, 0.3084008846561049}
+	for k := range 8 {
+		wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: k * 50, Steps: 50})
+		require.NoError(t, err)
+		assert.False(t, wp.Probe, "the paper form compares training losses")
+		vals := wp.Spread.Values(wp.Base[49], 4, wp.Bounds)
+		fb, err := e.Observe(ctx, Observation{Window: k, Values: vals, Losses: losses[k]})
+		require.NoError(t, err)
+		require.Equal(t, want[k], fb.Base, "window %d", k)
+		if k == 1 {
+			require.Equal(t, w1, fb.Weights)
+		}
+	}
+}
+
+// auto.guard scales the guard's threshold; 0 turns it off.
+func TestOffsetGuardThreshold(t *testing.T) {
+	cfg := func(guard string) string {
+		return `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train", "guard": ` + guard + `}}`
+	}
+	vertex := func(x float64) float64 { return (x + 0.4) * (x + 0.4) } // inside the spread, below half its width
+	for _, tc := range []struct {
+		guard string
+		held  bool
+	}{{"1", false}, {"0.5", true}, {"0", false}} {
+		e, err := initBuiltin(t, BuiltinLR, cfg(tc.guard), lrSetup)
+		require.NoError(t, err)
+		window(t, e, 0, vertex)
+		wp, _ := window(t, e, 1, vertex)
+		assert.Equal(t, tc.held, wp.Base[0] == wp.Base[9], "guard %s", tc.guard)
+	}
+	_, err := initBuiltin(t, BuiltinLR, cfg("-1"), lrSetup)
+	assert.ErrorContains(t, err, "auto.guard")
+}
+
+// By default u learns through the warm-up and the first boundary after it
+// (OneCycle's peak at step 30 of 100), then the spread narrows to 0 over a
+// tenth of the run; a schedule without a warm-up learns all run long.
+func TestOffsetDefaultUntil(t *testing.T) {
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}}`, lrSetup)
+	require.NoError(t, err)
+	var probes []bool
+	var alphas []float64
+	for k := range 10 {
+		wp, _ := window(t, e, k, func(float64) float64 { return 1 })
+		probes = append(probes, wp.Probe)
+		alphas = append(alphas, wp.Spread.Alpha)
+	}
+	assert.Equal(t, []bool{true, true, true, false, false, false, false, false, false, false}, probes)
+	assert.InDeltaSlice(t, []float64{0.5, 0.5, 0.5, 0.5, 0.05, 0, 0, 0, 0, 0}, alphas, 1e-12)
+	dropSetup := lrSetup
+	dropSetup.Name = "dropout"
+	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1}`, dropSetup)
+	require.NoError(t, err)
+	for k := range 10 {
+		wp, err := e.Plan(context.Background(), WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+		require.NoError(t, err)
+		require.Equal(t, k < 9, wp.Probe, "window %d", k)
+		require.Equal(t, 1.0/9, wp.Spread.Alpha)
+		_, err = e.Observe(context.Background(), Observation{Window: k, Values: wp.Spread.Values(0.1, 4, wp.Bounds), Losses: []float64{1, 1, 1, 1}})
+		require.NoError(t, err)
+	}
+}

@@ -1,0 +1,120 @@
+package mnist
+
+import "math"
+
+// kernels are the element-wise loops of a training step. goKernels is the
+// reference; kernels_avx2.go replaces it, at start-up and only on a CPU with
+// AVX2, with C loops that compute every element with the same float32
+// operations in the same order (no fused multiply-add), so results are bit
+// for bit the same either way (kernels_avx2_test.go checks it).
+type kernels struct {
+	// reluDropout applies ReLU to z, then, with p > 0, draws mask[i] = 0
+	// with probability p and scale otherwise from the stream whose state is
+	// state, and multiplies z by it.
+	reluDropout func(z, mask []float32, state uint64, p, scale float32)
+	// backMask zeroes prev where act <= 0 (the unit did not pass) and
+	// multiplies it by mask elsewhere; mask nil means no dropout.
+	backMask func(prev, act, mask []float32)
+	// biasGrad sets gb to the column sums of the rows×len(gb) matrix delta.
+	biasGrad func(gb, delta []float32)
+	// average folds p into the running average avg of k-1 iterates:
+	// avg += (p - avg)/k.
+	average func(avg, p []float32, k float32)
+	adamW   func(p, g, m, v []float32, c adamWConsts)
+	sgd     func(p, g, buf []float32, mu, lr, wd float32)
+}
+
+// adamWConsts are one segment's AdamW constants, in float32 as applied.
+type adamWConsts struct {
+	b1, b2, keep, step, invSqrtBc2, eps float32
+}
+
+var goKernels = kernels{
+	reluDropout: goReluDropout,
+	backMask:    goBackMask,
+	biasGrad:    goBiasGrad,
+	average:     goAverage,
+	adamW:       goAdamW,
+	sgd:         goSGD,
+}
+
+// kern is what training uses, kernName its name for benchmarks.
+var (
+	kern     = goKernels
+	kernName = "go"
+)
+
+func goReluDropout(z, mask []float32, state uint64, p, scale float32) {
+	for i, v := range z {
+		z[i] = max(v, 0)
+	}
+	if p <= 0 {
+		return
+	}
+	s := stream{s: state}
+	mask = mask[:len(z)]
+	for i := range z {
+		m := scale
+		if s.float32() < p {
+			m = 0
+		}
+		mask[i] = m
+		z[i] *= m
+	}
+}
+
+func goBackMask(prev, act, mask []float32) {
+	act = act[:len(prev)]
+	if mask == nil {
+		for i, a := range act {
+			if !(a > 0) {
+				prev[i] = 0
+			}
+		}
+		return
+	}
+	mask = mask[:len(prev)]
+	for i, a := range act {
+		if a > 0 {
+			prev[i] *= mask[i]
+		} else {
+			prev[i] = 0
+		}
+	}
+}
+
+func goBiasGrad(gb, delta []float32) {
+	clear(gb)
+	for r := 0; r < len(delta); r += len(gb) {
+		for k, d := range delta[r : r+len(gb)] {
+			gb[k] += d
+		}
+	}
+}
+
+func goAverage(avg, p []float32, k float32) {
+	p = p[:len(avg)]
+	for i, a := range avg {
+		avg[i] = a + (p[i]-a)/k
+	}
+}
+
+func goAdamW(p, g, m, v []float32, c adamWConsts) {
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)] // lets the compiler drop bounds checks
+	for i := range p {
+		gi := g[i]
+		mi := c.b1*m[i] + (1-c.b1)*gi
+		vi := c.b2*v[i] + (1-c.b2)*gi*gi
+		m[i], v[i] = mi, vi
+		p[i] = p[i]*c.keep - c.step*mi/(float32(math.Sqrt(float64(vi)))*c.invSqrtBc2+c.eps)
+	}
+}
+
+func goSGD(p, g, buf []float32, mu, lr, wd float32) {
+	g, buf = g[:len(p)], buf[:len(p)]
+	for i := range p {
+		b := mu*buf[i] + g[i] + wd*p[i]
+		buf[i] = b
+		p[i] -= lr * b
+	}
+}

@@ -304,13 +304,6 @@ func medianInf(v []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-func minFinite(v []float64) float64 {
-	if s := finiteOnly(v); len(s) > 0 {
-		return slices.Min(s)
-	}
-	return math.NaN()
-}
-
 func maxFinite(v []float64) float64 {
 	if s := finiteOnly(v); len(s) > 0 {
 		return slices.Max(s)

@@ -41,8 +41,8 @@ import (
 // script that set up torch.distributed (DDP) by the time it constructs the
 // scheduler runs in gradients mode, any other in local mode.
 const (
-	SyncGradients = "gradients" // the script's own DDP all-reduces gradients every step
-	SyncLocal     = "local"     // no communication inside a window; optimizer state is averaged too
+	SyncGradients = string(engine.SyncGradients) // the script's own DDP all-reduces gradients every step
+	SyncLocal     = string(engine.SyncLocal)     // no communication inside a window; optimizer state is averaged too
 )
 
 // bufferFD is the worker's file descriptor for the sync buffer (the first
@@ -53,9 +53,11 @@ const bufferFD = 3
 // training included.
 const DefaultTimeout = 10 * time.Minute
 
-// DefaultStartTimeout bounds the start: importing torch alone takes seconds
-// on a cold file cache.
-const DefaultStartTimeout = 2 * time.Minute
+// DefaultStartTimeout bounds the start, up to the scheduler's HELLO: a
+// script may load its data first, and importing torch alone takes minutes
+// on a busy machine or a cold network file system. A script that exits
+// without connecting is reported at once, not after this.
+const DefaultStartTimeout = 10 * time.Minute
 
 // exitGrace is how long a closed connection may precede the process's exit
 // before the worker is reported as hung rather than exited.

@@ -47,7 +47,7 @@ func runWorker(t testing.TB, n int, cfg string, started func(traceDir string, cm
 		full = append(full, path)
 	}
 	full = append(append(full, "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none", "--worker", "--", testenv.Python, script), args...)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	before := shmEntries(t)
 	cmd := mpirunCmd(ctx, t, n, full...)
@@ -362,7 +362,7 @@ func TestPyTorchWorkerSignal(t *testing.T) {
 
 // waitForDone waits until rank's worker has reported windows windows.
 func waitForDone(t testing.TB, traceDir string, rank, windows int) []traceRecord {
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
 		recs := readTrace(t, traceDir, rank)
 		done := 0

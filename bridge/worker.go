@@ -41,8 +41,8 @@ import (
 // script that set up torch.distributed (DDP) by the time it constructs the
 // scheduler runs in gradients mode, any other in local mode.
 const (
-	SyncGradients = "gradients" // the script's own DDP all-reduces gradients every step
-	SyncLocal     = "local"     // no communication inside a window; optimizer state is averaged too
+	SyncGradients = string(engine.SyncGradients) // the script's own DDP all-reduces gradients every step
+	SyncLocal     = string(engine.SyncLocal)     // no communication inside a window; optimizer state is averaged too
 )
 
 // bufferFD is the worker's file descriptor for the sync buffer (the first

@@ -105,7 +105,7 @@ func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, erro
 
 // soloRun runs 6 windows of 2 steps on one rank with a constant learning
 // rate 0.01, checkpointing after every window.
-func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer) (Result, error, *bytes.Buffer) {
+func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer) (Result, *bytes.Buffer, error) {
 	t.Helper()
 	ctx := context.Background()
 	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
@@ -121,12 +121,12 @@ func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer)
 		Controller: func(ctx context.Context) ([]byte, error) { b, _, err := ctrl.SaveState(ctx); return b, err }}
 	res, err := Run(ctx, Options{Comm: soloComm{}, Replica: rep, Controller: ctrl, Steps: 12, Window: 2, Sync: SyncLocal,
 		Checkpoint: saver, Metrics: mw, Log: log, MaxRollbacks: maxRollbacks, CheckpointDir: dir})
-	return res, err, &logs
+	return res, &logs, err
 }
 
 func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, nanOnce: 6}
-	res, err, logs := soloRun(t, rep, 3, nil)
+	res, logs, err := soloRun(t, rep, 3, nil)
 	require.NoError(t, err, logs.String())
 	assert.Equal(t, 12, res.Steps)
 	// Windows 0-3 at 0.01, window 3 fails, is re-run from the checkpoint
@@ -138,7 +138,7 @@ func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
 
 func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: 2} // windows 0 and 1 healthy, then every window NaN
-	_, err, logs := soloRun(t, rep, 2, nil)
+	_, logs, err := soloRun(t, rep, 2, nil)
 	require.ErrorIs(t, err, ErrAllUnhealthy)
 	assert.Contains(t, err.Error(), "after 2 rollbacks (train.max_rollbacks 2)")
 	assert.Contains(t, err.Error(), "scaled by 0.25")
@@ -148,7 +148,7 @@ func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
 
 func TestRollbackWithoutACheckpointStops(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: 0}
-	_, err, _ := soloRun(t, rep, 3, nil) // fails in window 0, before any checkpoint
+	_, _, err := soloRun(t, rep, 3, nil) // fails in window 0, before any checkpoint
 	require.ErrorIs(t, err, ErrAllUnhealthy)
 	require.ErrorIs(t, err, ErrNoCheckpoint)
 }
@@ -161,7 +161,7 @@ func TestMetricsWriteFailureOnlyWarns(t *testing.T) {
 	}
 	defer mw.Close()
 	rep := &lrReplica{buf: []float32{0}, nanFrom: -1}
-	res, err, logs := soloRun(t, rep, 3, mw)
+	res, logs, err := soloRun(t, rep, 3, mw)
 	require.NoError(t, err)
 	assert.Equal(t, 12, res.Steps)
 	assert.Contains(t, logs.String(), "metrics.jsonl write failed; training goes on")

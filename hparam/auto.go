@@ -92,7 +92,7 @@ func DefaultAutoConfig(form Form) AutoConfig {
 			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1}
 	}
 	return AutoConfig{Form: FormOffset, Signal: SignalProbe, Estimator: EstimatorQuadratic, Clip: 1.5,
-		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 1}
+		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.5}
 }
 
 func oneOf[T ~string](field string, v T, allowed ...T) error {

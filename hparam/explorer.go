@@ -106,7 +106,10 @@ type Feedback struct {
 }
 
 // Explorer drives one hyperparameter. Built-in explorers implement it in
-// process; plugins implement it over gRPC (package plugins).
+// process; plugins implement it over gRPC (package plugins). Plan may be
+// asked for the same window more than once before its Observe (the
+// controller plans window 0 at setup to check it, a restart replays a
+// plan) and must answer the same.
 type Explorer interface {
 	Describe(ctx context.Context) (Descriptor, error)
 	Init(ctx context.Context, s Setup) error

@@ -154,7 +154,7 @@ func TestNarrowing(t *testing.T) {
 	assert.InDelta(t, 0.3, n.Alpha(0.5, 0.5), 1e-15)
 	assert.Equal(t, 0.1, n.Alpha(0.5, 0.7))
 	assert.Equal(t, 0.1, n.Alpha(0.5, 1))
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5, "narrow_from": 0.5}}`, lrSetup)
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5, "narrow_from": 0.5, "narrow_to": 1}}`, lrSetup)
 	require.NoError(t, err)
 	var alphas []float64
 	for k := range 10 {
@@ -263,4 +263,33 @@ func TestOffsetGuardThreshold(t *testing.T) {
 	}
 	_, err := initBuiltin(t, BuiltinLR, cfg("-1"), lrSetup)
 	assert.ErrorContains(t, err, "auto.guard")
+}
+
+// By default u learns through the warm-up and the first boundary after it
+// (OneCycle's peak at step 30 of 100), then the spread narrows to 0 over a
+// tenth of the run; a schedule without a warm-up learns all run long.
+func TestOffsetDefaultUntil(t *testing.T) {
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}}`, lrSetup)
+	require.NoError(t, err)
+	var probes []bool
+	var alphas []float64
+	for k := range 10 {
+		wp, _ := window(t, e, k, func(float64) float64 { return 1 })
+		probes = append(probes, wp.Probe)
+		alphas = append(alphas, wp.Spread.Alpha)
+	}
+	assert.Equal(t, []bool{true, true, true, false, false, false, false, false, false, false}, probes)
+	assert.InDeltaSlice(t, []float64{0.5, 0.5, 0.5, 0.5, 0.05, 0, 0, 0, 0, 0}, alphas, 1e-12)
+	dropSetup := lrSetup
+	dropSetup.Name = "dropout"
+	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1}`, dropSetup)
+	require.NoError(t, err)
+	for k := range 10 {
+		wp, err := e.Plan(context.Background(), WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+		require.NoError(t, err)
+		require.Equal(t, k < 9, wp.Probe, "window %d", k)
+		require.Equal(t, 1.0/9, wp.Spread.Alpha)
+		_, err = e.Observe(context.Background(), Observation{Window: k, Values: wp.Spread.Values(0.1, 4, wp.Bounds), Losses: []float64{1, 1, 1, 1}})
+		require.NoError(t, err)
+	}
 }

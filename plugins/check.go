@@ -135,7 +135,7 @@ func dryRound(c *checker, config []byte) error {
 			if plan, err = c.x.Plan(ctx, hparam.WindowRequest{Window: checkWindow, Start: 0, Steps: checkSteps}); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("window 0 base %g..%g, %s spread alpha %g", plan.Base[0], plan.Base[len(plan.Base)-1], plan.Spread.Kind, plan.Spread.Alpha), validPlan(plan)
+			return fmt.Sprintf("window 0 base %g..%g, %s spread alpha %g", plan.Base[0], plan.Base[len(plan.Base)-1], plan.Spread.Kind, plan.Spread.Alpha), errors.Join(validPlan(plan), hparam.AdmitBounds(d.Hyperparameter, plan.Bounds))
 		}},
 		{"observe", func(ctx context.Context) (string, error) {
 			last := plan.Base[len(plan.Base)-1]

@@ -40,7 +40,7 @@ explorers:
     config: {schedule: 0.01, spread: {kind: geometric, alpha: 2}, auto: {start: 0}}
 `
 
-const pinnedAutoSum = "6f9c8e262f21d14e"
+const pinnedAutoSum = "fad9de79913948ee"
 
 func pinnedCfg(sync, explorers string) string {
 	return strings.Replace(pinnedBase, "%s", sync, 1) + explorers

@@ -361,7 +361,11 @@ func TestNoExplorerOutlivesItsHost(t *testing.T) {
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		line, err := bufio.NewReader(stdout).ReadString('\n')
-		require.NoError(t, err, "host stderr: %s", stderr.String())
+		if err != nil { // stderr is safe to read once the host is gone
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("no pid line from the host: %v; its stderr: %s", err, stderr.String())
+		}
 		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "pid ")))
 		require.NoError(t, err, line)
 		require.True(t, alive(pid))
@@ -482,6 +486,9 @@ func TestPluginsListAndCheck(t *testing.T) {
 	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"schedule":{}}`, "lr")
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "max_lr")
+	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"schedule":0.1,"bounds":{"upper":2}}`, "dropout")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "bounds.upper: 2 is outside what dropout admits, [0, 1)")
 
 	out, code = runHdet(t, hdet, "plugins", "check", "--plugin-dir", dir, "--config", `{"fail_at_window":0,"fail_in":"observe","mode":"error"}`, "test")
 	assert.Equal(t, 1, code, out)

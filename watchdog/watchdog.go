@@ -90,6 +90,8 @@ type Options struct {
 	Log        zerolog.Logger
 	// Collectives, when set, logs every collective with its duration.
 	Collectives *zerolog.Logger
+	// Now is the clock phases are timed by; nil: time.Now (tests inject one).
+	Now func() time.Time
 }
 
 // Watchdog tracks this rank's phase; see the package comment. Its methods
@@ -124,9 +126,12 @@ func Period(timeout time.Duration) time.Duration {
 // only times collectives (when Options.Collectives is set) and writes no
 // heartbeat.
 func Start(o Options) *Watchdog {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	w := &Watchdog{o: o, period: Period(o.Timeout), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	w.host, _ = os.Hostname()
-	now := time.Now()
+	now := o.Now()
 	w.cur = Beat{Rank: o.Rank, PID: os.Getpid(), Host: w.host, Window: -1, Phase: "start"}
 	w.since = now
 	if o.Timeout > 0 {
@@ -164,7 +169,7 @@ func (w *Watchdog) Enter(window, step int, phase string) {
 	}
 	w.mu.Lock()
 	w.cur.Window, w.cur.Step, w.cur.Phase, w.cur.Op, w.cur.Ops = window, step, phase, "", 0
-	w.since = time.Now()
+	w.since = w.o.Now()
 	w.mu.Unlock()
 	w.notify()
 }
@@ -180,11 +185,11 @@ func (w *Watchdog) collective(op string) func() {
 	}
 	w.mu.Lock()
 	w.cur.Op = op
-	start := time.Now()
+	start := w.o.Now()
 	w.since = start
 	w.mu.Unlock()
 	return func() {
-		now := time.Now()
+		now := w.o.Now()
 		w.mu.Lock()
 		w.cur.Op = ""
 		w.cur.Ops++
@@ -239,7 +244,7 @@ func (w *Watchdog) path(rank int) string {
 
 func (w *Watchdog) write() {
 	b, _ := w.snapshot()
-	b.Time = unix(time.Now())
+	b.Time = unix(w.o.Now())
 	data, err := json.Marshal(b)
 	if err != nil {
 		w.warnWrite(err)
@@ -274,13 +279,8 @@ func (w *Watchdog) check() {
 			return
 		case <-t.C:
 		}
-		self, since := w.snapshot()
-		waited := time.Since(since)
-		limit, what := w.o.Timeout, fmt.Sprintf("train.watchdog (%s)", w.o.Timeout)
-		if self.Window < 0 && limit < SetupTimeout {
-			limit, what = SetupTimeout, fmt.Sprintf("the setup limit (%s)", SetupTimeout)
-		}
-		if waited <= limit {
+		self, waited, what, over := w.overdue()
+		if !over {
 			continue
 		}
 		late, silent, detail := w.diagnose(self)
@@ -293,6 +293,18 @@ func (w *Watchdog) check() {
 		w.abort(1)
 		return
 	}
+}
+
+// overdue reports whether this rank's current phase or collective has
+// lasted longer than its limit (what names the limit), and for how long.
+func (w *Watchdog) overdue() (self Beat, waited time.Duration, what string, over bool) {
+	self, since := w.snapshot()
+	waited = w.o.Now().Sub(since)
+	limit, what := w.o.Timeout, fmt.Sprintf("train.watchdog (%s)", w.o.Timeout)
+	if self.Window < 0 && limit < SetupTimeout {
+		limit, what = SetupTimeout, fmt.Sprintf("the setup limit (%s)", SetupTimeout)
+	}
+	return self, waited, what, waited > limit
 }
 
 // readTimeout bounds reading the heartbeats: a hung shared filesystem must
@@ -314,7 +326,7 @@ func (w *Watchdog) diagnose(self Beat) (late []int, silent, detail string) {
 		for i := range w.o.Size {
 			if i == w.o.Rank {
 				s := self
-				s.Time = unix(time.Now())
+				s.Time = unix(w.o.Now())
 				r.beats[i] = &s
 				continue
 			}
@@ -324,7 +336,7 @@ func (w *Watchdog) diagnose(self Beat) (late []int, silent, detail string) {
 	}()
 	select {
 	case r := <-ch:
-		now, stale := time.Now(), 3*w.period+time.Second
+		now, stale := w.o.Now(), 3*w.period+time.Second
 		late, detail = Late(r.beats, r.errs, now, stale)
 		return late, Silent(r.beats, now, stale), detail
 	case <-time.After(readTimeout):

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,21 +96,49 @@ func TestWatchdogAbortsNamingTheStoppedRank(t *testing.T) {
 	assert.Equal(t, "allgather", own.Op)
 }
 
-// A rank that keeps progressing is never aborted, however long the run.
+// clock is a test clock that moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// A rank that keeps progressing is never aborted, however long the run; the
+// same rank stuck past the timeout would be. The phases are timed on an
+// injected clock, so a loaded machine cannot make a phase look long.
 func TestWatchdogLeavesAProgressingRankAlone(t *testing.T) {
+	c := &clock{t: time.Unix(1_000_000, 0)}
 	aborted := make(chan int, 1)
 	w := Start(Options{Dir: t.TempDir(), Rank: 0, Size: 1, Timeout: 200 * time.Millisecond, Log: zerolog.Nop(),
-		Abort: func(code int) { aborted <- code }})
+		Abort: func(code int) { aborted <- code }, Now: c.Now})
+	defer w.Stop()
 	for i := range 20 {
 		w.Enter(i, i*10, engine.PhaseTrain)
-		time.Sleep(20 * time.Millisecond)
+		c.Advance(150 * time.Millisecond) // 3 s in all, each phase within the timeout
+		_, _, _, over := w.overdue()
+		require.False(t, over, "window %d", i)
 	}
-	w.Stop()
 	select {
 	case <-aborted:
 		t.Fatal("aborted a rank that made progress")
 	default:
 	}
+	c.Advance(100 * time.Millisecond)
+	_, waited, what, over := w.overdue()
+	assert.True(t, over, "stuck 250ms in one phase")
+	assert.Equal(t, 250*time.Millisecond, waited)
+	assert.Equal(t, "train.watchdog (200ms)", what)
 }
 
 type fakeComm struct{ engine.Comm }

@@ -22,7 +22,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) < 2 {
-		return fmt.Errorf("usage: allreduce-go REPS SIZE...")
+		return fmt.Errorf("usage: allreduce-go REPS SIZE [SIZE ...]")
 	}
 	reps, err := strconv.Atoi(args[0])
 	if err != nil || reps < 1 {

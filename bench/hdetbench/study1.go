@@ -127,8 +127,12 @@ func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, 
 	}
 	// The best point over the full sweeps, then over every seed at the
 	// points around it; repeated in case the other seeds move it.
-	for range 3 {
-		if sr.best = bestPoint(sr.sweep); sr.best < 0 {
+	for i := range 3 {
+		seeds := sr.sweep
+		if i == 0 { // the others have not run yet
+			seeds = sr.sweep[:min(b.p.SweepSeeds, len(sr.sweep))]
+		}
+		if sr.best = bestPoint(seeds); sr.best < 0 {
 			return nil, fmt.Errorf("%s: every sweep point diverged", s.Label)
 		}
 		kb := sr.ks[sr.best]

@@ -109,6 +109,7 @@ func configChanges(old, cur *config.Config) []string {
 	field("train.steps", old.Train.Steps, cur.Train.Steps)
 	field("train.epochs", old.Train.Epochs, cur.Train.Epochs)
 	field("train.window", old.Train.Window, cur.Train.Window)
+	field("train.probe_examples", old.Train.ProbeExamples, cur.Train.ProbeExamples)
 	field("explorers", explorerNames(old), explorerNames(cur))
 	if len(old.Explorers) == len(cur.Explorers) {
 		for i := range old.Explorers {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/checkpoint"
+	"github.com/hdet-dev/hdet/internal/testenv"
 	"github.com/hdet-dev/hdet/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
@@ -49,20 +51,20 @@ func mnistData(t *testing.T) string {
 
 const tiny = "workload: {hidden: [16], batch_size: 32}\ntrain: {steps: 40, window: 10, seed: 2}\nrun: {progress: none, checkpoint_every: 1, keep: 10}\n"
 
-func run(t *testing.T, dir string, sets ...string) (Outcome, error, string) {
+func run(t *testing.T, dir string, sets ...string) (Outcome, string, error) {
 	t.Helper()
 	var out bytes.Buffer
 	sets = append(sets, "workload.data="+mnistData(t), "run.dir="+dir)
 	o, err := Run(context.Background(), Options{World: solo{}, Out: &out, Log: zerolog.Nop(), Config: []byte(tiny), Sets: sets,
 		AllreducePath: "host", Host: func() (string, error) { return "localhost", nil }, Abort: func(int) {}})
-	return o, err, out.String()
+	return o, out.String(), err
 }
 
 // A run, stopped part-way by removing its newest checkpoints, resumes to the
 // same parameters; the report waits for the caller.
 func TestSessionRunsAndResumesBitExact(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	o, err, out := run(t, dir)
+	o, out, err := run(t, dir)
 	require.NoError(t, err)
 	assert.Contains(t, out, "after 40 steps on 1 ranks")
 	require.NotNil(t, o.Report, "rank 0 leaves the report for after MPI_Finalize")
@@ -73,7 +75,7 @@ func TestSessionRunsAndResumesBitExact(t *testing.T) {
 	for _, step := range []string{"30", "40"} {
 		require.NoError(t, os.Remove(filepath.Join(dir, "checkpoints", "ckpt-0000000000"+step+".hdet")))
 	}
-	o, err, _ = run(t, dir)
+	o, _, err = run(t, dir)
 	require.NoError(t, err)
 	assert.Equal(t, want, o.Result.Checksum)
 	recs, _, err := metrics.ReadFile(filepath.Join(dir, "metrics.jsonl"))
@@ -91,9 +93,9 @@ func TestSessionRunsAndResumesBitExact(t *testing.T) {
 // the field and both values; a finished run is refused too.
 func TestResumeRefusesAnIncompatibleConfig(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	_, err, _ := run(t, dir)
+	_, _, err := run(t, dir)
 	require.NoError(t, err)
-	_, err, _ = run(t, dir)
+	_, _, err = run(t, dir)
 	var ue *UsageError
 	require.ErrorAs(t, err, &ue)
 	assert.Contains(t, err.Error(), "holds a finished run")
@@ -105,7 +107,7 @@ func TestResumeRefusesAnIncompatibleConfig(t *testing.T) {
 		"workload.optimizer=sgd": "workload.optimizer (adamw in the checkpoint, sgd now)",
 		"train.seed=3":           "train.seed (2 in the checkpoint, 3 now)",
 	} {
-		_, err, _ := run(t, dir, set)
+		_, _, err := run(t, dir, set)
 		require.ErrorAs(t, err, &ue, set)
 		assert.True(t, Agreed(err), "every rank refuses")
 		assert.Contains(t, err.Error(), want)
@@ -113,7 +115,37 @@ func TestResumeRefusesAnIncompatibleConfig(t *testing.T) {
 	ck, _, _, err := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
 	require.NoError(t, err)
 	assert.Equal(t, 30, ck.Step, "a refused resume leaves the checkpoints alone")
-	_, err, _ = run(t, dir, "run.checkpoint_minutes=5", "run.keep=4")
+	_, _, err = run(t, dir, "run.checkpoint_minutes=5", "run.keep=4")
 	assert.NoError(t, err, "what may change on resume")
 	assert.False(t, errors.Is(err, ErrPeerFailed))
+}
+
+// A PyTorch worker that fails while finishing (after STOP) fails the run,
+// on the rank it ran on, so hdet exits non-zero; one that finishes cleanly
+// does not.
+func TestWorkerFailingAfterStopFailsTheRun(t *testing.T) {
+	testenv.NeedTorch(t)
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	t.Setenv("PYTHONPATH", filepath.Join(root, "python"))
+	script := filepath.Join(root, "bridge", "testdata", "worker.py")
+	for _, fail := range []bool{false, true} {
+		cmd := []string{testenv.Python, script, "--steps", "20"}
+		if fail {
+			cmd = append(cmd, "--fail-after-stop")
+		}
+		dir := filepath.Join(t.TempDir(), "run")
+		o, err := Run(context.Background(), Options{World: solo{}, Out: io.Discard, Log: zerolog.Nop(),
+			Config: []byte("train: {steps: 20, window: 10}\nrun: {progress: none}\n"), Sets: []string{"run.dir=" + dir},
+			Worker: cmd, AllreducePath: "host", Host: func() (string, error) { return "localhost", nil }, Abort: func(int) {}})
+		if !fail {
+			require.NoError(t, err)
+			assert.Equal(t, 20, o.Result.Steps)
+			continue
+		}
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "worker: ")
+		assert.Contains(t, err.Error(), "finishing after STOP")
+		assert.False(t, Agreed(err), "a failure on one rank: the job is aborted, never exit 0")
+	}
 }

@@ -2,6 +2,8 @@ package mnist
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -78,42 +80,51 @@ func BenchmarkTrainStep(b *testing.B) {
 	}
 }
 
-// BenchmarkProbeWindow prices the probe signal: a window of T = 50 steps
-// with and without the tail average over its last 25 iterates plus the
-// eval-mode probe on 1024 examples, and the scratch memory the probe keeps
-// (the tail-average buffer and the evaluation workspace it shares with
-// Evaluate).
+// BenchmarkProbeWindow prices the probe signal: windows of T = 50 steps
+// without and with the tail average over the last 25 iterates plus the
+// eval-mode probe on 1024 examples, interleaved, in thread CPU time
+// (medians; both replicas restart from their initial parameters every 200
+// steps, see BenchmarkTrainerGemmShare), and the scratch memory the probe
+// keeps: the tail-average buffer, and the evaluation workspace it shares
+// with Evaluate.
 func BenchmarkProbeWindow(b *testing.B) {
-	const T = 50
-	for _, tail := range []int{0, T / 2} {
-		name := "plain"
-		if tail > 0 {
-			name = "probe"
+	const T, restart = 50, 200
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	plain, probing := benchConfig(b, AdamW), benchConfig(b, AdamW)
+	initial := slices.Clone(plain.SyncBuffer(true))
+	var tPlain, tProbe []float64
+	t := 0
+	for b.Loop() {
+		if t == restart {
+			copy(plain.SyncBuffer(true), initial)
+			copy(probing.SyncBuffer(true), initial)
+			t = 0
 		}
-		b.Run(name, func(b *testing.B) {
-			r := benchConfig(b, AdamW)
-			t := 0
-			c0 := cpuTime(b)
-			for b.Loop() {
-				if _, err := r.TrainWindow(context.Background(), engine.Window{Start: t, Steps: T, ProbeTail: tail}); err != nil {
-					b.Fatal(err)
-				}
-				t += T
-			}
-			reportCPU(b, c0)
-			if tail > 0 {
-				scratch := 4 * len(r.probe.avg)
-				ws := r.eval
-				scratch += len(ws.x)*4 + len(ws.y)
-				for i := range ws.act {
-					scratch += 4 * (len(ws.act[i]) + len(ws.delta[i]))
-				}
-				for _, m := range ws.mask {
-					scratch += 4 * len(m)
-				}
-				b.ReportMetric(float64(4*len(r.probe.avg))/(1<<20), "avg-MiB")
-				b.ReportMetric(float64(scratch)/(1<<20), "scratch-MiB")
-			}
-		})
+		c0 := threadCPU(b)
+		if _, err := plain.TrainWindow(context.Background(), engine.Window{Start: t, Steps: T}); err != nil {
+			b.Fatal(err)
+		}
+		c1 := threadCPU(b)
+		if _, err := probing.TrainWindow(context.Background(), engine.Window{Start: t, Steps: T, ProbeTail: T / 2}); err != nil {
+			b.Fatal(err)
+		}
+		c2 := threadCPU(b)
+		tPlain, tProbe = append(tPlain, float64(c1-c0)/1e6), append(tProbe, float64(c2-c1)/1e6)
+		t += T
 	}
+	mp, mq := median(tPlain), median(tProbe)
+	b.ReportMetric(mp, "plain-ms")
+	b.ReportMetric(mq, "probe-ms")
+	b.ReportMetric(100*(mq-mp)/mp, "extra-%")
+	ws := probing.eval
+	scratch := len(ws.x)*4 + len(ws.y)
+	for i := range ws.act {
+		scratch += 4 * (len(ws.act[i]) + len(ws.delta[i]))
+	}
+	for _, m := range ws.mask {
+		scratch += 4 * len(m)
+	}
+	b.ReportMetric(float64(4*len(probing.probe.avg))/(1<<20), "avg-MiB")
+	b.ReportMetric(float64(scratch)/(1<<20), "eval-ws-MiB")
 }

@@ -17,8 +17,11 @@ type kernels struct {
 	backMask func(prev, act, mask []float32)
 	// biasGrad sets gb to the column sums of the rows×len(gb) matrix delta.
 	biasGrad func(gb, delta []float32)
-	adamW    func(p, g, m, v []float32, c adamWConsts)
-	sgd      func(p, g, buf []float32, mu, lr, wd float32)
+	// average folds p into the running average avg of k-1 iterates:
+	// avg += (p - avg)/k.
+	average func(avg, p []float32, k float32)
+	adamW   func(p, g, m, v []float32, c adamWConsts)
+	sgd     func(p, g, buf []float32, mu, lr, wd float32)
 }
 
 // adamWConsts are one segment's AdamW constants, in float32 as applied.
@@ -30,6 +33,7 @@ var goKernels = kernels{
 	reluDropout: goReluDropout,
 	backMask:    goBackMask,
 	biasGrad:    goBiasGrad,
+	average:     goAverage,
 	adamW:       goAdamW,
 	sgd:         goSGD,
 }
@@ -85,6 +89,13 @@ func goBiasGrad(gb, delta []float32) {
 		for k, d := range delta[r : r+len(gb)] {
 			gb[k] += d
 		}
+	}
+}
+
+func goAverage(avg, p []float32, k float32) {
+	p = p[:len(avg)]
+	for i, a := range avg {
+		avg[i] = a + (p[i]-a)/k
 	}
 }
 

@@ -113,6 +113,17 @@ AVX2 void hdet_bias_grad(float *gb, const float *delta, int64_t cols, int64_t ro
 	}
 }
 
+AVX2 void hdet_average(float *avg, const float *p, int64_t n, float k) {
+	const __m256 kv = _mm256_set1_ps(k);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 a = _mm256_loadu_ps(avg + i);
+		_mm256_storeu_ps(avg + i, _mm256_add_ps(a, _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(p + i), a), kv)));
+	}
+	for (; i < n; i++)
+		avg[i] = avg[i] + (p[i] - avg[i]) / k;
+}
+
 AVX2 void hdet_adamw(float *p, const float *g, float *m, float *v, int64_t n, const hdet_adamw_consts *c) {
 	const __m256 b1 = _mm256_set1_ps(c->b1), nb1 = _mm256_set1_ps(1 - c->b1);
 	const __m256 b2 = _mm256_set1_ps(c->b2), nb2 = _mm256_set1_ps(1 - c->b2);

@@ -50,6 +50,13 @@ var avx2Kernels = kernels{
 		_ = delta[rows*len(gb)-1]
 		C.hdet_bias_grad(f32p(gb), f32p(delta), C.int64_t(len(gb)), C.int64_t(rows))
 	},
+	average: func(avg, p []float32, k float32) {
+		if len(avg) == 0 {
+			return
+		}
+		p = p[:len(avg)]
+		C.hdet_average(f32p(avg), f32p(p), C.int64_t(len(avg)), C.float(k))
+	},
 	adamW: func(p, g, m, v []float32, c adamWConsts) {
 		if len(p) == 0 {
 			return

@@ -83,12 +83,17 @@ func TestAVX2KernelsMatchGoBitForBit(t *testing.T) {
 			avx2Kernels.biasGrad(gb, delta)
 			sameBits(t, "biasGrad", ga, gb)
 		}
+		avg, it := randomVec(s, n, 1), randomVec(s, n, 1)
+		a, b := clone(avg), clone(avg)
+		goKernels.average(a[0], it, 3)
+		avx2Kernels.average(b[0], it, 3)
+		sameBits(t, "average", a[0], b[0])
 		p, g, m1, v := randomVec(s, n, 1), randomVec(s, n, 1), randomVec(s, n, 0.1), randomVec(s, n, 0.01)
 		for i := range v {
 			v[i] = float32(math.Abs(float64(v[i])))
 		}
 		c := adamWConsts{b1: 0.9, b2: 0.999, keep: 0.99999, step: 1.3e-3, invSqrtBc2: 3.2, eps: 1e-8}
-		a, b := clone(p, m1, v), clone(p, m1, v)
+		a, b = clone(p, m1, v), clone(p, m1, v)
 		goKernels.adamW(a[0], g, a[1], a[2], c)
 		avx2Kernels.adamW(b[0], g, b[1], b[2], c)
 		for i, what := range []string{"adamW p", "adamW m", "adamW v"} {

@@ -43,18 +43,16 @@ func (r *Replica) probeScratch() *probeState {
 }
 
 // accumulateTail folds the current parameters into the tail average as its
-// k-th iterate (k >= 1): avg += (θ - avg)/k, exactly θ when k = 1.
+// k-th iterate (k >= 1): avg += (θ - avg)/k, exactly θ when k = 1 (in a
+// kernel: the scalar division per parameter cost as much as the probe's
+// evaluation).
 func (r *Replica) accumulateTail(k int) {
 	avg, p := r.probeScratch().avg, r.slab[:r.nParam]
 	if k == 1 {
 		copy(avg, p)
 		return
 	}
-	inv := float32(k)
-	p = p[:len(avg)]
-	for i, a := range avg {
-		avg[i] = a + (p[i]-a)/inv
-	}
+	kern.average(avg, p, float32(k))
 }
 
 // probeLoss is the eval-mode mean cross-entropy of the tail average on the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"time"
@@ -136,8 +137,12 @@ func (s *session) finish(res engine.Result, model []float32, wall time.Duration)
 		Checksum: res.Checksum, WallSeconds: wall.Seconds()}); err != nil {
 		return Outcome{Result: res}, err
 	}
-	fmt.Fprintf(s.o.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
-		res.TestAccuracy, res.TestLoss, res.Steps, s.o.World.Size(), dir)
+	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
+		fmt.Fprintf(s.o.Out, "finished %d steps on %d ranks\nrun directory: %s\n", res.Steps, s.o.World.Size(), dir)
+	} else {
+		fmt.Fprintf(s.o.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
+			res.TestAccuracy, res.TestLoss, res.Steps, s.o.World.Size(), dir)
+	}
 	out, log := s.o.Out, s.o.Log
 	return Outcome{Result: res, Report: func() error {
 		index, err := report.Write(dir, "", report.Options{CSV: true})

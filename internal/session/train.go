@@ -38,15 +38,15 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 	if errors.Is(err, engine.ErrStopped) {
 		s.stopped(res)
 	}
-	// The model, read before the worker is closed (that unmaps its buffer).
-	model := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
+	// The final parameters, before the worker (and with it the buffer) goes.
+	params := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
 	if err == nil || errors.Is(err, engine.ErrStopped) {
 		err = errors.Join(err, s.closeWorker())
 	}
 	if err != nil || s.rank != 0 {
 		return Outcome{Result: res}, err
 	}
-	return s.finish(res, model, time.Since(start))
+	return s.finish(res, params, time.Since(start))
 }
 
 func (s *session) engineOptions() (engine.Options, error) {
@@ -90,7 +90,7 @@ func (s *session) saver() (*checkpoint.Saver, error) {
 		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
 	}
 	if s.rank == 0 {
-		saver.BeforeWrite = s.mw.Sync // metrics.jsonl on disk up to the checkpoint's window
+		saver.BeforeWrite = s.mw.Sync
 		saver.Controller = func(ctx context.Context) ([]byte, error) {
 			b, evs, err := s.ctrl.SaveState(ctx)
 			for _, e := range evs {
@@ -127,9 +127,9 @@ func (s *session) requeue() {
 
 // finish (rank 0) writes model.bin and the end record, prints the closing
 // lines and hands back the report for after MPI_Finalize.
-func (s *session) finish(res engine.Result, model []float32, wall time.Duration) (Outcome, error) {
+func (s *session) finish(res engine.Result, params []float32, wall time.Duration) (Outcome, error) {
 	dir := s.cfg.Run.Dir
-	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), model); err != nil {
+	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), params); err != nil {
 		return Outcome{Result: res}, err
 	}
 	if err := s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,

@@ -61,9 +61,11 @@ test-faults:
 
 # hdet across 3 fake hosts (network namespaces, one slurmd each): mpirun
 # --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB.
+# The bed is torn down after the tests even when go test itself timed out.
 test-multihost: deps data
 	scripts/deps.sh netns slurm
-	cd tests && $(GO) test -count=1 -timeout 15m -v -run '$(MULTI)' .
+	cd tests && $(GO) test -count=1 -timeout 25m -v -run '$(MULTI)' .; rc=$$?; \
+		../scripts/testbed.sh down >/dev/null 2>&1; exit $$rc
 
 
 # The same in-place MPI_Allreduce through the Go binding and in C.

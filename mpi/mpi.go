@@ -264,15 +264,11 @@ func dtype(d Datatype) (C.MPI_Datatype, error) {
 }
 
 // AllreducePtr reduces count elements of type dt at ptr in place across all
-// ranks. ptr may be a device pointer when CUDAAware() is true. Empty buffers
-// are a no-op.
+// ranks, in pieces of at most 1 GiB (see chunked). ptr may be a device
+// pointer when CUDAAware() is true. Empty buffers are a no-op.
 func (c *Comm) AllreducePtr(ptr unsafe.Pointer, n int, dt Datatype, o Op) error {
 	if n == 0 {
 		return nil
-	}
-	cn, err := count(n)
-	if err != nil {
-		return err
 	}
 	mop, err := op(o)
 	if err != nil {
@@ -282,7 +278,9 @@ func (c *Comm) AllreducePtr(ptr unsafe.Pointer, n int, dt Datatype, o Op) error 
 	if err != nil {
 		return err
 	}
-	return call("MPI_Allreduce", func() C.int { return C.hdet_allreduce_in_place(ptr, cn, mdt, mop, c.c) })
+	return chunked(ptr, n, elemSize(dt), func(p unsafe.Pointer, n int) error {
+		return call("MPI_Allreduce", func() C.int { return C.hdet_allreduce_in_place(p, C.int(n), mdt, mop, c.c) })
+	})
 }
 
 // AllreduceFloat32 reduces buf in place across all ranks; MPI reads and
@@ -322,17 +320,15 @@ func (c *Comm) AllgatherFloat64(send, recv []float64) error {
 	})
 }
 
-// Bcast sends root's buf to every rank; all ranks pass buffers of equal length.
+// Bcast sends root's buf to every rank, in pieces of at most 1 GiB; all
+// ranks pass buffers of equal length.
 func (c *Comm) Bcast(buf []byte, root int) error {
-	cn, err := count(len(buf))
-	if err != nil {
-		return err
+	if len(buf) == 0 {
+		return call("MPI_Bcast", func() C.int { return C.MPI_Bcast(nil, 0, C.hdet_byte(), C.int(root), c.c) })
 	}
-	var p unsafe.Pointer
-	if len(buf) > 0 {
-		p = unsafe.Pointer(unsafe.SliceData(buf))
-	}
-	return call("MPI_Bcast", func() C.int { return C.MPI_Bcast(p, cn, C.hdet_byte(), C.int(root), c.c) })
+	return chunked(unsafe.Pointer(unsafe.SliceData(buf)), len(buf), 1, func(p unsafe.Pointer, n int) error {
+		return call("MPI_Bcast", func() C.int { return C.MPI_Bcast(p, C.int(n), C.hdet_byte(), C.int(root), c.c) })
+	})
 }
 
 // BcastMessage sends a message of any length from root: its length first,
@@ -346,7 +342,7 @@ func (c *Comm) BcastMessage(msg []byte, root int) ([]byte, error) {
 		return nil, err
 	}
 	n := binary.LittleEndian.Uint64(hdr[:])
-	if n > math.MaxInt32 {
+	if n > math.MaxInt {
 		return nil, fmt.Errorf("%w: broadcast message of %d bytes", ErrArgument, n)
 	}
 	if c.rank != root {

@@ -20,6 +20,8 @@ type probeResult struct {
 	Bcast                 bool
 	Allgather             bool
 	BadRootErr            string
+	SplitRank, SplitSize  int
+	SplitSum              float64
 }
 
 // TestMPIBindingUnderMpirun runs the binding's checks on 4 real ranks.
@@ -47,6 +49,8 @@ func TestMPIBindingUnderMpirun(t *testing.T) {
 		assert.True(t, r.Bcast, "1 MiB broadcast identical on rank %d", r.Rank)
 		assert.True(t, r.Allgather, "allgather in rank order on rank %d", r.Rank)
 		assert.Contains(t, r.BadRootErr, "MPI_Bcast", "a bad root is a Go error on rank %d", r.Rank)
+		// Split by rank%2: {0, 2} and {1, 3}, each rank at rank/2 in its half.
+		assert.Equal(t, []any{r.Rank / 2, 2, float64(2 + 2*(r.Rank%2))}, []any{r.SplitRank, r.SplitSize, r.SplitSum}, "split, rank %d", r.Rank)
 	}
 	assert.Equal(t, map[int]bool{0: true, 1: true, 2: true, 3: true}, seen)
 }

@@ -67,6 +67,9 @@ type hostFault struct {
 	srun   bool
 	hit    func(t *testing.T) (restore func()) // applied once the run is in its third window
 	resume [2]int                              // hosts x ranks each for the resume
+	// quiet: the launcher may end the job without naming the host (a killed
+	// host's rsh agent exits: "ORTE was unable to reliably start ... daemons").
+	quiet bool
 }
 
 // TestMultiHostLostHost: a host killed, frozen (SIGSTOP and its link down)
@@ -84,7 +87,7 @@ func TestMultiHostLostHost(t *testing.T) {
 		{name: "killed host, mpirun", hit: func(t *testing.T) func() {
 			signalPIDs(t, "KILL", hostPIDs(t, "hdnode3", true))
 			return func() {}
-		}, resume: [2]int{3, 2}},
+		}, resume: [2]int{3, 2}, quiet: true},
 		{name: "frozen host, mpirun", hit: freeze, resume: [2]int{3, 2}},
 		{name: "frozen host, srun", srun: true, hit: freeze, resume: [2]int{2, 2}},
 		{name: "link down mid-converge, mpirun", resume: [2]int{2, 3}},
@@ -95,7 +98,7 @@ func TestMultiHostLostHost(t *testing.T) {
 }
 
 func lostHost(t *testing.T, tb *testbed, f hostFault) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	// Checkpoints every 2 windows; the watchdog shorter under srun, where it
 	// is what ends the job, longer under mpirun, whose keepalives come first.
@@ -104,7 +107,7 @@ func lostHost(t *testing.T, tb *testbed, f hostFault) {
 		wd = "15s"
 	}
 	conf := cfg("local", lrDropout) + "\n"
-	args, runDir := hdetArgs(t, t.TempDir(), conf, "--set", "train.steps=300", "--set", "run.checkpoint_every=2",
+	args, runDir := hdetArgs(t, t.TempDir(), conf, "--set", "train.steps=200", "--set", "run.checkpoint_every=2",
 		"--set", "train.watchdog="+wd, "--set", "workload.hidden=[128]")
 	launch := func(hosts, perHost int) *exec.Cmd {
 		if f.srun {
@@ -119,7 +122,7 @@ func lostHost(t *testing.T, tb *testbed, f hostFault) {
 	for windowsDone(runDir) < 3 && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	restore := func() {}
+	var restore func()
 	if f.hit != nil {
 		restore = f.hit(t)
 	} else {
@@ -137,7 +140,7 @@ func lostHost(t *testing.T, tb *testbed, f hostFault) {
 	text := out.String()
 	if f.srun {
 		assert.Contains(t, text, "silent: ranks 4, 5 on hdnode3", "the watchdog names the host")
-	} else {
+	} else if !f.quiet {
 		assert.Contains(t, text, "hdnode3", "mpirun names the lost host")
 	}
 	ckpts, _ := filepath.Glob(filepath.Join(runDir, "checkpoints", "ckpt-*.hdet"))
@@ -149,5 +152,5 @@ func lostHost(t *testing.T, tb *testbed, f hostFault) {
 	r := runOn(launch(f.resume[0], f.resume[1]), runDir)
 	require.NoError(t, r.err, "resume on %d hosts x %d:\n%s", f.resume[0], f.resume[1], r.stderr)
 	assert.Contains(t, r.stderr, "resuming from checkpoint")
-	assert.Equal(t, 30, windowsDone(runDir))
+	assert.Equal(t, 20, windowsDone(runDir))
 }

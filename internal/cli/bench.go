@@ -18,11 +18,14 @@ import (
 
 func runBench(s Streams, args []string) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprintln(s.Err, "usage: hdet bench allreduce [flags]   (run 'hdet bench allreduce -h' for its flags)")
+		fmt.Fprintln(s.Err, "usage: hdet bench allreduce|plan [flags]   (run 'hdet bench NAME -h' for its flags)")
 		return flag.ErrHelp
 	}
+	if len(args) > 0 && args[0] == "plan" {
+		return runBenchPlan(s, args[1:])
+	}
 	if len(args) == 0 || args[0] != "allreduce" {
-		return Usagef("bench wants a benchmark name: allreduce")
+		return Usagef("bench wants a benchmark name: allreduce or plan")
 	}
 	return runBenchAllreduce(s, args[1:])
 }

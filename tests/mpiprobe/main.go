@@ -20,6 +20,10 @@ type result struct {
 	Allgather             bool
 	BadRootErr            string
 	CUDAAware             bool
+	// Split: the ranks split by rank%2 into two communicators; this rank's
+	// rank and size there and the sum of world ranks in its half.
+	SplitRank, SplitSize int
+	SplitSum             float64
 }
 
 // value is small enough that every sum over ranks is exact in float32.
@@ -75,6 +79,14 @@ func main() {
 	r.Allgather = w.AllgatherFloat64([]float64{float64(w.Rank()), -float64(w.Rank())}, all) == nil
 	for k := 0; k < n; k++ {
 		r.Allgather = r.Allgather && all[2*k] == float64(k) && all[2*k+1] == -float64(k)
+	}
+
+	if half, err := w.Split(w.Rank()%2, w.Rank()); err == nil {
+		sum := []float64{float64(w.Rank())}
+		if half.AllreduceFloat64(sum, mpi.Sum) == nil {
+			r.SplitRank, r.SplitSize, r.SplitSum = half.Rank(), half.Size(), sum[0]
+		}
+		_ = half.Free()
 	}
 
 	var merr *mpi.Error

@@ -102,6 +102,7 @@ lint: deps
 	$(GO) vet -tags faults ./cmd/hdet ./internal/faults
 	CGO_ENABLED=0 $(GO) build $(NOCGO)
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run ./internal/tools/funclen .
 
 clean:
 	rm -rf $(BIN) runs

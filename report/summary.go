@@ -70,51 +70,42 @@ func Summarize(r *Run) Summary {
 		FinalAccuracy: nan, BestAccuracy: nan,
 		WallSeconds: r.WallSeconds(),
 	}
-	unhealthy := map[int]map[int]bool{}
-	markUnhealthy := func(rank, window int) {
-		if unhealthy[rank] == nil {
-			unhealthy[rank] = map[int]bool{}
-		}
-		unhealthy[rank][window] = true
-	}
-	groups := map[[2]string]*EventGroup{}
-	var groupOrder [][2]string
+	t := tally{unhealthy: map[int]map[int]bool{}, groups: map[[2]string]*EventGroup{}}
 	for _, w := range r.Windows {
-		if m := MeanLoss(w); finite(m) {
-			s.FinalLoss = m
-			if math.IsNaN(s.BestLoss) || m < s.BestLoss {
-				s.BestLoss, s.BestLossStep = m, w.Step
-			}
-		}
-		s.FanoutSeconds += w.FanoutSeconds
-		s.ConvergeSeconds += w.ConvergeSeconds
-		s.PlanSeconds += w.PlanSeconds
-		for rank, ok := range w.Healthy {
-			if !ok {
-				markUnhealthy(rank, w.Window)
-			}
-		}
-		for _, e := range w.Events {
-			switch e.Kind {
-			case metrics.EventUnhealthy:
-				if e.Rank != nil {
-					markUnhealthy(*e.Rank, w.Window)
-				}
-			case metrics.EventCheckpoint:
-			default:
-				key := [2]string{e.Kind, e.Param}
-				g := groups[key]
-				if g == nil {
-					g = &EventGroup{Kind: e.Kind, Param: e.Param, FirstStep: w.Step, FirstMessage: e.Message}
-					groups[key] = g
-					groupOrder = append(groupOrder, key)
-				}
-				g.Count++
-				g.LastStep = w.Step
-			}
+		s.addWindow(w)
+		t.add(w)
+	}
+	s.addEvals(r.Evals())
+	s.Events, s.Unhealthy = t.events(), t.ranks()
+	for _, p := range r.Params {
+		if bp, ok := basePath(r, p); ok {
+			s.Bases = append(s.Bases, bp)
 		}
 	}
-	for _, e := range r.Evals() {
+	s.Offsets = offsetPaths(r)
+	s.ConvergePercent = nan
+	if s.WallSeconds > 0 {
+		s.ConvergePercent = 100 * s.ConvergeSeconds / s.WallSeconds
+	}
+	return s
+}
+
+// addWindow takes a window's mean loss and timings.
+func (s *Summary) addWindow(w metrics.Record) {
+	if m := MeanLoss(w); finite(m) {
+		s.FinalLoss = m
+		if math.IsNaN(s.BestLoss) || m < s.BestLoss {
+			s.BestLoss, s.BestLossStep = m, w.Step
+		}
+	}
+	s.FanoutSeconds += w.FanoutSeconds
+	s.ConvergeSeconds += w.ConvergeSeconds
+	s.PlanSeconds += w.PlanSeconds
+}
+
+// addEvals takes the final and best test loss and accuracy.
+func (s *Summary) addEvals(evals []EvalAt) {
+	for _, e := range evals {
 		if l := float64(e.Loss); finite(l) {
 			s.FinalTestLoss = l
 			if math.IsNaN(s.BestTestLoss) || l < s.BestTestLoss {
@@ -128,29 +119,70 @@ func Summarize(r *Run) Summary {
 			}
 		}
 	}
-	for _, key := range groupOrder {
-		s.Events = append(s.Events, *groups[key])
+}
+
+// tally collects, over the windows, which rank was unhealthy when and the
+// events grouped by kind and hyperparameter (in order of first sight).
+type tally struct {
+	unhealthy map[int]map[int]bool
+	groups    map[[2]string]*EventGroup
+	order     [][2]string
+}
+
+func (t *tally) markUnhealthy(rank, window int) {
+	if t.unhealthy[rank] == nil {
+		t.unhealthy[rank] = map[int]bool{}
 	}
-	for rank, ws := range unhealthy {
+	t.unhealthy[rank][window] = true
+}
+
+func (t *tally) add(w metrics.Record) {
+	for rank, ok := range w.Healthy {
+		if !ok {
+			t.markUnhealthy(rank, w.Window)
+		}
+	}
+	for _, e := range w.Events {
+		switch e.Kind {
+		case metrics.EventUnhealthy:
+			if e.Rank != nil {
+				t.markUnhealthy(*e.Rank, w.Window)
+			}
+		case metrics.EventCheckpoint:
+		default:
+			key := [2]string{e.Kind, e.Param}
+			g := t.groups[key]
+			if g == nil {
+				g = &EventGroup{Kind: e.Kind, Param: e.Param, FirstStep: w.Step, FirstMessage: e.Message}
+				t.groups[key] = g
+				t.order = append(t.order, key)
+			}
+			g.Count++
+			g.LastStep = w.Step
+		}
+	}
+}
+
+func (t *tally) events() []EventGroup {
+	var out []EventGroup
+	for _, key := range t.order {
+		out = append(out, *t.groups[key])
+	}
+	return out
+}
+
+func (t *tally) ranks() []RankHealth {
+	var out []RankHealth
+	for rank, ws := range t.unhealthy {
 		rh := RankHealth{Rank: rank}
 		for w := range ws {
 			rh.Windows = append(rh.Windows, w)
 		}
 		slices.Sort(rh.Windows)
-		s.Unhealthy = append(s.Unhealthy, rh)
+		out = append(out, rh)
 	}
-	slices.SortFunc(s.Unhealthy, func(a, b RankHealth) int { return a.Rank - b.Rank })
-	for _, p := range r.Params {
-		if bp, ok := basePath(r, p); ok {
-			s.Bases = append(s.Bases, bp)
-		}
-	}
-	s.Offsets = offsetPaths(r)
-	s.ConvergePercent = nan
-	if s.WallSeconds > 0 {
-		s.ConvergePercent = 100 * s.ConvergeSeconds / s.WallSeconds
-	}
-	return s
+	slices.SortFunc(out, func(a, b RankHealth) int { return a.Rank - b.Rank })
+	return out
 }
 
 func basePath(r *Run, p metrics.Param) (BasePath, bool) {

@@ -7,8 +7,8 @@ import (
 	"math"
 	"slices"
 
-	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/metrics"
 )
 

@@ -12,11 +12,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/device"
 	"github.com/hdet-dev/hdet/internal/engine"
-	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/slurm"

@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/checkpoint"
-	"github.com/hdet-dev/hdet/internal/testenv"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/internal/testenv"
 )
 
 // solo is a world of one rank.

@@ -23,8 +23,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/atomicfile"
+	"github.com/hdet-dev/hdet/internal/engine"
 )
 
 // Beat is one rank's heartbeat: where it is in the run.

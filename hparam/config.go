@@ -159,38 +159,7 @@ func (s ScheduleSpec) Build(defaultKind string, defaultTotal int) (Schedule, err
 	total := orInt(s.TotalSteps, defaultTotal)
 	switch kind {
 	case KindOneCycle:
-		maxLR, err := required("max_lr", s.MaxLR)
-		if err != nil {
-			return nil, err
-		}
-		c := DefaultOneCycleConfig(maxLR, total)
-		if s.Epochs != nil || s.StepsPerEpoch != nil {
-			c.Epochs, c.StepsPerEpoch = orInt(s.Epochs, 0), orInt(s.StepsPerEpoch, 0)
-			c.TotalSteps = orInt(s.TotalSteps, 0) // an explicit total_steps wins, as in PyTorch
-			if s.TotalSteps == nil && (c.Epochs == 0 || c.StepsPerEpoch == 0) {
-				// Make the missing one the error, not total_steps.
-				if c.Epochs == 0 {
-					return nil, fieldErr("epochs", "must be a positive integer, got 0")
-				}
-				return nil, fieldErr("steps_per_epoch", "must be a positive integer, got 0")
-			}
-		}
-		c.PctStart = orFloat(s.PctStart, c.PctStart)
-		if s.AnnealStrategy != nil {
-			c.AnnealStrategy = *s.AnnealStrategy
-		}
-		if s.CycleMomentum != nil {
-			c.CycleMomentum = *s.CycleMomentum
-		}
-		c.BaseMomentum = orFloat(s.BaseMomentum, c.BaseMomentum)
-		c.MaxMomentum = orFloat(s.MaxMomentum, c.MaxMomentum)
-		c.DivFactor = orFloat(s.DivFactor, c.DivFactor)
-		c.FinalDivFactor = orFloat(s.FinalDivFactor, c.FinalDivFactor)
-		if s.ThreePhase != nil {
-			c.ThreePhase = *s.ThreePhase
-		}
-		c.OptimizerMomentum = orFloat(s.Momentum, c.OptimizerMomentum)
-		return NewOneCycle(c)
+		return s.oneCycle(total)
 	case KindConstant:
 		v, err := required("value", s.Value)
 		if err != nil {
@@ -218,6 +187,43 @@ func (s ScheduleSpec) Build(defaultKind string, defaultTotal int) (Schedule, err
 		}
 		return NewStepDecay(StepDecayConfig{Initial: initial, Gamma: orFloat(s.Gamma, 0.1), StepSize: *s.StepSize, TotalSteps: total})
 	}
+}
+
+// oneCycle builds a OneCycle schedule of total steps, PyTorch's defaults
+// where a field is not set.
+func (s ScheduleSpec) oneCycle(total int) (Schedule, error) {
+	maxLR, err := required("max_lr", s.MaxLR)
+	if err != nil {
+		return nil, err
+	}
+	c := DefaultOneCycleConfig(maxLR, total)
+	if s.Epochs != nil || s.StepsPerEpoch != nil {
+		c.Epochs, c.StepsPerEpoch = orInt(s.Epochs, 0), orInt(s.StepsPerEpoch, 0)
+		c.TotalSteps = orInt(s.TotalSteps, 0) // an explicit total_steps wins, as in PyTorch
+		if s.TotalSteps == nil && (c.Epochs == 0 || c.StepsPerEpoch == 0) {
+			// Make the missing one the error, not total_steps.
+			if c.Epochs == 0 {
+				return nil, fieldErr("epochs", "must be a positive integer, got 0")
+			}
+			return nil, fieldErr("steps_per_epoch", "must be a positive integer, got 0")
+		}
+	}
+	c.PctStart = orFloat(s.PctStart, c.PctStart)
+	if s.AnnealStrategy != nil {
+		c.AnnealStrategy = *s.AnnealStrategy
+	}
+	if s.CycleMomentum != nil {
+		c.CycleMomentum = *s.CycleMomentum
+	}
+	c.BaseMomentum = orFloat(s.BaseMomentum, c.BaseMomentum)
+	c.MaxMomentum = orFloat(s.MaxMomentum, c.MaxMomentum)
+	c.DivFactor = orFloat(s.DivFactor, c.DivFactor)
+	c.FinalDivFactor = orFloat(s.FinalDivFactor, c.FinalDivFactor)
+	if s.ThreePhase != nil {
+		c.ThreePhase = *s.ThreePhase
+	}
+	c.OptimizerMomentum = orFloat(s.Momentum, c.OptimizerMomentum)
+	return NewOneCycle(c)
 }
 
 // warmupEnd is the step where a schedule's warm-up ends, the default start

@@ -176,73 +176,100 @@ func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// scriptWriter builds a script line by line.
+type scriptWriter struct{ strings.Builder }
+
+func (b *scriptWriter) w(format string, a ...any) { fmt.Fprintf(&b.Builder, format+"\n", a...) }
+
 // Script returns a ready sbatch script for j, or j's problems.
 func Script(j Job) (string, error) {
 	if err := j.Validate(); err != nil {
 		return "", err
 	}
 	tpn := j.tasksPerNode()
-	var b strings.Builder
-	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	var b scriptWriter
+	j.header(&b, tpn)
+	b.w("")
+	j.prelude(&b, tpn)
+	b.w("")
+	j.launch(&b, tpn)
+	b.w("STEP_PID=$!")
+	b.w("# wait returns early when a trapped signal arrives: wait again until the step")
+	b.w("# has really ended; bash keeps its status for the last wait.")
+	b.w(`while kill -0 "$STEP_PID" 2>/dev/null; do wait "$STEP_PID"; done`)
+	b.w(`wait "$STEP_PID"`)
+	b.w("STATUS=$?")
+	b.w(`echo "hdet: step exited with status $STATUS"`)
+	b.w(`exit "$STATUS"`)
+	return b.String(), nil
+}
 
-	w("#!/bin/bash")
-	w("# Written by: %s", strings.Join(strings.Fields(j.Command), " ")) // one line
-	w("# Submit with: sbatch THIS_FILE")
-	w("#SBATCH --job-name=%s", j.JobName)
+// header writes the #SBATCH lines.
+func (j Job) header(b *scriptWriter, tpn int) {
+	b.w("#!/bin/bash")
+	b.w("# Written by: %s", strings.Join(strings.Fields(j.Command), " ")) // one line
+	b.w("# Submit with: sbatch THIS_FILE")
+	b.w("#SBATCH --job-name=%s", j.JobName)
 	if j.Partition != "" {
-		w("#SBATCH --partition=%s", j.Partition)
+		b.w("#SBATCH --partition=%s", j.Partition)
 	}
 	if j.Account != "" {
-		w("#SBATCH --account=%s", j.Account)
+		b.w("#SBATCH --account=%s", j.Account)
 	}
-	w("#SBATCH --time=%s", j.Time)
-	w("#SBATCH --nodes=%d", j.Nodes)
-	w("#SBATCH --ntasks-per-node=%d", tpn)
+	b.w("#SBATCH --time=%s", j.Time)
+	b.w("#SBATCH --nodes=%d", j.Nodes)
+	b.w("#SBATCH --ntasks-per-node=%d", tpn)
 	if j.GPUsPerNode > 0 {
-		w("#SBATCH --gpus-per-node=%d", j.GPUsPerNode)
+		b.w("#SBATCH --gpus-per-node=%d", j.GPUsPerNode)
 	}
 	if j.CPUsPerTask > 0 {
-		w("#SBATCH --cpus-per-task=%d", j.CPUsPerTask)
+		b.w("#SBATCH --cpus-per-task=%d", j.CPUsPerTask)
 	}
-	w("# SIGUSR1 to this script (B:) %d s before the time limit: hdet checkpoints", j.SignalLead)
-	w("# at its next converge and exits; Slurm may send it earlier than asked.")
-	w("#SBATCH --signal=B:USR1@%d", j.SignalLead)
-	w("# A requeued job keeps its id, so it finds its run directory and resumes.")
-	w("#SBATCH --requeue")
-	w("#SBATCH --open-mode=append")
-	w("# Relative to the directory sbatch was run in; %%j is the job id.")
-	w("#SBATCH --output=%s-%%j.out", j.JobName)
-	w("")
-	w("set -u")
-	w("HDET=%s", quote(j.Hdet))
-	w("CONFIG=%s", quote(j.Config))
-	w("RUN_DIR=%s/$SLURM_JOB_ID", quote(j.RunRoot))
-	w(`mkdir -p "$RUN_DIR"`)
-	w(`echo "hdet: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}, nodes $SLURM_JOB_NODELIST, run dir $RUN_DIR"`)
-	w("")
-	w("# Bash runs a trap only between commands, so the step runs in the background")
-	w("# and the script waits for it. %s passes SIGUSR1/SIGTERM on to every task.", j.Launcher)
-	w("STEP_PID=")
-	w(`forward() {`)
-	w(`  echo "hdet: SIG$1 at $(date +%%T), passing it to the step" >&2`)
-	w(`  [ -n "$STEP_PID" ] && kill -s "$1" "$STEP_PID" 2>/dev/null`)
-	w(`}`)
-	w("trap 'forward USR1' USR1")
-	w("trap 'forward TERM' TERM")
-	w("")
-	w("# More tasks than cores: MPI ranks busy-wait unless told to yield.")
-	w(`if [ "$(nproc)" -lt %d ]; then export OMPI_MCA_mpi_yield_when_idle=1; fi`, tpn)
-	w("")
+	b.w("# SIGUSR1 to this script (B:) %d s before the time limit: hdet checkpoints", j.SignalLead)
+	b.w("# at its next converge and exits; Slurm may send it earlier than asked.")
+	b.w("#SBATCH --signal=B:USR1@%d", j.SignalLead)
+	b.w("# A requeued job keeps its id, so it finds its run directory and resumes.")
+	b.w("#SBATCH --requeue")
+	b.w("#SBATCH --open-mode=append")
+	b.w("# Relative to the directory sbatch was run in; %%j is the job id.")
+	b.w("#SBATCH --output=%s-%%j.out", j.JobName)
+}
+
+// prelude writes the run directory and the signal forwarding.
+func (j Job) prelude(b *scriptWriter, tpn int) {
+	b.w("set -u")
+	b.w("HDET=%s", quote(j.Hdet))
+	b.w("CONFIG=%s", quote(j.Config))
+	b.w("RUN_DIR=%s/$SLURM_JOB_ID", quote(j.RunRoot))
+	b.w(`mkdir -p "$RUN_DIR"`)
+	b.w(`echo "hdet: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}, nodes $SLURM_JOB_NODELIST, run dir $RUN_DIR"`)
+	b.w("")
+	b.w("# Bash runs a trap only between commands, so the step runs in the background")
+	b.w("# and the script waits for it. %s passes SIGUSR1/SIGTERM on to every task.", j.Launcher)
+	b.w("STEP_PID=")
+	b.w(`forward() {`)
+	b.w(`  echo "hdet: SIG$1 at $(date +%%T), passing it to the step" >&2`)
+	b.w(`  [ -n "$STEP_PID" ] && kill -s "$1" "$STEP_PID" 2>/dev/null`)
+	b.w(`}`)
+	b.w("trap 'forward USR1' USR1")
+	b.w("trap 'forward TERM' TERM")
+	b.w("")
+	b.w("# More tasks than cores: MPI ranks busy-wait unless told to yield.")
+	b.w(`if [ "$(nproc)" -lt %d ]; then export OMPI_MCA_mpi_yield_when_idle=1; fi`, tpn)
+}
+
+// launch starts the job step in the background with the job's launcher.
+func (j Job) launch(b *scriptWriter, tpn int) {
 	switch j.Launcher {
 	case LauncherSrun:
 		gpu := ""
 		if j.GPUsPerNode > 0 {
-			w("# Every task sees all of its node's GPUs (CUDA_VISIBLE_DEVICES lists them")
-			w("# all) so that CUDA peer access between them keeps working; hdet picks its")
-			w("# own GPU by its local rank (SLURM_LOCALID). Do not add --gpus-per-task or")
-			w("# --gpu-bind=single (one GPU per task, no peer access); --gpu-bind=none")
-			w("# leaves CUDA_VISIBLE_DEVICES unset, which on nodes without device")
-			w("# cgroups exposes other jobs' GPUs too.")
+			b.w("# Every task sees all of its node's GPUs (CUDA_VISIBLE_DEVICES lists them")
+			b.w("# all) so that CUDA peer access between them keeps working; hdet picks its")
+			b.w("# own GPU by its local rank (SLURM_LOCALID). Do not add --gpus-per-task or")
+			b.w("# --gpu-bind=single (one GPU per task, no peer access); --gpu-bind=none")
+			b.w("# leaves CUDA_VISIBLE_DEVICES unset, which on nodes without device")
+			b.w("# cgroups exposes other jobs' GPUs too.")
 			gpu = fmt.Sprintf(" --gpus-per-node=%d", j.GPUsPerNode)
 		}
 		cpus := ""
@@ -250,26 +277,17 @@ func Script(j Job) (string, error) {
 			// srun 22.05 ignores SLURM_CPUS_PER_TASK from sbatch; say it again.
 			cpus = fmt.Sprintf(" --cpus-per-task=%d", j.CPUsPerTask)
 		}
-		w("# Open MPI under srun speaks PMIx only. No --kill-on-bad-exit: a rank that")
-		w("# exits first after a preemption must not kill rank 0 while it checkpoints.")
-		w(`srun --mpi=pmix --nodes=%d --ntasks-per-node=%d%s%s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, j.Nodes, tpn, cpus, gpu)
+		b.w("# Open MPI under srun speaks PMIx only. No --kill-on-bad-exit: a rank that")
+		b.w("# exits first after a preemption must not kill rank 0 while it checkpoints.")
+		b.w(`srun --mpi=pmix --nodes=%d --ntasks-per-node=%d%s%s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, j.Nodes, tpn, cpus, gpu)
 	case LauncherMpirun:
 		if j.GPUsPerNode > 0 {
-			w("# Every rank sees all of its node's GPUs (CUDA_VISIBLE_DEVICES of the job) so")
-			w("# that CUDA peer access between them keeps working; hdet picks its own GPU by")
-			w("# its local rank.")
+			b.w("# Every rank sees all of its node's GPUs (CUDA_VISIBLE_DEVICES of the job) so")
+			b.w("# that CUDA peer access between them keeps working; hdet picks its own GPU by")
+			b.w("# its local rank.")
 		}
-		w("# mpirun takes the task slots from the allocation. The keepalives end the job")
-		w("# within about 14 s when a node freezes or loses its link.")
-		w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node %s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, tpn, MpirunKeepalive)
+		b.w("# mpirun takes the task slots from the allocation. The keepalives end the job")
+		b.w("# within about 14 s when a node freezes or loses its link.")
+		b.w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node %s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, tpn, MpirunKeepalive)
 	}
-	w("STEP_PID=$!")
-	w("# wait returns early when a trapped signal arrives: wait again until the step")
-	w("# has really ended; bash keeps its status for the last wait.")
-	w(`while kill -0 "$STEP_PID" 2>/dev/null; do wait "$STEP_PID"; done`)
-	w(`wait "$STEP_PID"`)
-	w("STATUS=$?")
-	w(`echo "hdet: step exited with status $STATUS"`)
-	w(`exit "$STATUS"`)
-	return b.String(), nil
 }

@@ -26,7 +26,7 @@ explorers:
     plugin: hdet-explorer-lr
     config:
       schedule: {kind: onecycle, max_lr: 0.004}
-      spread: {alpha: 0.5}
+      spread: {alpha: 0.5, narrow_from: 1}
       auto: {start: 40}
   - name: dropout
     plugin: hdet-explorer-dropout
@@ -49,7 +49,7 @@ explorers:
 `
 	hdet := runHDET(t, 4, cfg("gradients", constant))
 	require.NoError(t, hdet.err, hdet.stderr)
-	plain := runHDET(t, 4, cfg("gradients", "")+"workload: {hidden: [64], batch_size: 32, lr: 0.001, dropout: 0.1}\n")
+	plain := runHDET(t, 4, strings.Replace(cfg("gradients", ""), "batch_size: 32}", "batch_size: 32, lr: 0.001, dropout: 0.1}", 1))
 	require.NoError(t, plain.err, plain.stderr)
 	assert.Equal(t, plain.end(t).Checksum, hdet.end(t).Checksum)
 	assert.NotEmpty(t, plain.end(t).Checksum)

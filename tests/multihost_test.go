@@ -85,8 +85,10 @@ func TestMultiHost(t *testing.T) {
 		hdet, plugins := hdetBinaries(t)
 		dir := t.TempDir()
 		config := filepath.Join(dir, "multi.yaml")
-		require.NoError(t, os.WriteFile(config, []byte(conf+"train: {steps: "+multiSteps+", window: 10, seed: 7, sync: local}\n"+
-			"workload: {hidden: [64], batch_size: 32, data: "+mnistDir(t)+"}\n"), 0o644))
+		// The same run as ref: its length and data path written into the config.
+		job := strings.NewReplacer("steps: 80,", "steps: "+multiSteps+",",
+			"batch_size: 32}", "batch_size: 32, data: "+mnistDir(t)+"}").Replace(conf)
+		require.NoError(t, os.WriteFile(config, []byte(job), 0o644))
 		script := sbatchScript(t, dir, "job.sbatch", config, "--nodes", "3", "--ntasks-per-node", "2",
 			"--time", "10:00", "--signal-lead", "60", "--hdet", hdet, "--run-root", filepath.Join(dir, "runs"))
 		c.env = append(c.env, "HDET_PLUGIN_DIR="+plugins)

@@ -24,8 +24,9 @@ func TestSlurmHDETPreemptRequeueResumeIsBitExact(t *testing.T) {
 	dir := t.TempDir()
 	config := filepath.Join(dir, "small.yaml")
 	// The same run as `whole`: the data path and length written into the config.
-	require.NoError(t, os.WriteFile(config, []byte(conf+"train: {steps: "+longSteps+", window: 10, seed: 7, sync: local}\n"+
-		"workload: {hidden: [64], batch_size: 32, data: "+mnistDir(t)+"}\n"), 0o644))
+	job := strings.NewReplacer("steps: 80,", "steps: "+longSteps+",",
+		"batch_size: 32}", "batch_size: 32, data: "+mnistDir(t)+"}").Replace(conf)
+	require.NoError(t, os.WriteFile(config, []byte(job), 0o644))
 	script := sbatchScript(t, dir, "job.sbatch", config, "--ntasks-per-node", "4", "--time", "10:00",
 		"--signal-lead", "60", "--partition", "debug", "--job-name", "hdet", "--hdet", hdet,
 		"--run-root", filepath.Join(dir, "runs"))

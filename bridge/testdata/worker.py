@@ -17,6 +17,7 @@ ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
 ap.add_argument("--die-at-step", type=int, default=-1)
 ap.add_argument("--hang-at-step", type=int, default=-1)
 ap.add_argument("--fail-at-step", type=int, default=-1)
+ap.add_argument("--fail-after-stop", action="store_true", help="exit 3 once the run is over (after hdet's STOP)")
 ap.add_argument("--end-at-step", type=int, default=-1, help="leave the loop early")
 ap.add_argument("--extra-step", action="store_true", help="step the scheduler once past total_steps")
 ap.add_argument("--explicit-loss", action="store_true", help="step(loss) instead of step()")
@@ -85,3 +86,5 @@ for step in range(args.steps):
 print("worker.py finished %d steps, lr %r" % (args.steps, sched.get_last_lr()), flush=True)
 if args.extra_step:
     sched.step()
+if args.fail_after_stop:
+    sys.exit(3)

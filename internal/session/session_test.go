@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -129,15 +130,20 @@ func TestWorkerFailingAfterStopFailsTheRun(t *testing.T) {
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	t.Setenv("PYTHONPATH", filepath.Join(root, "python"))
 	script := filepath.Join(root, "bridge", "testdata", "worker.py")
+	plugins := t.TempDir() // the script explores lr: hdet starts its built-in explorer
+	build := exec.Command("go", "build", "-o", plugins, "./cmd/hdet-explorer-lr")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
 	for _, fail := range []bool{false, true} {
-		cmd := []string{testenv.Python, script, "--steps", "20"}
+		cmd := []string{testenv.Python, script, "--steps", "20", "--explore", "lr"}
 		if fail {
 			cmd = append(cmd, "--fail-after-stop")
 		}
 		dir := filepath.Join(t.TempDir(), "run")
 		o, err := Run(context.Background(), Options{World: solo{}, Out: io.Discard, Log: zerolog.Nop(),
 			Config: []byte("train: {steps: 20, window: 10}\nrun: {progress: none}\n"), Sets: []string{"run.dir=" + dir},
-			Worker: cmd, AllreducePath: "host", Host: func() (string, error) { return "localhost", nil }, Abort: func(int) {}})
+			Worker: cmd, PluginDir: plugins, AllreducePath: "host", Host: func() (string, error) { return "localhost", nil }, Abort: func(int) {}})
 		if !fail {
 			require.NoError(t, err)
 			assert.Equal(t, 20, o.Result.Steps)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"time"
@@ -37,15 +38,15 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 	if errors.Is(err, engine.ErrStopped) {
 		s.stopped(res)
 	}
-	// The model, read before the worker is closed (that unmaps its buffer).
-	model := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
+	// The final parameters, before the worker (and with it the buffer) goes.
+	params := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
 	if err == nil || errors.Is(err, engine.ErrStopped) {
 		err = errors.Join(err, s.closeWorker())
 	}
 	if err != nil || s.rank != 0 {
 		return Outcome{Result: res}, err
 	}
-	return s.finish(res, model, time.Since(start))
+	return s.finish(res, params, time.Since(start))
 }
 
 func (s *session) engineOptions() (engine.Options, error) {
@@ -89,7 +90,7 @@ func (s *session) saver() (*checkpoint.Saver, error) {
 		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
 	}
 	if s.rank == 0 {
-		saver.BeforeWrite = s.mw.Sync // metrics.jsonl on disk up to the checkpoint's window
+		saver.BeforeWrite = s.mw.Sync
 		saver.Controller = func(ctx context.Context) ([]byte, error) {
 			b, evs, err := s.ctrl.SaveState(ctx)
 			for _, e := range evs {
@@ -126,9 +127,9 @@ func (s *session) requeue() {
 
 // finish (rank 0) writes model.bin and the end record, prints the closing
 // lines and hands back the report for after MPI_Finalize.
-func (s *session) finish(res engine.Result, model []float32, wall time.Duration) (Outcome, error) {
+func (s *session) finish(res engine.Result, params []float32, wall time.Duration) (Outcome, error) {
 	dir := s.cfg.Run.Dir
-	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), model); err != nil {
+	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), params); err != nil {
 		return Outcome{Result: res}, err
 	}
 	if err := s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
@@ -136,8 +137,12 @@ func (s *session) finish(res engine.Result, model []float32, wall time.Duration)
 		Checksum: res.Checksum, WallSeconds: wall.Seconds()}); err != nil {
 		return Outcome{Result: res}, err
 	}
-	fmt.Fprintf(s.o.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
-		res.TestAccuracy, res.TestLoss, res.Steps, s.o.World.Size(), dir)
+	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
+		fmt.Fprintf(s.o.Out, "finished %d steps on %d ranks\nrun directory: %s\n", res.Steps, s.o.World.Size(), dir)
+	} else {
+		fmt.Fprintf(s.o.Out, "test accuracy %.4f, test loss %.4f after %d steps on %d ranks\nrun directory: %s\n",
+			res.TestAccuracy, res.TestLoss, res.Steps, s.o.World.Size(), dir)
+	}
 	out, log := s.o.Out, s.o.Log
 	return Outcome{Result: res, Report: func() error {
 		index, err := report.Write(dir, "", report.Options{CSV: true})

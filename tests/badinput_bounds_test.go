@@ -100,7 +100,7 @@ func TestBadInputBounds(t *testing.T) {
 		setCase("checkpoint_every 1e12", "run.checkpoint_every=1e12", "run.checkpoint_every: got 1000000000000"),
 		setCase("eval_every 1e12", "train.eval_every=1e12", "train.eval_every: got 1000000000000"),
 		setCase("eval_every negative", "train.eval_every=-1", "train.eval_every: got -1"),
-		setCase("fault setting below -1", "train.fault_nan_rank=-2", "train.fault_nan_rank: got -2, want an integer in [-1,"),
+		setCase("fractional layer width", "workload.hidden=[32.5]", `workload.hidden[0]: want an integer, got "32.5"`),
 		setCase("seed negative", "train.seed=-1", `train.seed: want a non-negative integer, got "-1"`),
 		setCase("seed fractional", "train.seed=1.5", `train.seed: want a non-negative integer, got "1.5"`),
 		// Durations.

@@ -182,19 +182,20 @@ func (b *bench) runStudies(ctx context.Context, want map[int]bool, stdout io.Wri
 }
 
 // plot draws study 1 per setup: the sweep's median test loss per max_lr,
-// and every seed's HDET run of each form at its start.
+// and every seed's HDET run of each form at its start; a diverged run is
+// drawn at ln 10, the loss of guessing, so that it shows.
 func (b *bench) plot(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var paths []string
 	for _, sr := range b.study1 {
-		sweep := series{Label: "plain DP sweep (median over the seeds that ran the point)"}
+		sweep := series{Label: "plain DP sweep (median over the seeds that ran the point; diverged runs at ln 10, chance)"}
 		for i, k := range sr.ks {
 			var ls []float64
 			for _, r := range column(sr.sweep, i) {
 				if r.Dir != "" {
-					ls = append(ls, r.TestLoss)
+					ls = append(ls, chanceLoss(r))
 				}
 			}
 			sweep.LR, sweep.Loss = append(sweep.LR, gridLR(k)), append(sweep.Loss, median(ls))
@@ -204,7 +205,9 @@ func (b *bench) plot(dir string) ([]string, error) {
 			s := series{Label: f.Label + ", every seed, at its start"}
 			for _, runs := range sr.hdet[fi] {
 				for si, r := range runs {
-					s.LR, s.Loss = append(s.LR, gridLR(sr.starts[si])), append(s.Loss, r.TestLoss)
+					if r.Failed == "" {
+						s.LR, s.Loss = append(s.LR, gridLR(sr.starts[si])), append(s.Loss, chanceLoss(r))
+					}
 				}
 			}
 			others = append(others, s)

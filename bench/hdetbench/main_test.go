@@ -314,6 +314,10 @@ func TestSpreadAndBestPoint(t *testing.T) {
 	assert.Equal(t, "+2.0% (+1.0%..+5.0%)", spread([]float64{0.05, 0.01, 0.02}, pct))
 	assert.Equal(t, "+2.0%", spread([]float64{0.02}, pct))
 	assert.Equal(t, "-", spread(nil, pct))
+	inf := math.Inf(1)
+	assert.Equal(t, "+5.0% (+1.0%..diverged)", spread([]float64{0.01, inf, 0.05}, pct), "a diverged seed counts as the worst, not as missing")
+	assert.Equal(t, "diverged (+1.0%..diverged)", spread([]float64{0.01, inf, inf}, pct))
+	assert.Equal(t, "diverged", spread([]float64{inf}, pct))
 	// the median over seeds decides: point 1 is best in 2 of 3 seeds.
 	sweep := [][]result{
 		{{Dir: "d", TestLoss: 0.2}, {Dir: "d", TestLoss: 0.1}, {Dir: "d", TestLoss: 0.01}},

@@ -232,8 +232,12 @@ func (sr *setupRuns) stats(fi, si int, np int) startStats {
 			st.failed = append(st.failed, h.Failed)
 			continue
 		}
-		st.vsBest = append(st.vsBest, relGap(h.TestLoss, ref.TestLoss))
-		st.vsPlain = append(st.vsPlain, relGap(h.TestLoss, p.TestLoss))
+		hl := h.TestLoss
+		if h.diverged() { // worse than any loss: it must count in the median, not drop out
+			hl = math.Inf(1)
+		}
+		st.vsBest = append(st.vsBest, relGap(hl, ref.TestLoss))
+		st.vsPlain = append(st.vsPlain, relGap(hl, p.TestLoss))
 		if si != 1 { // at the best start plain DP has no gap to close
 			pl := chanceLoss(p)
 			st.closed = append(st.closed, (pl-chanceLoss(h))/(pl-ref.TestLoss))
@@ -265,23 +269,39 @@ func (sr *setupRuns) sweepCompute(np int, cost func(result, int) float64) float6
 	return median(totals)
 }
 
-// spread prints the median and range of per-seed values.
+// spread prints the median and range of per-seed values; +Inf (a
+// diverged run) sorts last and reads "diverged".
 func spread(v []float64, f func(float64) string) string {
-	if len(finiteOnly(v)) == 0 {
+	s := slices.DeleteFunc(slices.Clone(v), math.IsNaN)
+	if len(s) == 0 {
 		return "-"
 	}
-	m := f(median(v))
-	if len(v) == 1 {
+	show := func(x float64) string {
+		if math.IsInf(x, 1) {
+			return "diverged"
+		}
+		return f(x)
+	}
+	m := show(medianInf(s))
+	if len(s) == 1 {
 		return m
 	}
-	return fmt.Sprintf("%s (%s..%s)", m, f(minFinite(v)), f(maxFinite(v)))
+	return fmt.Sprintf("%s (%s..%s)", m, show(slices.Min(s)), show(slices.Max(s)))
 }
 
-func minFinite(v []float64) float64 {
-	if s := finiteOnly(v); len(s) > 0 {
-		return slices.Min(s)
+// medianInf is the median of the non-NaN values, +Inf counting as the
+// largest; NaN when there is none.
+func medianInf(v []float64) float64 {
+	s := slices.DeleteFunc(slices.Clone(v), math.IsNaN)
+	if len(s) == 0 {
+		return math.NaN()
 	}
-	return math.NaN()
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 func maxFinite(v []float64) float64 {
@@ -363,12 +383,12 @@ func (b *bench) summarizeSetup(t *table, sr *setupRuns) {
 			if fi != 0 {
 				continue
 			}
-			m := median(st.vsBest)
-			worst = append(worst, fmt.Sprintf("%s %s", startNames[si], pct(m)))
+			m := medianInf(st.vsBest)
+			worst = append(worst, fmt.Sprintf("%s %s", startNames[si], spread([]float64{m}, pct)))
 			close = close && len(st.failed) == 0 && m <= 0.05
 			cheap = cheap && len(st.failed) == 0 && slices.Max(st.share) <= 1.0/7
 			if si == 1 {
-				atBest = median(st.vsPlain)
+				atBest = medianInf(st.vsPlain)
 			}
 		}
 	}
@@ -376,7 +396,7 @@ func (b *bench) summarizeSetup(t *table, sr *setupRuns) {
 		verdict(close), sr.s.Label, len(sr.sweep), strings.Join(worst, ", "))
 	t.note("%s (%s): every HDET run (default config) at most 1/7 (14.3%%) of its seed's sweep compute.", verdict(cheap), sr.s.Label)
 	t.note("%s (%s): at the best start, HDET (default config) no worse than +3%% against plain DP at that max_lr: median %s.",
-		verdict(atBest <= 0.03), sr.s.Label, pct(atBest))
+		verdict(atBest <= 0.03), sr.s.Label, spread([]float64{atBest}, pct))
 	t.More = append(t.More, b.sweepTable(sr))
 }
 

@@ -15,7 +15,7 @@ EXPLORERS := lr dropout weight-decay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
 # Packages that must build without cgo (the engine sees MPI only through
 # interfaces; hparam does no I/O).
-NOCGO   := ./engine ./bridge ./watchdog ./hparam ./mpi/reduce ./internal/faults
+NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/mpi/reduce ./internal/faults
 
 .PHONY: all build deps test test-go test-faults test-multihost run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
 
@@ -85,7 +85,7 @@ bench-pytorch: build data
 # One training step of the built-in MLP against its GEMMs alone, AdamW and
 # SGD, with the AVX2 and the Go element-wise kernels (issue 15 item 6).
 bench-trainer:
-	$(GO) test -run XXX -bench BenchmarkTrainerGemmShare -benchtime 60x -cpu 1 ./workload/mnist
+	$(GO) test -run XXX -bench BenchmarkTrainerGemmShare -benchtime 60x -cpu 1 ./internal/workload/mnist
 
 # Regenerates plugins/contract/proto with pinned generators.
 proto:
@@ -102,6 +102,7 @@ lint: deps
 	$(GO) vet -tags faults ./cmd/hdet ./internal/faults
 	CGO_ENABLED=0 $(GO) build $(NOCGO)
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run ./internal/tools/funclen .
 
 clean:
 	rm -rf $(BIN) runs

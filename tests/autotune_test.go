@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/internal/metrics"
 )
 
 // A run started with max_lr 10x below what the workload wants (about 3e-3

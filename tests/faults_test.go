@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/checkpoint"
-	"github.com/hdet-dev/hdet/metrics"
-	"github.com/hdet-dev/hdet/watchdog"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/watchdog"
 )
 
 // The fault suite: every failure hdet must survive or end cleanly, each a

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/plugins"
 )
 

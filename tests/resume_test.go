@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/internal/metrics"
 )
 
 // A run long enough to be signalled mid-run on a fast machine: the signal

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/internal/mpi"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/hdet-dev/hdet/internal/atomicfile"
-	"github.com/hdet-dev/hdet/metrics"
-	"github.com/hdet-dev/hdet/report"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/report"
 )
 
 // ErrRun is wrapped by every failed benchmark run.

@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hdet-dev/hdet/device"
-	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/internal/mpi"
 )
 
 func runBench(s Streams, args []string) error {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/internal/mpi"
 )
 
 // planParams are the hyperparameters of the benchmark's plan: the default

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/hdet-dev/hdet/metrics"
-	"github.com/hdet-dev/hdet/report"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/report"
 )
 
 const reportHelp = `usage: hdet report RUN_DIR [--out DIR] [--csv]

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/internal/metrics"
 )
 
 // writeSmallRun writes a three-window run of two ranks exploring "lr".

@@ -10,9 +10,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 
-	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/session"
-	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // Every way a run can end maps to one exit code and one way to end MPI.

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hdet-dev/hdet/slurm"
+	"github.com/hdet-dev/hdet/internal/slurm"
 )
 
 func runSbatch(s Streams, args []string) error {

@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/engine"
 )
 
 // Env is the environment variable that holds the faults.

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/engine"
 )
 
 func TestParse(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hdet-dev/hdet/checkpoint"
-	"github.com/hdet-dev/hdet/config"
-	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/config"
+	"github.com/hdet-dev/hdet/internal/engine"
 )
 
 func (s *session) checkpointDir() string { return filepath.Join(s.cfg.Run.Dir, "checkpoints") }

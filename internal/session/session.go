@@ -12,15 +12,15 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hdet-dev/hdet/bridge"
-	"github.com/hdet-dev/hdet/config"
-	"github.com/hdet-dev/hdet/device"
-	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/metrics"
-	"github.com/hdet-dev/hdet/mpi/reduce"
-	"github.com/hdet-dev/hdet/slurm"
-	"github.com/hdet-dev/hdet/watchdog"
+	"github.com/hdet-dev/hdet/internal/bridge"
+	"github.com/hdet-dev/hdet/internal/config"
+	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/internal/slurm"
+	"github.com/hdet-dev/hdet/internal/watchdog"
 )
 
 // World is the communicator a session runs on; *mpi.Comm has it.

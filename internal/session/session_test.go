@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/checkpoint"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/testenv"
-	"github.com/hdet-dev/hdet/metrics"
-	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // solo is a world of one rank.

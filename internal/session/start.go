@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/hdet-dev/hdet/checkpoint"
-	"github.com/hdet-dev/hdet/engine"
 	"github.com/hdet-dev/hdet/internal/atomicfile"
-	"github.com/hdet-dev/hdet/metrics"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/metrics"
 )
 
 // start applies a warm start (every rank, fresh runs) and opens the run

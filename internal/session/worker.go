@@ -8,8 +8,8 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/hdet-dev/hdet/bridge"
-	"github.com/hdet-dev/hdet/engine"
+	"github.com/hdet-dev/hdet/internal/bridge"
+	"github.com/hdet-dev/hdet/internal/engine"
 )
 
 // workerGPU is what the worker sees as CUDA_VISIBLE_DEVICES: this rank's GPU

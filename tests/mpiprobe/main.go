@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/internal/mpi"
 )
 
 type result struct {

@@ -1,0 +1,234 @@
+package bridge
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/hdet-dev/hdet/internal/config"
+)
+
+// What the worker's script says about the run, turned into hdet's run
+// shape: its length, the sync mode, the explorers. The script is the source
+// of truth; a configuration may add to it, or override it where it says
+// `override: true`; any other disagreement is an ErrConflict.
+
+// RunSteps is the run's length: the script's OneCycleLR total_steps. A
+// configured train.steps (0: not set) must agree.
+func RunSteps(configured int, h Hello) (int, error) {
+	if h.Schedule == nil || h.Schedule.TotalSteps <= 0 {
+		if configured > 0 {
+			return configured, nil
+		}
+		return 0, fmt.Errorf("%w: the script's scheduler does not say how long the run is; set train.steps", ErrConflict)
+	}
+	if configured > 0 && configured != h.Schedule.TotalSteps {
+		return 0, fmt.Errorf("%w: train.steps is %d, but the script's OneCycleLR has total_steps %d; remove train.steps (hdet follows the script) or make them equal",
+			ErrConflict, configured, h.Schedule.TotalSteps)
+	}
+	return h.Schedule.TotalSteps, nil
+}
+
+// Broadcaster is the part of an MPI communicator Agree needs.
+type Broadcaster interface {
+	Rank() int
+	BcastMessage(msg []byte, root int) ([]byte, error)
+}
+
+// agreement is what every rank's script must have built the same way.
+type agreement struct {
+	Schedule   *Schedule        `json:"schedule"`
+	SyncMode   string           `json:"sync_mode"`
+	ParamCount int              `json:"param_count"`
+	Explore    []map[string]any `json:"explore"`
+	Probe      bool             `json:"probe"`
+}
+
+// Agree checks that this rank's script constructed the same schedule (and
+// model size, sync mode, explored names) as rank 0's. Every rank must call
+// it; the ranks that differ return an ErrConflict saying how.
+func Agree(c Broadcaster, w *Worker) error {
+	h := w.Hello()
+	mine, err := json.Marshal(agreement{h.Schedule, w.mode, h.ParamCount, h.Explore, h.Probe})
+	if err != nil {
+		return err
+	}
+	root, err := c.BcastMessage(mine, 0)
+	if err != nil || string(root) == string(mine) {
+		return err
+	}
+	var r agreement
+	if err := json.Unmarshal(root, &r); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: rank %d's script differs from rank 0's: %s; every rank must construct the same model and OneCycleLR",
+		ErrConflict, c.Rank(), describeDiff(r, agreement{h.Schedule, w.mode, h.ParamCount, h.Explore, h.Probe}))
+}
+
+func describeDiff(root, mine agreement) string {
+	var diffs []string
+	add := func(what string, a, b any) {
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if string(ja) != string(jb) {
+			diffs = append(diffs, fmt.Sprintf("%s %s (rank 0: %s)", what, jb, ja))
+		}
+	}
+	add("OneCycleLR", mine.Schedule, root.Schedule)
+	add("sync mode", mine.SyncMode, root.SyncMode)
+	add("parameters", mine.ParamCount, root.ParamCount)
+	add("explore", mine.Explore, root.Explore)
+	add("probe", mine.Probe, root.Probe)
+	return strings.Join(diffs, "; ")
+}
+
+// builtinPlugins names the built-in explorer for what a script may explore
+// without a configuration.
+var builtinPlugins = map[string]string{
+	"lr": "hdet-explorer-lr", "dropout": "hdet-explorer-dropout", "weight_decay": "hdet-explorer-weight-decay",
+}
+
+// Explorers merges the explorers the script implies (lr around its own
+// OneCycleLR; anything else it asks to explore, with its settings) with the
+// configured ones. A configured explorer of the same name adds its settings
+// (spread, bounds, auto); where it sets a schedule value the script also
+// sets, they must be equal, unless the entry says `override: true`, which
+// is reported in notes. notes also warns when nothing is explored.
+func Explorers(configured []config.Explorer, h Hello) (out []config.Explorer, notes []string, err error) {
+	script, err := scriptExplorers(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	used := map[string]bool{}
+	for _, s := range script {
+		i := slices.IndexFunc(configured, func(e config.Explorer) bool { return e.Name == s.Name })
+		if i < 0 {
+			out = append(out, s)
+			continue
+		}
+		used[s.Name] = true
+		merged, note, err := merge(i, configured[i], s)
+		if err != nil {
+			return nil, nil, err
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
+		out = append(out, merged)
+	}
+	for _, e := range configured {
+		if !used[e.Name] {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		notes = append(notes, "no explorers: every replica trains with the same values (plain data-parallel training)")
+	}
+	return out, notes, nil
+}
+
+func scriptExplorers(h Hello) ([]config.Explorer, error) {
+	var out []config.Explorer
+	for _, e := range h.Explore {
+		name, _ := e["name"].(string)
+		block := maps.Clone(e)
+		delete(block, "name")
+		if name == "lr" && h.Schedule != nil {
+			block["schedule"] = scheduleBlock(h.Schedule)
+		}
+		plugin := builtinPlugins[name]
+		if p, ok := block["plugin"].(string); ok {
+			plugin = p
+			delete(block, "plugin")
+		}
+		if plugin == "" {
+			return nil, fmt.Errorf("%w: the script explores %q, which has no built-in explorer; give it a \"plugin\" or an explorers entry in the configuration", ErrConflict, name)
+		}
+		out = append(out, config.Explorer{Name: name, Plugin: plugin, Timeout: config.Duration(config.DefaultExplorerTimeout), Config: block})
+	}
+	return out, nil
+}
+
+// scheduleBlock is the lr explorer's schedule for the script's OneCycleLR.
+// Every group's rate follows the first group's (the script keeps each
+// group's max_lr ratio), so the first group's values describe it.
+func scheduleBlock(s *Schedule) map[string]any {
+	b := map[string]any{
+		"kind": "onecycle", "max_lr": first(s.MaxLR), "total_steps": s.TotalSteps, "pct_start": s.PctStart,
+		"anneal_strategy": s.AnnealStrategy, "div_factor": s.DivFactor, "final_div_factor": s.FinalDivFactor,
+		"three_phase": s.ThreePhase, "cycle_momentum": s.CycleMomentum,
+	}
+	if s.CycleMomentum {
+		b["base_momentum"], b["max_momentum"] = first(s.BaseMomentum), first(s.MaxMomentum)
+	}
+	return b
+}
+
+func first(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return v[0]
+}
+
+// merge lays configured entry i over the script's explorer s.
+func merge(i int, c, s config.Explorer) (config.Explorer, string, error) {
+	out := c
+	out.Config = maps.Clone(s.Config)
+	if out.Config == nil {
+		out.Config = map[string]any{}
+	}
+	maps.Copy(out.Config, c.Config)
+	cs, _ := c.Config["schedule"].(map[string]any)
+	ss, _ := s.Config["schedule"].(map[string]any)
+	if cs == nil || ss == nil {
+		if ss != nil {
+			out.Config["schedule"] = ss
+		}
+		return out, "", nil
+	}
+	sched := maps.Clone(ss)
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(cs)) {
+		if sv, ok := ss[k]; ok && !same(cs[k], sv) {
+			diffs = append(diffs, fmt.Sprintf("%s: %v in the config, %v in the script", k, cs[k], sv))
+		}
+		sched[k] = cs[k]
+	}
+	out.Config["schedule"] = sched
+	if len(diffs) == 0 {
+		return out, "", nil
+	}
+	if !c.Override {
+		return config.Explorer{}, "", fmt.Errorf("%w: explorers[%d] (%s) schedule disagrees with the script's OneCycleLR (%s); remove it from the config (hdet follows the script), or add `override: true` to the entry to use the config's",
+			ErrConflict, i, c.Name, strings.Join(diffs, "; "))
+	}
+	return out, fmt.Sprintf("explorers[%d] (%s) overrides the script's OneCycleLR (override: true): %s", i, c.Name, strings.Join(diffs, "; ")), nil
+}
+
+// same compares a YAML-decoded config value with the script's.
+func same(a, b any) bool {
+	fa, aok := number(a)
+	fb, bok := number(b)
+	if aok && bok {
+		return fa == fb || math.Abs(fa-fb) <= 1e-12*math.Max(math.Abs(fa), math.Abs(fb))
+	}
+	return fmt.Sprint(a) == fmt.Sprint(b)
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}

@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/metrics"
+)
+
+// markDiverged makes unhealthy every healthy rank whose finite window loss
+// is above factor times the median of the healthy ranks' losses (a replica
+// whose loss exploded without reaching Inf or NaN), sets its loss to NaN as
+// for a NaN replica, and returns one event per such rank. Every rank runs it
+// on the same gathered losses, so all reach the same verdict. factor 0, or
+// a median <= 0 (a loss that is not a positive cross-entropy), disables it.
+func markDiverged(losses []float64, healthy []bool, factor float64, window int) []metrics.Event {
+	if factor == 0 {
+		return nil
+	}
+	var ok []float64
+	for r, h := range healthy {
+		if h {
+			ok = append(ok, losses[r])
+		}
+	}
+	med := median(ok)
+	if !(med > 0) {
+		return nil
+	}
+	var events []metrics.Event
+	for r, h := range healthy {
+		if h && losses[r] > factor*med {
+			rr := r
+			events = append(events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
+				Message: fmt.Sprintf("rank %d's window loss %.4g in window %d is over train.divergence_factor (%g) times the healthy ranks' median %.4g: diverged; left out of the average and reset to it",
+					r, losses[r], window, factor, med)})
+			healthy[r], losses[r] = false, math.NaN()
+		}
+	}
+	return events
+}
+
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// scaleLR multiplies the learning-rate bases of a decoded plan by s (0.5 per
+// rollback so far). Only this rank's copy changes: the explorers keep
+// planning and observing in their own, unscaled terms, so the applied
+// learning rate is the explorer's times s, and so are the values and bases
+// metrics.jsonl records. Values stay clamped to the explorer's bounds.
+func scaleLR(p *hparam.Plan, s float64) {
+	if s == 1 {
+		return
+	}
+	for i := range p.Params {
+		if pp := &p.Params[i]; hparam.IsLR(pp.Name) {
+			for j := range pp.Base {
+				pp.Base[j] *= s
+			}
+		}
+	}
+}
+
+// scaleNextLR applies scaleLR's factor to a record's next learning-rate
+// bases (the explorers' feedback), so the record's numbers are all applied
+// values.
+func scaleNextLR(rec *metrics.Record, s float64) {
+	for name, b := range rec.NextBase {
+		if hparam.IsLR(name) {
+			rec.NextBase[name] = b * metrics.Float(s)
+		}
+	}
+}
+
+// ErrNoCheckpoint: a rollback found no checkpoint to go back to.
+var ErrNoCheckpoint = errors.New("no checkpoint to roll back to")
+
+// rollback is the phase of a window where every rank is unhealthy: when
+// rollbacks are left, every rank reloads the newest valid checkpoint (the
+// same routine as a resume), the window is recorded with its events, and
+// the loop goes on from the checkpoint's step with the learning rates
+// halved once more. Otherwise it returns the error that stops the run.
+func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
+	l.watch.Enter(w.index, w.end(), PhaseRollback)
+	what := fmt.Errorf("%w in window %d (steps %d-%d): training diverged everywhere", ErrAllUnhealthy, w.index, w.start, w.end())
+	if l.o.CheckpointDir == "" || l.rollbacks >= l.o.MaxRollbacks {
+		return 0, fmt.Errorf("%w after %d rollbacks (train.max_rollbacks %d) with learning rates scaled by %g; the last checkpoint stays valid",
+			what, l.rollbacks, l.o.MaxRollbacks, w.lrScale)
+	}
+	got, evs, err := Restore(ctx, RestoreOptions{Comm: l.o.Comm, Dir: l.o.CheckpointDir, Replica: l.o.Replica, Controller: l.o.Controller, Log: l.o.Log})
+	if errors.Is(err, checkpoint.ErrNone) {
+		return 0, fmt.Errorf("%w, and there is %w (%w)", what, ErrNoCheckpoint, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w; rollback: %w", what, err)
+	}
+	l.rollbacks++
+	to := got.State.Step
+	if l.rank == 0 {
+		l.o.Log.Warn().Str("path", got.Path).Int("step", to).Msg("rolling back")
+		w.events = append(append(w.events, frozenEvents(evs)...), rollbackEvent(w.index, to, l.rollbacks, l.o.MaxRollbacks))
+		rec := windowRecord(&w.plan, nil, w.losses, w.healthyRanks, 0, 0, "", nil, w.events)
+		rec.Step = w.end()
+		l.record(rec) // the window has no converge and no feedback
+	}
+	return to, nil
+}
+
+func rollbackEvent(window, to, done, max int) metrics.Event {
+	return metrics.Event{Kind: metrics.EventRollback, Message: fmt.Sprintf(
+		"every rank was unhealthy in window %d: rolled back to the checkpoint at step %d with learning rates scaled by %g (rollback %d of at most %d)",
+		window, to, math.Pow(0.5, float64(done)), done, max)}
+}

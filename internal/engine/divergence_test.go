@@ -1,0 +1,168 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+)
+
+func TestMarkDiverged(t *testing.T) {
+	nan := math.NaN()
+	for name, tc := range map[string]struct {
+		losses  []float64
+		healthy []bool
+		factor  float64
+		want    []int
+	}{
+		"one exploded":         {[]float64{1, 1.1, 50, 0.9}, []bool{true, true, true, true}, 10, []int{2}},
+		"just under the limit": {[]float64{1, 1, 9.9, 1}, []bool{true, true, true, true}, 10, nil},
+		"NaN rank ignored":     {[]float64{1, nan, 20, 1}, []bool{true, false, true, true}, 10, []int{2}},
+		"disabled":             {[]float64{1, 1, 500, 1}, []bool{true, true, true, true}, 0, nil},
+		"non-positive median":  {[]float64{0, 0, 5, 0}, []bool{true, true, true, true}, 10, nil},
+		"all equal":            {[]float64{2, 2, 2, 2}, []bool{true, true, true, true}, 10, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			losses, healthy := append([]float64(nil), tc.losses...), append([]bool(nil), tc.healthy...)
+			evs := markDiverged(losses, healthy, tc.factor, 4)
+			var got []int
+			for _, e := range evs {
+				require.NotNil(t, e.Rank)
+				assert.Equal(t, metrics.EventUnhealthy, e.Kind)
+				assert.Contains(t, e.Message, "diverged")
+				got = append(got, *e.Rank)
+			}
+			assert.Equal(t, tc.want, got)
+			for _, r := range tc.want {
+				assert.False(t, healthy[r])
+				assert.True(t, math.IsNaN(losses[r]))
+			}
+		})
+	}
+}
+
+func TestScaleLROnlyTouchesLearningRates(t *testing.T) {
+	p := hparam.Plan{Params: []hparam.ParamPlan{
+		{Name: "lr", Base: []float64{0.1, 0.2}}, {Name: "lr/hidden", Base: []float64{1}},
+		{Name: "dropout", Base: []float64{0.1}}, {Name: "lrx", Base: []float64{1}},
+	}}
+	scaleLR(&p, 0.25)
+	assert.Equal(t, []float64{0.025, 0.05}, p.Params[0].Base)
+	assert.Equal(t, []float64{0.25}, p.Params[1].Base)
+	assert.Equal(t, []float64{0.1}, p.Params[2].Base)
+	assert.Equal(t, []float64{1}, p.Params[3].Base, "lrx is not a learning rate")
+}
+
+// soloComm is a world of one rank.
+type soloComm struct{}
+
+func (soloComm) Rank() int                                    { return 0 }
+func (soloComm) Size() int                                    { return 1 }
+func (soloComm) AllreduceFloat32([]float32, reduce.Op) error  { return nil }
+func (soloComm) AllreduceFloat64([]float64, reduce.Op) error  { return nil }
+func (soloComm) AllgatherFloat64(s, r []float64) error        { copy(r, s); return nil }
+func (soloComm) BcastMessage(m []byte, _ int) ([]byte, error) { return m, nil }
+
+// lrReplica's loss is NaN from its nanFrom-th window on (< 0: never), and
+// the first time it trains from step nanOnce (0: never); it records the
+// learning rate of each window and moves its one parameter by it, so a
+// restore is visible.
+type lrReplica struct {
+	buf     []float32
+	nanFrom int
+	nanOnce int
+	lrs     []float64
+}
+
+func (r *lrReplica) Hyperparameters() []string                          { return []string{"lr"} }
+func (r *lrReplica) SyncBuffer(bool) []float32                          { return r.buf }
+func (r *lrReplica) ParamCount() int                                    { return 1 }
+func (r *lrReplica) Evaluate(context.Context) (float64, float64, error) { return 1, 0.5, nil }
+func (r *lrReplica) CanProbe() bool                                     { return false }
+func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, error) {
+	lr := w.V["lr"][w.Steps-1]
+	r.lrs = append(r.lrs, lr)
+	r.buf[0] += float32(lr)
+	loss := 1.0
+	if r.nanFrom >= 0 && len(r.lrs) > r.nanFrom {
+		loss = math.NaN()
+	}
+	if r.nanOnce > 0 && w.Start == r.nanOnce {
+		loss, r.nanOnce = math.NaN(), 0
+	}
+	return WindowResult{Losses: []float64{loss}}, nil
+}
+
+// soloRun runs 6 windows of 2 steps on one rank with a constant learning
+// rate 0.01, checkpointing after every window.
+func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer) (Result, *bytes.Buffer, error) {
+	t.Helper()
+	ctx := context.Background()
+	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+	require.NoError(t, err)
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: 1, TotalSteps: 12, WindowSteps: 2, Seed: 1},
+		[]hparam.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	log := zerolog.New(&logs)
+	dir := filepath.Join(t.TempDir(), "checkpoints")
+	saver := &checkpoint.Saver{Dir: dir, Every: 1, Keep: 2, Ranks: 1, ParamCount: 1, Log: log,
+		Buffer:     func() []float32 { return rep.buf },
+		Controller: func(ctx context.Context) ([]byte, error) { b, _, err := ctrl.SaveState(ctx); return b, err }}
+	res, err := Run(ctx, Options{Comm: soloComm{}, Replica: rep, Controller: ctrl, Steps: 12, Window: 2, Sync: SyncLocal,
+		Checkpoint: saver, Metrics: mw, Log: log, MaxRollbacks: maxRollbacks, CheckpointDir: dir})
+	return res, &logs, err
+}
+
+func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, nanOnce: 6}
+	res, logs, err := soloRun(t, rep, 3, nil)
+	require.NoError(t, err, logs.String())
+	assert.Equal(t, 12, res.Steps)
+	// Windows 0-3 at 0.01, window 3 fails, is re-run from the checkpoint
+	// after window 2 (step 6) at 0.005 with windows 4 and 5.
+	assert.InDeltaSlice(t, []float64{0.01, 0.01, 0.01, 0.01, 0.005, 0.005, 0.005}, rep.lrs, 1e-12)
+	assert.InDelta(t, 3*0.01+3*0.005, float64(rep.buf[0]), 1e-6, "window 3's update was rolled back")
+	assert.Contains(t, logs.String(), "rolled back to the checkpoint at step 6 with learning rates scaled by 0.5 (rollback 1 of at most 3)")
+}
+
+func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
+	rep := &lrReplica{buf: []float32{0}, nanFrom: 2} // windows 0 and 1 healthy, then every window NaN
+	_, logs, err := soloRun(t, rep, 2, nil)
+	require.ErrorIs(t, err, ErrAllUnhealthy)
+	assert.Contains(t, err.Error(), "after 2 rollbacks (train.max_rollbacks 2)")
+	assert.Contains(t, err.Error(), "scaled by 0.25")
+	assert.Contains(t, logs.String(), "rollback 2 of at most 2")
+	assert.InDeltaSlice(t, []float64{0.01, 0.01, 0.01, 0.005, 0.0025}, rep.lrs, 1e-12)
+}
+
+func TestRollbackWithoutACheckpointStops(t *testing.T) {
+	rep := &lrReplica{buf: []float32{0}, nanFrom: 0}
+	_, _, err := soloRun(t, rep, 3, nil) // fails in window 0, before any checkpoint
+	require.ErrorIs(t, err, ErrAllUnhealthy)
+	require.ErrorIs(t, err, ErrNoCheckpoint)
+}
+
+// A metrics.jsonl that cannot be written (here /dev/full: ENOSPC) only warns.
+func TestMetricsWriteFailureOnlyWarns(t *testing.T) {
+	mw, err := metrics.OpenWriter("/dev/full")
+	if err != nil {
+		t.Skipf("/dev/full: %v", err)
+	}
+	defer mw.Close()
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1}
+	res, logs, err := soloRun(t, rep, 3, mw)
+	require.NoError(t, err)
+	assert.Equal(t, 12, res.Steps)
+	assert.Contains(t, logs.String(), "metrics.jsonl write failed; training goes on")
+}

@@ -1,0 +1,114 @@
+// Package engine runs the HDET window loop: plan, fan-out, gather and
+// health, converge, evaluate, observe, checkpoint (loop.go, one method per
+// phase), and the rollback of a window where every rank diverged.
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+)
+
+// Comm is the part of an MPI communicator the engine uses; *mpi.Comm has it.
+type Comm interface {
+	Rank() int
+	Size() int
+	AllreduceFloat32(buf []float32, op reduce.Op) error
+	AllreduceFloat64(buf []float64, op reduce.Op) error
+	AllgatherFloat64(send, recv []float64) error
+	BcastMessage(msg []byte, root int) ([]byte, error)
+}
+
+// Converger sums the sync buffer in place across ranks (the converge); the
+// session adapts device's allreducers to it.
+type Converger interface {
+	AllreduceSum(buf []float32) error
+}
+
+// ErrAllUnhealthy stops a run whose every rank diverged in the same window.
+var ErrAllUnhealthy = errors.New("every rank is unhealthy")
+
+// ErrStopped: the run was asked to stop (a signal) and checkpointed.
+var ErrStopped = errors.New("run stopped by a signal after checkpointing")
+
+// Progress shows rank 0's progress once per window.
+type Progress interface {
+	Update(step, total int, loss, baseLR float64)
+	Done()
+}
+
+// Checkpointer writes a checkpoint after a converge, when due. The engine
+// calls it on every rank; implementations write from rank 0 only.
+type Checkpointer interface {
+	AfterConverge(ctx context.Context, window, step int, force bool) error
+}
+
+// Options configure a run of the window loop.
+type Options struct {
+	Comm       Comm
+	Replica    Replica
+	Controller *hparam.Controller // rank 0 only; nil elsewhere
+	Steps      int                // S
+	Window     int                // T
+	Sync       SyncMode
+	EvalEvery  int             // windows between evaluations; 0: at the end only
+	StartStep  int             // > 0 when resuming
+	Metrics    *metrics.Writer // rank 0 only
+	Progress   Progress        // rank 0 only; may be nil
+	Checkpoint Checkpointer    // may be nil
+	// Converge all-reduces the sync buffer; nil means Comm on the host slice.
+	Converge Converger
+	// Stop is polled at each converge; when any rank's Stop returns true the
+	// ranks checkpoint together and Run returns ErrStopped.
+	Stop func() bool
+	Log  zerolog.Logger
+	// Watch is told of every phase of the loop (the watchdog); may be nil.
+	Watch Watch
+	// Events (rank 0) go into the first window's record: what setup's
+	// controller calls reported (an explorer frozen in the first plan).
+	Events []hparam.Event
+	// DivergenceFactor: a rank whose finite window loss exceeds this many
+	// times the healthy ranks' median is unhealthy; 0 disables it.
+	DivergenceFactor float64
+	// A window where every rank is unhealthy rolls back to the newest
+	// checkpoint in CheckpointDir (see Restore) with the learning rates
+	// halved, at most MaxRollbacks times; CheckpointDir "" disables it.
+	MaxRollbacks  int
+	CheckpointDir string
+}
+
+// Result summarises a finished run.
+type Result struct {
+	Steps        int
+	TestLoss     float64
+	TestAccuracy float64
+	Checksum     string
+}
+
+// Run executes the HDET window loop on every rank until step S (or a
+// stop): every rank finishes with the same parameters.
+func Run(ctx context.Context, o Options) (Result, error) {
+	l, err := newLoop(o)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.run(ctx)
+}
+
+// Checksum identifies a parameter buffer (hex of the first 8 bytes of its SHA-256).
+func Checksum(b []float32) string {
+	var raw []byte
+	if len(b) > 0 {
+		raw = unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), 4*len(b))
+	}
+	s := sha256.Sum256(raw)
+	return hex.EncodeToString(s[:8])
+}

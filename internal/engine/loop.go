@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/metrics"
+)
+
+// loop is one rank's window loop. Each window goes through the phases
+// below in order; a window where every rank is unhealthy leaves through
+// rollback (divergence.go) instead of converge.
+type loop struct {
+	o         Options
+	rank, n   int
+	grads     GradReducer
+	conv      Converger
+	buf       []float32 // the sync buffer converge all-reduces
+	params    []float32 // its parameters
+	accepted  map[string]bool
+	watch     Watch
+	rollbacks int
+	pending   []metrics.Event // rank 0: events for the next window record
+	res       Result
+}
+
+// window is what one window's phases hand each other.
+type window struct {
+	index, start, steps int
+	plan                hparam.Plan
+	lrScale             float64
+	values              Values
+	events              []metrics.Event
+
+	loss, probe  float64 // this rank's
+	healthy      bool    // this rank's, before the gathered verdict
+	losses       []float64
+	probes       []float64
+	healthyRanks []bool
+	nHealthy     int
+	stop         bool // some rank asked to stop
+
+	planSeconds, fanout, converge float64
+	tGather                       time.Time
+	sum                           string
+	eval                          *metrics.Eval
+}
+
+func (w *window) end() int { return w.start + w.steps }
+
+func newLoop(o Options) (*loop, error) {
+	if _, err := ParseSyncMode(string(o.Sync)); err != nil {
+		return nil, err
+	}
+	l := &loop{o: o, rank: o.Comm.Rank(), n: o.Comm.Size(), conv: o.Converge, watch: watchOrNop(o.Watch),
+		accepted: map[string]bool{}, pending: frozenEvents(o.Events)}
+	if o.Sync == SyncGradients {
+		l.grads = &reducer{comm: o.Comm, one: make([]float32, 1)}
+	}
+	if l.conv == nil {
+		l.conv = hostConverge{o.Comm}
+	}
+	l.buf = o.Replica.SyncBuffer(o.Sync == SyncLocal)
+	l.params = l.buf[:o.Replica.ParamCount()]
+	for _, h := range o.Replica.Hyperparameters() {
+		l.accepted[h] = true
+	}
+	return l, nil
+}
+
+func (l *loop) run(ctx context.Context) (Result, error) {
+	start := time.Now()
+	for step := l.o.StartStep; step < l.o.Steps; {
+		next, err := l.window(ctx, step)
+		if err != nil {
+			return l.res, err
+		}
+		step = next
+	}
+	if l.o.Progress != nil && l.rank == 0 {
+		l.o.Progress.Done()
+	}
+	l.res.Steps = l.o.Steps
+	l.res.Checksum = Checksum(l.params)
+	l.o.Log.Info().Dur("wall", time.Since(start)).Str("checksum", l.res.Checksum).Msg("run finished")
+	return l.res, nil
+}
+
+// window runs the window starting at step and returns the step to go on
+// from: its end, or a checkpoint's step after a rollback.
+func (l *loop) window(ctx context.Context, step int) (int, error) {
+	w, err := l.plan(ctx, step)
+	if err != nil {
+		return 0, err
+	}
+	if err := l.fanOut(ctx, w); err != nil {
+		return 0, err
+	}
+	if err := l.gather(w); err != nil {
+		return 0, err
+	}
+	if w.nHealthy == 0 {
+		return l.rollback(ctx, w)
+	}
+	for _, phase := range []func(context.Context, *window) error{l.converge, l.evaluate, l.observe, l.checkpoint} {
+		if err := phase(ctx, w); err != nil {
+			return 0, err
+		}
+	}
+	if w.stop && w.end() < l.o.Steps {
+		l.res.Steps = w.end()
+		return 0, ErrStopped
+	}
+	return w.end(), nil
+}
+
+// plan: rank 0's controller decides, every rank receives the same bytes and
+// turns them into this rank's values.
+func (l *loop) plan(ctx context.Context, step int) (*window, error) {
+	w := &window{index: step / l.o.Window, start: step, steps: min(l.o.Window, l.o.Steps-step)}
+	l.watch.Enter(w.index, step, PhasePlan)
+	t := time.Now()
+	var msg []byte
+	if l.rank == 0 {
+		plan, evs, err := l.o.Controller.Plan(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("plan window %d: %w", w.index, err)
+		}
+		w.events = append(l.pending, frozenEvents(evs)...)
+		l.pending = nil
+		for _, n := range l.o.Controller.Notices() {
+			l.o.Log.Warn().Int("window", w.index).Msg(n)
+		}
+		if msg, err = plan.MarshalBinary(); err != nil {
+			return nil, fmt.Errorf("encode plan of window %d: %w", w.index, err)
+		}
+	}
+	msg, err := l.o.Comm.BcastMessage(msg, 0)
+	if err != nil {
+		return nil, fmt.Errorf("broadcast plan of window %d: %w", w.index, err)
+	}
+	if err := w.plan.UnmarshalBinary(msg); err != nil {
+		return nil, fmt.Errorf("decode plan of window %d: %w", w.index, err)
+	}
+	if w.plan.Start != step || w.plan.Steps != w.steps {
+		return nil, fmt.Errorf("plan of window %d covers steps [%d, %d), want [%d, %d)", w.index, w.plan.Start, w.plan.Start+w.plan.Steps, step, w.end())
+	}
+	w.lrScale = math.Pow(0.5, float64(l.rollbacks))
+	scaleLR(&w.plan, w.lrScale)
+	w.values = Values{}
+	for i := range w.plan.Params {
+		pp := &w.plan.Params[i]
+		if !l.accepted[pp.Name] {
+			return nil, fmt.Errorf("the workload does not accept hyperparameter %q", pp.Name)
+		}
+		w.values[pp.Name] = pp.RankValues(l.rank)
+	}
+	w.planSeconds = time.Since(t).Seconds()
+	return w, nil
+}
+
+// fanOut trains this rank's replica for the window.
+func (l *loop) fanOut(ctx context.Context, w *window) error {
+	l.watch.Enter(w.index, w.start, PhaseTrain)
+	t := time.Now()
+	tail := 0
+	if w.plan.Probe {
+		tail = max(1, w.steps/2) // DESIGN §1: the average of the window's last T/2 iterates
+	}
+	wr, err := l.o.Replica.TrainWindow(ctx, Window{Start: w.start, Steps: w.steps, V: w.values, Grads: l.grads, ProbeTail: tail})
+	if err != nil {
+		return fmt.Errorf("rank %d, window %d: %w", l.rank, w.index, err)
+	}
+	w.fanout = time.Since(t).Seconds()
+	w.loss, w.probe = mean(wr.Losses), wr.Probe
+	w.healthy = !math.IsNaN(w.loss) && !math.IsInf(w.loss, 0) && finite32(l.buf)
+	return nil
+}
+
+// gather shares every rank's loss, probe, health and stop request, and
+// reaches the same health verdict on every rank.
+func (l *loop) gather(w *window) error {
+	l.watch.Enter(w.index, w.end(), PhaseGather)
+	w.tGather = time.Now()
+	flag := 0.0
+	if w.healthy {
+		flag = 1
+	}
+	if l.o.Stop != nil && l.o.Stop() {
+		flag += 2
+	}
+	all := make([]float64, 3*l.n)
+	if err := l.o.Comm.AllgatherFloat64([]float64{w.loss, flag, w.probe}, all); err != nil {
+		return fmt.Errorf("gather window losses: %w", err)
+	}
+	w.losses, w.probes, w.healthyRanks = make([]float64, l.n), make([]float64, l.n), make([]bool, l.n)
+	for r := range l.n {
+		w.losses[r], w.probes[r] = all[3*r], all[3*r+2]
+		f := int(all[3*r+1])
+		w.healthyRanks[r] = f&1 == 1
+		w.stop = w.stop || f&2 == 2
+		if w.healthyRanks[r] {
+			w.nHealthy++
+			continue
+		}
+		w.losses[r], w.probes[r] = math.NaN(), math.NaN() // a rank with bad parameters has no usable loss
+		rr := r
+		w.events = append(w.events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
+			Message: fmt.Sprintf("rank %d had a non-finite loss or parameters in window %d; left out of the average and reset to it", r, w.index)})
+	}
+	div := markDiverged(w.losses, w.healthyRanks, l.o.DivergenceFactor, w.index)
+	w.events = append(w.events, div...)
+	w.nHealthy -= len(div)
+	return nil
+}
+
+// converge: the healthy ranks' mean, received by every rank.
+func (l *loop) converge(_ context.Context, w *window) error {
+	healthy := w.healthyRanks[l.rank]
+	if !healthy {
+		clear(l.buf)
+	}
+	l.watch.Enter(w.index, w.end(), PhaseConverge)
+	if err := l.conv.AllreduceSum(l.buf); err != nil {
+		return fmt.Errorf("converge allreduce of window %d: %w", w.index, err)
+	}
+	inv := 1 / float32(w.nHealthy)
+	for i := range l.buf {
+		l.buf[i] *= inv
+	}
+	w.converge = time.Since(w.tGather).Seconds()
+	// The checksum goes into rank 0's metrics and the debug log: the other
+	// ranks hash 1 MB per window only when debugging.
+	if l.rank == 0 || l.o.Log.GetLevel() <= zerolog.DebugLevel {
+		w.sum = Checksum(l.params)
+	}
+	l.o.Log.Debug().Int("window", w.index).Int("step", w.end()).Str("checksum", w.sum).Float64("loss", w.loss).
+		Bool("healthy", healthy).Any("values_last", lastOf(w.values)).Msg("converged")
+	return nil
+}
+
+// evaluate measures the test set after the last window and every EvalEvery
+// windows.
+func (l *loop) evaluate(ctx context.Context, w *window) error {
+	if w.end() != l.o.Steps && (l.o.EvalEvery <= 0 || (w.index+1)%l.o.EvalEvery != 0) {
+		return nil
+	}
+	l.watch.Enter(w.index, w.end(), PhaseEvaluate)
+	loss, acc, err := evaluate(ctx, l.o.Comm, l.o.Replica)
+	if err != nil {
+		return fmt.Errorf("evaluate after window %d: %w", w.index, err)
+	}
+	w.eval = &metrics.Eval{Loss: metrics.Float(loss), Accuracy: metrics.Float(acc)}
+	l.res.TestLoss, l.res.TestAccuracy = loss, acc
+	return nil
+}
+
+// observe (rank 0) hands the window's losses to the controller and records
+// the window.
+func (l *loop) observe(ctx context.Context, w *window) error {
+	if l.rank != 0 {
+		return nil
+	}
+	l.watch.Enter(w.index, w.end(), PhaseObserve)
+	probes := windowProbes(w.plan.Probe, w.probes, w.healthyRanks)
+	fb, evs, err := l.o.Controller.Observe(ctx, w.losses, probes)
+	if err != nil {
+		return fmt.Errorf("observe window %d: %w", w.index, err)
+	}
+	w.events = append(w.events, frozenEvents(evs)...)
+	rec := windowRecord(&w.plan, fb, w.losses, w.healthyRanks, w.fanout, w.converge, w.sum, w.eval, w.events)
+	rec.Step, rec.PlanSeconds = w.end(), w.planSeconds
+	if w.plan.Probe {
+		rec.Probe = floats(probes)
+	}
+	scaleNextLR(&rec, w.lrScale)
+	l.record(rec)
+	if l.o.Progress != nil {
+		l.o.Progress.Update(w.end(), l.o.Steps, meanHealthy(w.losses), hparam.BaseLR(&w.plan))
+	}
+	return nil
+}
+
+// record logs a window record's events and writes it (rank 0); a write
+// failure only warns.
+func (l *loop) record(rec metrics.Record) {
+	for _, e := range rec.Events {
+		l.o.Log.Warn().Str("event", e.Kind).Str("param", e.Param).Msg(e.Message)
+	}
+	if l.o.Metrics == nil {
+		return
+	}
+	if err := l.o.Metrics.Write(rec); err != nil {
+		l.o.Log.Warn().Err(err).Msg("metrics.jsonl write failed; training goes on")
+	}
+}
+
+// checkpoint writes one when due, and always at the end or on a stop.
+func (l *loop) checkpoint(ctx context.Context, w *window) error {
+	if l.o.Checkpoint == nil {
+		return nil
+	}
+	l.watch.Enter(w.index, w.end(), PhaseCheckpoint)
+	return l.o.Checkpoint.AfterConverge(ctx, w.index, w.end(), w.stop || w.end() == l.o.Steps)
+}

@@ -1,0 +1,202 @@
+// Package report turns a run directory's metrics.jsonl into plots (PNG and
+// SVG), a summary.md, a static index.html and an optional CSV table, and
+// compares several runs on one plot.
+package report
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/hdet-dev/hdet/internal/metrics"
+)
+
+// MetricsFile is the name of the metrics file inside a run directory.
+const MetricsFile = "metrics.jsonl"
+
+// Run is what a run directory's metrics.jsonl holds, in window order.
+type Run struct {
+	Dir  string
+	Name string // the directory's base name, used as the run's label
+
+	// Start is the last start record (a resumed run appends one); FirstStart
+	// is the first, whose time is when the run began.
+	Start, FirstStart metrics.Record
+	Windows           []metrics.Record // by window index; a window redone after a resume replaces the earlier one
+	End               *metrics.Record  // nil while the run is going or after a crash
+	Truncated         bool             // the last line was cut short
+	Resumes           int              // start records after the first
+
+	Ranks  int
+	Params []metrics.Param // the start record's hyperparameters, then any others the windows name
+}
+
+// Load reads runDir/metrics.jsonl (runDir may also name the file itself).
+// Errors wrap metrics.ErrCorrupt, metrics.ErrNoStart or fs.ErrNotExist when
+// the input is not a readable run.
+func Load(runDir string) (*Run, error) {
+	fi, err := os.Stat(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("report: run directory: %w", err)
+	}
+	path := runDir
+	if fi.IsDir() {
+		path = filepath.Join(runDir, MetricsFile)
+	} else {
+		runDir = filepath.Dir(runDir)
+	}
+	recs, truncated, err := metrics.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	r := &Run{Dir: runDir, Name: filepath.Base(abs), Truncated: truncated, FirstStart: recs[0]}
+	byWindow := map[int]metrics.Record{}
+	starts := 0
+	for _, rec := range recs {
+		switch rec.Type {
+		case metrics.TypeStart:
+			r.Start = rec
+			r.End = nil // a start after an end record means the run went on
+			starts++
+		case metrics.TypeWindow:
+			byWindow[rec.Window] = rec
+		case metrics.TypeEnd:
+			r.End = &rec
+		}
+	}
+	r.Resumes = starts - 1
+	for _, w := range byWindow {
+		r.Windows = append(r.Windows, w)
+	}
+	sort.Slice(r.Windows, func(i, j int) bool { return r.Windows[i].Window < r.Windows[j].Window })
+
+	r.Ranks = r.Start.Ranks
+	for _, w := range r.Windows {
+		r.Ranks = max(r.Ranks, len(w.Losses))
+	}
+	if err := checkSize(r); err != nil {
+		return nil, err
+	}
+	r.Params = append(r.Params, r.Start.Hyperparameters...)
+	seen := map[string]bool{}
+	for _, p := range r.Params {
+		seen[p.Name] = true
+	}
+	var extra []string
+	for _, w := range r.Windows {
+		for name := range w.Values {
+			if !seen[name] {
+				seen[name] = true
+				extra = append(extra, name)
+			}
+		}
+	}
+	slices.Sort(extra)
+	for _, name := range extra {
+		r.Params = append(r.Params, metrics.Param{Name: name})
+	}
+	return r, nil
+}
+
+// Bounds on what a report allocates from a file's contents: a start record
+// claiming a billion ranks is refused rather than plotted.
+const (
+	MaxRanks = 1 << 16
+	maxCells = 1 << 27 // windows times ranks in the per-rank figures and CSV
+)
+
+func checkSize(r *Run) error {
+	if r.Ranks < 0 || r.Ranks > MaxRanks {
+		return fmt.Errorf("%w: start record: ranks %d, want 0 to %d", metrics.ErrCorrupt, r.Ranks, MaxRanks)
+	}
+	if cells := int64(r.Ranks) * int64(len(r.Windows)); cells > maxCells {
+		return fmt.Errorf("%w: %d windows of %d ranks is more than a report draws (%d values)", metrics.ErrCorrupt, len(r.Windows), r.Ranks, maxCells)
+	}
+	return nil
+}
+
+// healthy reports whether rank r counts in window w's mean: its loss is
+// finite and the engine did not mark it unhealthy.
+func healthy(w metrics.Record, r int) bool {
+	if r >= len(w.Losses) || !finite(float64(w.Losses[r])) {
+		return false
+	}
+	return r >= len(w.Healthy) || w.Healthy[r]
+}
+
+// MeanLoss is the mean window loss over the healthy ranks, NaN if none is.
+func MeanLoss(w metrics.Record) float64 {
+	sum, n := 0.0, 0
+	for r := range w.Losses {
+		if healthy(w, r) {
+			sum += float64(w.Losses[r])
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// Steps is the number of steps done: the last window's step, or the start
+// record's resume point when no window has been written yet.
+func (r *Run) Steps() int {
+	if len(r.Windows) == 0 {
+		return r.Start.ResumedFrom
+	}
+	return r.Windows[len(r.Windows)-1].Step
+}
+
+// WallSeconds is the run's wall time: the end record's when there is one,
+// otherwise from the first start record to the last record written.
+func (r *Run) WallSeconds() float64 {
+	if r.End != nil && r.End.WallSeconds > 0 {
+		return r.End.WallSeconds
+	}
+	last := r.Start.Time
+	if len(r.Windows) > 0 {
+		last = max(last, r.Windows[len(r.Windows)-1].Time)
+	}
+	if r.End != nil {
+		last = max(last, r.End.Time)
+	}
+	return last - r.FirstStart.Time
+}
+
+// EvalAt is a test-set evaluation and the step it was made at.
+type EvalAt struct {
+	Step int
+	metrics.Eval
+}
+
+// Evals lists the run's evaluations in step order: those of the windows,
+// then the end record's final one unless a window already evaluated at
+// that step.
+func (r *Run) Evals() []EvalAt {
+	var evs []EvalAt
+	for _, w := range r.Windows {
+		if w.Eval != nil {
+			evs = append(evs, EvalAt{w.Step, *w.Eval})
+		}
+	}
+	if r.End != nil && r.End.Eval != nil {
+		step := r.End.Step
+		if step == 0 {
+			step = r.Steps()
+		}
+		if len(evs) == 0 || evs[len(evs)-1].Step < step {
+			evs = append(evs, EvalAt{step, *r.End.Eval})
+		}
+	}
+	return evs
+}

@@ -1,0 +1,58 @@
+package watchdog
+
+import (
+	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+)
+
+// Comm wraps c so that each collective is timed by the watchdog (and logged
+// with its duration when Options.Collectives is set).
+func (w *Watchdog) Comm(c engine.Comm) engine.Comm {
+	if w == nil {
+		return c
+	}
+	return comm{Comm: c, w: w}
+}
+
+type comm struct {
+	engine.Comm
+	w *Watchdog
+}
+
+func (c comm) AllreduceFloat32(buf []float32, op reduce.Op) error {
+	defer c.w.collective("allreduce")()
+	return c.Comm.AllreduceFloat32(buf, op)
+}
+
+func (c comm) AllreduceFloat64(buf []float64, op reduce.Op) error {
+	defer c.w.collective("allreduce")()
+	return c.Comm.AllreduceFloat64(buf, op)
+}
+
+func (c comm) AllgatherFloat64(send, recv []float64) error {
+	defer c.w.collective("allgather")()
+	return c.Comm.AllgatherFloat64(send, recv)
+}
+
+func (c comm) BcastMessage(msg []byte, root int) ([]byte, error) {
+	defer c.w.collective("bcast")()
+	return c.Comm.BcastMessage(msg, root)
+}
+
+// Converger wraps the converge allreduce the same way.
+func (w *Watchdog) Converger(c engine.Converger) engine.Converger {
+	if w == nil || c == nil {
+		return c
+	}
+	return converger{Converger: c, w: w}
+}
+
+type converger struct {
+	engine.Converger
+	w *Watchdog
+}
+
+func (c converger) AllreduceSum(buf []float32) error {
+	defer c.w.collective("converge allreduce")()
+	return c.Converger.AllreduceSum(buf)
+}

@@ -478,6 +478,15 @@ func (w *Worker) wrap(op string, err error) error {
 	if w.cmd != nil && w.cmd.Process != nil {
 		e.PID = w.cmd.Process.Pid
 	}
+	if errors.Is(err, ErrWorker) {
+		// The script reports its error, then Python prints the traceback
+		// and exits: wait for the exit (stderr is copied whole by then) so
+		// the message can quote the traceback.
+		select {
+		case <-w.exited:
+		case <-time.After(exitGrace):
+		}
+	}
 	if errors.Is(err, ErrExited) || errors.Is(err, ErrWorker) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrTimeout) {
 		e.Stderr = w.stderr.String()
 	}

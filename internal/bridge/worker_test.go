@@ -296,7 +296,7 @@ func TestWorkerGradientsMode(t *testing.T) {
 // with torch, state_dict round trip).
 func TestPythonUnitTests(t *testing.T) {
 	testenv.NeedTorch(t)
-	out, err := exec.Command(testenv.Python, "-m", "unittest", "discover", "-s", "../python/tests").CombinedOutput()
+	out, err := exec.Command(testenv.Python, "-m", "unittest", "discover", "-s", "../../python/tests").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "OK")
 }

@@ -36,15 +36,19 @@ type Saver struct {
 // failed write (full or read-only disk) leaves the previous checkpoint as it
 // was and only warns, even when forced (at the end, or on a signal: the run
 // is then resumable from the previous one); the next cadence retries. It
-// returns an error only once writes have failed for MaxFailing.
+// returns an error only once writes have failed for MaxFailing. The
+// session's first converge is always due: a run that diverges before its
+// first cadence (a learning rate too high in the warm-up) then has a
+// checkpoint to roll back to instead of stopping.
 func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool) error {
 	if s.Rank != 0 {
 		return nil
 	}
-	if s.last.IsZero() {
+	first := s.last.IsZero()
+	if first {
 		s.last = time.Now()
 	}
-	due := force || (s.Every > 0 && (window+1)%s.Every == 0) || (s.Interval > 0 && time.Since(s.last) >= s.Interval)
+	due := force || first || (s.Every > 0 && (window+1)%s.Every == 0) || (s.Interval > 0 && time.Since(s.last) >= s.Interval)
 	if !due {
 		return nil
 	}

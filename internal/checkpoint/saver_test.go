@@ -63,3 +63,22 @@ func TestSaverRecoversAfterAFailure(t *testing.T) {
 	assert.Empty(t, skipped)
 	assert.Equal(t, 30, ck.Step)
 }
+
+// The first converge writes whatever the cadence, so an early divergence
+// has a checkpoint to roll back to; the cadence then takes over.
+func TestSaverFirstConvergeWrites(t *testing.T) {
+	dir := t.TempDir()
+	var log bytes.Buffer
+	s := saverIn(dir, 0, &log)
+	s.Every, s.Keep = 10, 5
+	ctx := context.Background()
+	for w := range 12 {
+		require.NoError(t, s.AfterConverge(ctx, w, 10*(w+1), false))
+	}
+	names, err := filepath.Glob(filepath.Join(dir, "ckpt-*.hdet"))
+	require.NoError(t, err)
+	for i := range names {
+		names[i] = filepath.Base(names[i])
+	}
+	assert.Equal(t, []string{"ckpt-000000000010.hdet", "ckpt-000000000100.hdet"}, names)
+}

@@ -46,7 +46,7 @@ func schedulePeaks(dir string) map[string]namedValue {
 		Explorers []struct {
 			Name   string `yaml:"name"`
 			Config struct {
-				Schedule map[string]any `yaml:"schedule"`
+				Schedule any `yaml:"schedule"` // a map, or a lone value (a constant)
 			} `yaml:"config"`
 		} `yaml:"explorers"`
 	}
@@ -55,8 +55,13 @@ func schedulePeaks(dir string) map[string]namedValue {
 	}
 	peaks := map[string]namedValue{}
 	for _, e := range cfg.Explorers {
+		if v, ok := toFloat(e.Config.Schedule); ok && finite(v) {
+			peaks[e.Name] = namedValue{"value", v}
+			continue
+		}
+		m, _ := e.Config.Schedule.(map[string]any)
 		for _, f := range peakFields {
-			if v, ok := toFloat(e.Config.Schedule[f]); ok && finite(v) {
+			if v, ok := toFloat(m[f]); ok && finite(v) {
 				peaks[e.Name] = namedValue{f, v}
 				break
 			}

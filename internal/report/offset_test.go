@@ -46,7 +46,7 @@ func writeOffsetRun(t *testing.T, dir string, config bool) {
 	require.NoError(t, w.Close())
 	if config {
 		cfg := "explorers:\n  - name: lr\n    plugin: hdet-explorer-lr\n    config:\n      schedule: {kind: onecycle, max_lr: 0.001, pct_start: 0.25}\n" +
-			"  - name: dropout\n    plugin: hdet-explorer-dropout\n    config:\n      schedule: {kind: constant, value: 0.1}\n"
+			"  - name: dropout\n    plugin: hdet-explorer-dropout\n    config:\n      schedule: 0.1\n" // a lone value, as examples/mnist.yaml writes it
 		require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), []byte(cfg), 0o644))
 	}
 }

@@ -129,7 +129,7 @@ func TestWorkerFailingAfterStopFailsTheRun(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	t.Setenv("PYTHONPATH", filepath.Join(root, "python"))
-	script := filepath.Join(root, "bridge", "testdata", "worker.py")
+	script := filepath.Join(root, "internal", "bridge", "testdata", "worker.py")
 	plugins := t.TempDir() // the script explores lr: hdet starts its built-in explorer
 	build := exec.Command("go", "build", "-o", plugins, "./cmd/hdet-explorer-lr")
 	build.Dir = root

@@ -57,7 +57,7 @@ test-go:
 	$(MAKE) test-faults
 
 test-faults:
-	cd tests && $(GO) test -count=1 -timeout 20m -run '$(FAULTS)'
+	cd tests && $(GO) test -count=1 -timeout 35m -run '$(FAULTS)'
 
 # hdet across 3 fake hosts (network namespaces, one slurmd each): mpirun
 # --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB.

@@ -1,4 +1,4 @@
-"""Framing of the hdet worker protocol (the Go side is bridge/protocol.go).
+"""Framing of the hdet worker protocol (the Go side is internal/bridge/protocol.go).
 
 Every frame, both directions, little endian::
 

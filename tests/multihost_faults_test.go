@@ -2,9 +2,11 @@ package tests
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,6 +49,42 @@ func link(t *testing.T, host, state string) {
 	port := "hdbr0v" + strings.TrimPrefix(host, "hdnode")
 	out, err := exec.Command("ip", "link", "set", port, state).CombinedOutput()
 	require.NoError(t, err, "%s", out)
+}
+
+// waitBack waits until host reaches the launcher's side of the bridge over
+// TCP again, as orted must to report in: after a link comes back up the
+// first connections can still fail ("ORTE was unable to reliably start one
+// or more daemons"), and an operator resumes once the host answers.
+func waitBack(t *testing.T, tb *testbed, host string) {
+	t.Helper()
+	env, err := os.ReadFile(filepath.Join(tb.state, "cluster.env"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^NC_BR_IP=(\S+)$`).FindSubmatch(env)
+	require.NotNil(t, m, "no NC_BR_IP in cluster.env:\n%s", env)
+	ln, err := net.Listen("tcp", string(m[1])+":0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	probe := "exec 3<>/dev/tcp/" + strings.Replace(ln.Addr().String(), ":", "/", 1)
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	for {
+		out, err := exec.Command("ip", "netns", "exec", host, "timeout", "2", "bash", "-c", probe).CombinedOutput()
+		if err == nil {
+			t.Logf("%s reached the launcher %.1f s after its link came back", host, time.Since(start).Seconds())
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%s did not reach %s within 30 s: %v %s", host, ln.Addr(), err, out)
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitPhase waits until a rank's heartbeat says it is in phase, polling
@@ -146,6 +184,7 @@ func lostHost(t *testing.T, tb *testbed, f hostFault) {
 	ckpts, _ := filepath.Glob(filepath.Join(runDir, "checkpoints", "ckpt-*.hdet"))
 	require.NotEmpty(t, ckpts, "%s", text)
 
+	waitBack(t, tb, "hdnode3")
 	if f.srun { // slurmctld may have set the node down while it was frozen
 		tb.repairSlurm(t)
 	}

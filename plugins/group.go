@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hdet-dev/hdet/internal/forkthread"
 	"github.com/hdet-dev/hdet/plugins/contract"
 )
 
@@ -160,29 +161,9 @@ const startHint = "An explorer calls sdk.Serve (go-plugin's Serve) first thing a
 	"a wrapper script must not write to stdout either and should start the explorer with exec (exec /path/to/explorer \"$@\"); " +
 	"run by hand, an explorer says it is a plugin"
 
-// forkThread starts explorers from one OS thread that never exits. Linux
-// sends the Pdeathsig when the thread that forked the child ends, not the
-// process, and a goroutine's thread may end while hdet lives on.
-var forkThread = sync.OnceValue(func() chan forkRequest {
-	ch := make(chan forkRequest)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread lives as long as hdet
-		for req := range ch {
-			req.done <- req.cmd.Start()
-		}
-	}()
-	return ch
-})
-
-type forkRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
+// startOnForkThread starts an explorer so that it dies with hdet (forkthread).
 func startOnForkThread(cmd *exec.Cmd) error {
-	req := forkRequest{cmd: cmd, done: make(chan error, 1)}
-	forkThread() <- req
-	err := <-req.done
+	err := forkthread.Start(cmd)
 	if errors.Is(err, os.ErrPermission) {
 		return fmt.Errorf("%w: %w", ErrNotExecutable, err)
 	}

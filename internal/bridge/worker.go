@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/forkthread"
 )
 
 // Sync modes (DESIGN §1). A worker's mode is what its script does: a
@@ -127,10 +128,8 @@ var _ engine.Replica = (*Worker)(nil)
 
 // Start launches the worker, waits for it to connect and announce itself,
 // maps the sync buffer and waits until the worker has copied its initial
-// parameters into it. Call Start from a goroutine that lives as long as the
-// worker (the engine's main one): the worker is killed by the kernel when
-// the OS thread that started it exits (Pdeathsig), so it never outlives a
-// crashed hdet.
+// parameters into it. The worker is killed by the kernel when hdet exits
+// (Pdeathsig, from forkthread's thread), so it never outlives a crashed hdet.
 func Start(ctx context.Context, opts Options) (*Worker, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -215,7 +214,7 @@ func (w *Worker) start(ctx context.Context) error {
 	// script forked (data loader workers); Pdeathsig so that it dies with us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 3 * time.Second // a forked child holding stderr must not block Wait
-	if err := cmd.Start(); err != nil {
+	if err := forkthread.Start(cmd); err != nil {
 		return w.errorf("starting", "%w: %v", ErrExited, err)
 	}
 	w.cmd = cmd

@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"strings"
 
 	"github.com/hdet-dev/hdet/internal/engine"
 )
@@ -50,6 +52,9 @@ func (s *session) makeGroups(context.Context) error {
 			rank, inside.Rank(), inside.Size(), cross.Rank(), cross.Size(), pos, s.lay.Size, rep, s.lay.Replicas())
 	}
 	s.inside, s.cross = inside, cross
+	if err := s.checkPlacement(); err != nil {
+		return err
+	}
 	if rank == 0 {
 		s.o.Log.Info().Int("replicas", s.lay.Replicas()).Int("replica_size", s.lay.Size).Int("ranks", s.lay.World).
 			Msg("replica groups: consecutive ranks form a replica; the converge runs across replicas")
@@ -76,4 +81,67 @@ func (s *session) convergeComm() World {
 		return s.cross
 	}
 	return s.o.World
+}
+
+// checkPlacement logs every rank's host, replica and position (debug) and
+// has rank 0 warn when replicas and hosts interleave: a replica spread over
+// hosts while a host holds ranks of several replicas (mpirun --map-by node,
+// Slurm's cyclic distribution), where the per-step gradient traffic crosses
+// the network that a block layout would keep on the node. A replica over
+// whole nodes (G a multiple of the ranks per node) is not warned about.
+func (s *session) checkPlacement() error {
+	if s.o.Host == nil {
+		return nil
+	}
+	host, err := s.o.Host()
+	if err != nil {
+		host = fmt.Sprintf("rank-%d", s.rank) // unknown: counted as a host of its own
+	}
+	rank, lay := s.o.World.Rank(), s.lay
+	s.o.Log.Debug().Int("world_rank", rank).Int("replica", lay.Replica(rank)).Int("position", lay.Position(rank)).Str("host", host).Msg("replica group member")
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(host))
+	all := make([]float64, lay.World)
+	if err := s.o.World.AllgatherFloat64([]float64{float64(h.Sum64() & (1<<52 - 1))}, all); err != nil {
+		return fmt.Errorf("replica groups: gathering the ranks' hosts: %w", err)
+	}
+	if rank != 0 {
+		return nil
+	}
+	if spans := interleaved(all, lay); len(spans) > 0 {
+		s.o.Log.Warn().Msgf("replica groups: %s span several hosts while hosts hold ranks of several replicas, so the per-step traffic crosses the network; "+
+			"place consecutive ranks together (mpirun --map-by slot or ppr:K:node, Slurm --distribution=block; hdet sbatch --replica-size writes it)", strings.Join(spans, ", "))
+	}
+	return nil
+}
+
+// interleaved names the replicas (at most 4, then a count) that span hosts
+// when some host also holds ranks of more than one replica; hosts[r] is
+// rank r's host (any identifier).
+func interleaved(hosts []float64, lay engine.Layout) []string {
+	replicasOn := map[float64]map[int]bool{}
+	for r, h := range hosts {
+		if replicasOn[h] == nil {
+			replicasOn[h] = map[int]bool{}
+		}
+		replicasOn[h][lay.Replica(r)] = true
+	}
+	shared := false
+	for _, reps := range replicasOn {
+		shared = shared || len(reps) > 1
+	}
+	var spans []string
+	for rep := range lay.Replicas() {
+		first := lay.FirstRank(rep)
+		for p := 1; p < lay.Size && shared; p++ {
+			if hosts[first+p] != hosts[first] {
+				spans = append(spans, lay.Name(rep))
+				break
+			}
+		}
+	}
+	if len(spans) > 4 {
+		spans = append(spans[:4], fmt.Sprintf("and %d more", len(spans)-4))
+	}
+	return spans
 }

@@ -39,14 +39,15 @@ var (
 
 // allreduceResult is one size's line of `hdet bench allreduce`.
 type allreduceResult struct {
-	Bytes      int     `json:"bytes"`
-	Count      int     `json:"count"` // float32 elements
-	Ranks      int     `json:"ranks"`
-	Path       string  `json:"path"`
-	Iterations int     `json:"iterations"`
-	MedianUS   float64 `json:"median_us"`
-	AlgBW      float64 `json:"algbw_gbps"`
-	BusBW      float64 `json:"busbw_gbps"`
+	Bytes       int     `json:"bytes"`
+	Count       int     `json:"count"`        // float32 elements
+	Ranks       int     `json:"ranks"`        // the ranks the allreduce spans (N replicas under --replica-size)
+	ReplicaSize int     `json:"replica_size"` // G
+	Path        string  `json:"path"`
+	Iterations  int     `json:"iterations"`
+	MedianUS    float64 `json:"median_us"`
+	AlgBW       float64 `json:"algbw_gbps"`
+	BusBW       float64 `json:"busbw_gbps"`
 }
 
 func runBenchAllreduce(s Streams, args []string) error {
@@ -57,6 +58,7 @@ func runBenchAllreduce(s Streams, args []string) error {
 	pathFlag := fs.String("path", "auto", "allreduce path: auto, device, staged or host")
 	share := fs.Bool("share-gpus", false, "let several ranks share a GPU when a node has more ranks than GPUs")
 	asJSON := fs.Bool("json", false, "print the results as JSON (rank 0)")
+	replica := fs.Int("replica-size", 1, "G: time the converge of replica groups, an allreduce over the N = W/G ranks that hold one position in every replica (consecutive ranks form a replica)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: mpirun -np N hdet bench allreduce [flags]
 
@@ -88,12 +90,22 @@ Every size is first checked for a correct sum on every rank.`)
 	if *warmup < 0 {
 		return Usagef("--warmup must be 0 or more, got %d", *warmup)
 	}
+	if *replica < 1 {
+		return Usagef("--replica-size must be at least 1, got %d", *replica)
+	}
 
 	if err := mpi.Init(); err != nil {
 		return err
 	}
 	w := mpi.World()
-	err = benchAllreduce(s, w, benchOptions{path: path, sizes: sizes, iters: *iters, warmup: *warmup, share: *share, json: *asJSON})
+	o := benchOptions{path: path, sizes: sizes, iters: *iters, warmup: *warmup, share: *share, json: *asJSON}
+	if o.over, err = crossReplicas(w, *replica); errors.Is(err, errReplicaSize) {
+		_ = mpi.Finalize() // every rank knows: none waits in a collective
+		return &UsageError{Err: err}
+	}
+	if err == nil {
+		err = benchAllreduce(s, w, o)
+	}
 	if err != nil && w.Size() > 1 {
 		// The other ranks may be waiting in a collective this rank will
 		// never join: end the job rather than leave it hanging.
@@ -107,6 +119,7 @@ Every size is first checked for a correct sum on every rank.`)
 }
 
 type benchOptions struct {
+	over          *mpi.Comm // the communicator the allreduce spans: the world, or the cross-replica one
 	path          device.Path
 	sizes         []int
 	iters, warmup int
@@ -148,7 +161,7 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 		defer ctx.Close()
 		mem = ctx
 	}
-	ar, err := device.NewAllreducer(choice.Path, w, mem)
+	ar, err := device.NewAllreducer(choice.Path, o.over, mem)
 	if err != nil {
 		return err
 	}
@@ -176,6 +189,10 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 		return writeJSON(s, results)
 	}
 	fmt.Fprintf(s.Out, "# hdet bench allreduce: %d ranks, float32 sum, %s; MPI CUDA-aware: %v\n", w.Size(), choice, mpi.CUDAAware())
+	if o.over.Size() != w.Size() {
+		fmt.Fprintf(s.Out, "# replica groups: %d replicas of %d ranks; the allreduce spans the %d ranks of one position in every replica (the converge)\n",
+			o.over.Size(), w.Size()/o.over.Size(), o.over.Size())
+	}
 	fmt.Fprintf(s.Out, "# time: median of %d iterations (after %d warm-up), slowest rank; busbw = algbw * 2(N-1)/N\n", o.iters, o.warmup)
 	tw := tabwriter.NewWriter(s.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "size\tcount\ttime (us)\talgbw (GB/s)\tbusbw (GB/s)\t")
@@ -186,13 +203,14 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 }
 
 // benchSize checks and times one size. The buffer first holds rank+1 on
-// every rank and must come back as N(N+1)/2 everywhere; the timed
-// iterations then reduce zeros, which stay finite however many there are.
+// every rank (its rank in o.over) and must come back as N(N+1)/2
+// everywhere; the timed iterations then reduce zeros, which stay finite
+// however many there are. Every world rank times each iteration together.
 func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o benchOptions) (allreduceResult, error) {
-	n := size / 4
+	n, c := size/4, o.over
 	host := make([]float32, n)
 	for i := range host {
-		host[i] = float32(w.Rank() + 1)
+		host[i] = float32(c.Rank() + 1)
 	}
 	var buf device.Buffer = device.HostBuffer(host)
 	if mem != nil {
@@ -214,7 +232,7 @@ func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o
 			return allreduceResult{}, err
 		}
 	}
-	want := float32(w.Size() * (w.Size() + 1) / 2)
+	want := float32(c.Size() * (c.Size() + 1) / 2)
 	if i := slices.IndexFunc(host, func(v float32) bool { return v != want }); i >= 0 {
 		return allreduceResult{}, fmt.Errorf("rank %d: element %d is %v after the allreduce, want %v", w.Rank(), i, host[i], want)
 	}
@@ -245,9 +263,23 @@ func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o
 	med := median(times)
 	algbw := float64(size) / med / 1e9
 	return allreduceResult{
-		Bytes: size, Count: n, Ranks: w.Size(), Path: string(ar.Path()), Iterations: o.iters,
-		MedianUS: med * 1e6, AlgBW: algbw, BusBW: busBandwidth(algbw, w.Size()),
+		Bytes: size, Count: n, Ranks: c.Size(), ReplicaSize: w.Size() / c.Size(), Path: string(ar.Path()), Iterations: o.iters,
+		MedianUS: med * 1e6, AlgBW: algbw, BusBW: busBandwidth(algbw, c.Size()),
 	}, nil
+}
+
+var errReplicaSize = errors.New("replica groups")
+
+// crossReplicas is the communicator of w's ranks that hold w's rank's
+// position in every replica of g consecutive ranks (w itself when g is 1).
+func crossReplicas(w *mpi.Comm, g int) (*mpi.Comm, error) {
+	if g <= 1 {
+		return w, nil
+	}
+	if w.Size()%g != 0 {
+		return nil, fmt.Errorf("%w: --replica-size %d does not divide the %d ranks (W=%d, G=%d)", errReplicaSize, g, w.Size(), w.Size(), g)
+	}
+	return w.Split(w.Rank()%g, w.Rank()/g)
 }
 
 // busBandwidth is nccl-tests' bus bandwidth for allreduce: the algorithm

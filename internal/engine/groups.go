@@ -1,6 +1,10 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+)
 
 // Layout is how W world ranks divide into N = W/G replicas of G ranks each
 // (replica groups, `train.replica_size`). Consecutive world ranks form a
@@ -36,6 +40,15 @@ func (l Layout) Position(rank int) int { return rank % l.Size }
 
 // FirstRank is the lowest world rank of a replica.
 func (l Layout) FirstRank(replica int) int { return replica * l.Size }
+
+// Slice is the part [lo, hi) of an n-element buffer that position pos
+// converges: n split into G slices of ceil(n/G), the last ones shorter or
+// empty.
+func (l Layout) Slice(n, pos int) (lo, hi int) {
+	chunk := (n + l.Size - 1) / l.Size
+	lo = min(pos*chunk, n)
+	return lo, min(lo+chunk, n)
+}
 
 // Name names replica r in messages: "rank r" with one rank per replica,
 // else "replica r (ranks a-b)".
@@ -121,4 +134,27 @@ func perReplica(all []float64, g int) []float64 {
 		out[3*r], out[3*r+1], out[3*r+2] = loss/float64(g), flag, probe/float64(g)
 	}
 	return out
+}
+
+// sumGrouped is the converge's sum under replica groups. The G ranks of a
+// replica hold the same buffer (same values, gradients averaged inside the
+// replica), so the rank at position p sums only its slice (Layout.Slice)
+// across the replicas, on the cross-replica communicator: each rank sends
+// 1/G of what a flat allreduce would over the network. The replica's ranks
+// then put their slices together with a sum inside the replica in which
+// every element has one non-zero term, so it is exact and every rank ends
+// with the same buffer.
+func (l *loop) sumGrouped(buf []float32) error {
+	lo, hi := l.lay.Slice(len(buf), l.lay.Position(l.rank))
+	if hi > lo {
+		if err := l.conv.AllreduceSum(buf[lo:hi]); err != nil {
+			return fmt.Errorf("across replicas: %w", err)
+		}
+	}
+	clear(buf[:lo])
+	clear(buf[hi:])
+	if err := l.o.Groups.Replica.AllreduceFloat32(buf, reduce.Sum); err != nil {
+		return fmt.Errorf("inside replica %d: %w", l.rep, err)
+	}
+	return nil
 }

@@ -118,3 +118,21 @@ func TestLoopWiresReplicaGroups(t *testing.T) {
 	_, err = newLoop(Options{Comm: world, Replica: rep, Sync: SyncLocal, Groups: bad})
 	assert.ErrorContains(t, err, "a cross-replica one of 2 (want 3)")
 }
+
+// The converge's slices cover the buffer once, in order, for any size.
+func TestLayoutSlicesCoverTheBuffer(t *testing.T) {
+	for _, g := range []int{1, 2, 3, 8} {
+		l := Layout{World: 4 * g, Size: g}
+		for _, n := range []int{0, 1, 2, 7, 8, 1001} {
+			next := 0
+			for p := range g {
+				lo, hi := l.Slice(n, p)
+				require.Equal(t, next, lo, "G=%d n=%d p=%d", g, n, p)
+				require.LessOrEqual(t, lo, hi)
+				require.LessOrEqual(t, hi-lo, (n+g-1)/g)
+				next = hi
+			}
+			require.Equal(t, n, next, "G=%d n=%d", g, n)
+		}
+	}
+}

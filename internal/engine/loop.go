@@ -242,7 +242,11 @@ func (l *loop) converge(_ context.Context, w *window) error {
 		clear(l.buf)
 	}
 	l.watch.Enter(w.index, w.end(), PhaseConverge)
-	if err := l.conv.AllreduceSum(l.buf); err != nil {
+	sum := l.conv.AllreduceSum
+	if l.lay.Size > 1 {
+		sum = l.sumGrouped
+	}
+	if err := sum(l.buf); err != nil {
 		return fmt.Errorf("converge allreduce of window %d: %w", w.index, err)
 	}
 	inv := 1 / float32(w.nHealthy)

@@ -3,6 +3,8 @@ package tests
 import (
 	"bufio"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -107,4 +109,30 @@ func TestReplicaSizeMustDivideTheRanks(t *testing.T) {
 	require.Error(t, r.err)
 	assert.Equal(t, 2, exitCode(r.err), r.stderr)
 	assert.Contains(t, r.stderr+r.stdout, "train.replica_size: 4 ranks (W) do not divide into replicas of 3 ranks (G)")
+}
+
+// A replica-groups run resumed from its window-3 checkpoint ends with the
+// same parameters as the run left alone (the controller's state is per
+// replica, like the plan).
+func TestReplicaGroupsResume(t *testing.T) {
+	conf := pinnedCfg("local", pinnedAuto) + "\n"
+	r := runHDET(t, 4, conf, "--set", "train.replica_size=2")
+	require.NoError(t, r.err, r.stderr)
+	want := r.end(t).Checksum
+	paths, err := filepath.Glob(filepath.Join(r.dir, "checkpoints", "ckpt-*.hdet"))
+	require.NoError(t, err)
+	require.Len(t, paths, 6)
+	for _, p := range paths {
+		if filepath.Base(p) > "ckpt-000000000030.hdet" {
+			require.NoError(t, os.Remove(p))
+		}
+	}
+	hdet, plugins := hdetBinaries(t)
+	cmd := mpirunCmd(t.Context(), t, 4, hdet, "run", filepath.Join(filepath.Dir(r.dir), "config.in.yaml"),
+		"--run-dir", r.dir, "--plugin-dir", plugins, "--set", "workload.data="+mnistDir(t), "--set", "train.replica_size=2")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Regexp(t, `"step":30,[^\n]*"message":"resuming from checkpoint"`, string(out))
+	assert.Equal(t, want, hdetRun{dir: r.dir}.end(t).Checksum)
+	assert.NotEqual(t, pinnedAutoSum, want, "G=2 is another run than G=1")
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/mpi"
 )
 
@@ -99,7 +100,7 @@ Every size is first checked for a correct sum on every rank.`)
 	}
 	w := mpi.World()
 	o := benchOptions{path: path, sizes: sizes, iters: *iters, warmup: *warmup, share: *share, json: *asJSON}
-	if o.over, err = crossReplicas(w, *replica); errors.Is(err, errReplicaSize) {
+	if o.over, o.inside, err = replicaComms(w, *replica); errors.Is(err, errReplicaSize) {
 		_ = mpi.Finalize() // every rank knows: none waits in a collective
 		return &UsageError{Err: err}
 	}
@@ -120,6 +121,7 @@ Every size is first checked for a correct sum on every rank.`)
 
 type benchOptions struct {
 	over          *mpi.Comm // the communicator the allreduce spans: the world, or the cross-replica one
+	inside        *mpi.Comm // replica groups: this rank's replica; nil without
 	path          device.Path
 	sizes         []int
 	iters, warmup int
@@ -165,6 +167,9 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 	if err != nil {
 		return err
 	}
+	if ar, err = o.grouped(ar, w, onDevice); err != nil {
+		return err
+	}
 	defer ar.Close()
 
 	sizes := o.sizes
@@ -190,8 +195,8 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 	}
 	fmt.Fprintf(s.Out, "# hdet bench allreduce: %d ranks, float32 sum, %s; MPI CUDA-aware: %v\n", w.Size(), choice, mpi.CUDAAware())
 	if o.over.Size() != w.Size() {
-		fmt.Fprintf(s.Out, "# replica groups: %d replicas of %d ranks; the allreduce spans the %d ranks of one position in every replica (the converge)\n",
-			o.over.Size(), w.Size()/o.over.Size(), o.over.Size())
+		fmt.Fprintf(s.Out, "# replica groups: %d replicas of %d ranks; the converge: each position's 1/%d slice summed across the %d replicas, then assembled inside each replica\n",
+			o.over.Size(), w.Size()/o.over.Size(), w.Size()/o.over.Size(), o.over.Size())
 	}
 	fmt.Fprintf(s.Out, "# time: median of %d iterations (after %d warm-up), slowest rank; busbw = algbw * 2(N-1)/N\n", o.iters, o.warmup)
 	tw := tabwriter.NewWriter(s.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -270,16 +275,59 @@ func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o
 
 var errReplicaSize = errors.New("replica groups")
 
-// crossReplicas is the communicator of w's ranks that hold w's rank's
-// position in every replica of g consecutive ranks (w itself when g is 1).
-func crossReplicas(w *mpi.Comm, g int) (*mpi.Comm, error) {
+// replicaComms splits w as hdet run does for replica groups of g
+// consecutive ranks: the ranks that hold this rank's position in every
+// replica (w itself when g is 1), and this rank's replica (nil when g is 1).
+func replicaComms(w *mpi.Comm, g int) (cross, inside *mpi.Comm, err error) {
 	if g <= 1 {
-		return w, nil
+		return w, nil, nil
 	}
 	if w.Size()%g != 0 {
-		return nil, fmt.Errorf("%w: --replica-size %d does not divide the %d ranks (W=%d, G=%d)", errReplicaSize, g, w.Size(), w.Size(), g)
+		return nil, nil, fmt.Errorf("%w: --replica-size %d does not divide the %d ranks (W=%d, G=%d)", errReplicaSize, g, w.Size(), w.Size(), g)
 	}
-	return w.Split(w.Rank()%g, w.Rank()/g)
+	lay := engine.Layout{World: w.Size(), Size: g}
+	if cross, err = w.Split(lay.Position(w.Rank()), lay.CrossKey(w.Rank())); err != nil {
+		return nil, nil, err
+	}
+	inside, err = w.Split(lay.Replica(w.Rank()), lay.Position(w.Rank()))
+	return cross, inside, err
+}
+
+// grouped wraps ar in the converge of replica groups when o asks for them.
+func (o benchOptions) grouped(ar device.Allreducer, w *mpi.Comm, onDevice bool) (device.Allreducer, error) {
+	if o.inside == nil {
+		return ar, nil
+	}
+	if onDevice {
+		return nil, errors.New("--replica-size: the converge of replica groups is timed on host buffers (--path host)")
+	}
+	return groupedAllreducer{Allreducer: ar, inside: o.inside, lay: engine.Layout{World: w.Size(), Size: o.inside.Size()}, rank: w.Rank()}, nil
+}
+
+// groupedAllreducer is the converge of replica groups on host buffers, as
+// the engine does it: this position's slice summed across replicas, then
+// the replica's ranks assemble the slices (sum only).
+type groupedAllreducer struct {
+	device.Allreducer // across replicas
+	inside            *mpi.Comm
+	lay               engine.Layout
+	rank              int
+}
+
+func (g groupedAllreducer) Allreduce(b device.Buffer, op mpi.Op) error {
+	host := b.Host()
+	if host == nil || op != mpi.Sum {
+		return errors.New("the grouped converge sums host buffers only")
+	}
+	lo, hi := g.lay.Slice(len(host), g.lay.Position(g.rank))
+	if hi > lo {
+		if err := g.Allreducer.Allreduce(device.HostBuffer(host[lo:hi]), op); err != nil {
+			return err
+		}
+	}
+	clear(host[:lo])
+	clear(host[hi:])
+	return g.inside.AllreduceFloat32(host, mpi.Sum)
 }
 
 // busBandwidth is nccl-tests' bus bandwidth for allreduce: the algorithm

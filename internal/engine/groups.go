@@ -41,6 +41,15 @@ func (l Layout) Position(rank int) int { return rank % l.Size }
 // FirstRank is the lowest world rank of a replica.
 func (l Layout) FirstRank(replica int) int { return replica * l.Size }
 
+// CrossKey orders a rank in its position's cross-replica communicator:
+// position p starts at replica p (mod N) and goes round, so the ranks that
+// lead those allreduces (MPI's algorithms often give rank 0 more to send)
+// are spread over the replicas' nodes rather than all on the first one.
+func (l Layout) CrossKey(rank int) int {
+	n := l.Replicas()
+	return ((l.Replica(rank)-l.Position(rank))%n + n) % n
+}
+
 // Slice is the part [lo, hi) of an n-element buffer that position pos
 // converges: n split into G slices of ceil(n/G), the last ones shorter or
 // empty.

@@ -22,6 +22,11 @@ func TestLayoutMapsRanksToReplicas(t *testing.T) {
 	assert.Equal(t, []int{0, 1, 0, 1, 0, 1}, pos)
 	assert.Equal(t, 4, l.FirstRank(2))
 	assert.Equal(t, "replica 2 (ranks 4-5)", l.Name(2))
+	var keys []int
+	for r := range 6 {
+		keys = append(keys, l.CrossKey(r))
+	}
+	assert.Equal(t, []int{0, 2, 1, 0, 2, 1}, keys, "position 0 led by replica 0, position 1 by replica 1")
 
 	one, err := NewLayout(4, 1)
 	require.NoError(t, err)

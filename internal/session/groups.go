@@ -28,8 +28,8 @@ func (s *session) layout() error {
 // makeGroups splits the world into the replica groups' communicators when
 // G > 1 (every rank calls it: MPI_Comm_split is collective): one per
 // replica, of its G consecutive world ranks ordered by position, and one
-// per position, of the ranks that hold it in every replica ordered by
-// replica. The communicators live until MPI_Finalize.
+// per position, of the ranks that hold it in every replica (ordered by
+// Layout.CrossKey). The communicators live until MPI_Finalize.
 func (s *session) makeGroups(context.Context) error {
 	if s.lay.Size <= 1 {
 		return nil
@@ -43,13 +43,13 @@ func (s *session) makeGroups(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replica groups: the communicator of replica %d: %w", rep, err)
 	}
-	cross, err := s.o.Split(pos, rep)
+	cross, err := s.o.Split(pos, s.lay.CrossKey(rank))
 	if err != nil {
 		return fmt.Errorf("replica groups: the cross-replica communicator of position %d: %w", pos, err)
 	}
-	if inside.Size() != s.lay.Size || cross.Size() != s.lay.Replicas() || inside.Rank() != pos || cross.Rank() != rep {
+	if inside.Size() != s.lay.Size || cross.Size() != s.lay.Replicas() || inside.Rank() != pos || cross.Rank() != s.lay.CrossKey(rank) {
 		return fmt.Errorf("replica groups: rank %d got replica rank %d of %d and cross rank %d of %d, want %d of %d and %d of %d",
-			rank, inside.Rank(), inside.Size(), cross.Rank(), cross.Size(), pos, s.lay.Size, rep, s.lay.Replicas())
+			rank, inside.Rank(), inside.Size(), cross.Rank(), cross.Size(), pos, s.lay.Size, s.lay.CrossKey(rank), s.lay.Replicas())
 	}
 	s.inside, s.cross = inside, cross
 	if err := s.checkPlacement(); err != nil {

@@ -85,7 +85,7 @@ func (s *session) saver() (*checkpoint.Saver, error) {
 	saver := &checkpoint.Saver{
 		Dir: s.checkpointDir(), Every: rc.CheckpointEvery,
 		Interval: time.Duration(rc.CheckpointMinutes * float64(time.Minute)), Keep: rc.Keep,
-		Rank: w.Rank(), Ranks: w.Size(), Config: cfgYAML, ParamCount: s.replica.ParamCount(),
+		Rank: w.Rank(), Ranks: s.replicas(), Config: cfgYAML, ParamCount: s.replica.ParamCount(),
 		Buffer: func() []float32 { return s.replica.SyncBuffer(true) }, Log: log,
 		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
 	}

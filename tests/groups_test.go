@@ -60,6 +60,15 @@ func TestReplicaGroups(t *testing.T) {
 				assert.NotEqual(t, rec.Values["lr"][0], rec.Values["lr"][1], "window %d: the replicas spread", rec.Window)
 				cs := byWindow[rec.Window]
 				require.Len(t, cs, 4, "window %d", rec.Window)
+				before := map[int]string{}
+				for _, c := range cs {
+					require.NotEmpty(t, c.Before)
+					if b, ok := before[c.Rank/2]; ok {
+						assert.Equal(t, b, c.Before, "window %d: the ranks of replica %d differ before the converge", rec.Window, c.Rank/2)
+					}
+					before[c.Rank/2] = c.Before
+				}
+				assert.NotEqual(t, before[0], before[1], "window %d: the replicas differ before the converge", rec.Window)
 				for _, c := range cs {
 					assert.Equal(t, cs[0].Checksum, c.Checksum, "window %d: rank %d differs after converge", rec.Window, c.Rank)
 					assert.Equal(t, float64(rec.Values["lr"][c.Rank/2]), c.Values["lr"], "window %d: rank %d applies its replica's value", rec.Window, c.Rank)

@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 
+	"github.com/rs/zerolog"
+
 	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 )
 
@@ -166,4 +168,14 @@ func (l *loop) sumGrouped(buf []float32) error {
 		return fmt.Errorf("inside replica %d: %w", l.rep, err)
 	}
 	return nil
+}
+
+// replicaChecksum is, when debugging replica groups, this rank's parameters'
+// checksum before the converge (the ranks of a replica must agree on it:
+// sumGrouped relies on it); "" otherwise.
+func (l *loop) replicaChecksum() string {
+	if l.lay.Size <= 1 || l.o.Log.GetLevel() > zerolog.DebugLevel {
+		return ""
+	}
+	return Checksum(l.params)
 }

@@ -237,7 +237,7 @@ func (l *loop) gather(w *window) error {
 
 // converge: the healthy ranks' mean, received by every rank.
 func (l *loop) converge(_ context.Context, w *window) error {
-	healthy := w.healthyRanks[l.rep]
+	healthy, before := w.healthyRanks[l.rep], l.replicaChecksum()
 	if !healthy {
 		clear(l.buf)
 	}
@@ -259,8 +259,12 @@ func (l *loop) converge(_ context.Context, w *window) error {
 	if l.rank == 0 || l.o.Log.GetLevel() <= zerolog.DebugLevel {
 		w.sum = Checksum(l.params)
 	}
-	l.o.Log.Debug().Int("window", w.index).Int("step", w.end()).Str("checksum", w.sum).Float64("loss", w.loss).
-		Bool("healthy", healthy).Any("values_last", lastOf(w.values)).Msg("converged")
+	e := l.o.Log.Debug().Int("window", w.index).Int("step", w.end()).Str("checksum", w.sum).Float64("loss", w.loss).
+		Bool("healthy", healthy).Any("values_last", lastOf(w.values))
+	if before != "" {
+		e = e.Str("replica_checksum", before)
+	}
+	e.Msg("converged")
 	return nil
 }
 

@@ -86,6 +86,23 @@ func TestBenchAllreduceHost(t *testing.T) {
 	assert.Contains(t, lines[3], "1 MiB")
 }
 
+// --replica-size times the converge of replica groups: the allreduce over
+// the ranks of one position in every replica (its sums are checked too).
+func TestBenchAllreduceReplicaGroups(t *testing.T) {
+	out, errOut, err := runBench(t, 4, "--path", "host", "--sizes", "64KiB", "--iters", "2", "--replica-size", "2", "--json")
+	require.NoError(t, err, "stderr:\n%s", errOut)
+	var rows []benchRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+	require.Len(t, rows, 1)
+	assert.Equal(t, 2, rows[0].Ranks, "two replicas: the allreduce spans 2 ranks")
+	assert.InEpsilon(t, rows[0].AlgBW, rows[0].BusBW, 1e-9, "busbw = algbw * 2(N-1)/N with N = 2")
+
+	_, errOut, err = runBench(t, 4, "--sizes", "64KiB", "--replica-size", "3")
+	require.Error(t, err)
+	assert.Equal(t, 2, exitCode(err))
+	assert.Contains(t, errOut, "--replica-size 3 does not divide the 4 ranks (W=4, G=3)")
+}
+
 // On a machine without GPUs a device path is a clear failure, not a hang.
 func TestBenchAllreduceDevicePathNeedsGPU(t *testing.T) {
 	if _, err := device.Discover(device.SystemNVML()); err == nil {

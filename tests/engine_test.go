@@ -59,6 +59,7 @@ type converged struct {
 	Rank     int                `json:"rank"`
 	Window   int                `json:"window"`
 	Checksum string             `json:"checksum"`
+	Before   string             `json:"replica_checksum"` // replica groups: before the converge
 	Values   map[string]float64 `json:"values_last"`
 	Message  string             `json:"message"`
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/mpi"
 )
 
@@ -39,14 +40,15 @@ var (
 
 // allreduceResult is one size's line of `hdet bench allreduce`.
 type allreduceResult struct {
-	Bytes      int     `json:"bytes"`
-	Count      int     `json:"count"` // float32 elements
-	Ranks      int     `json:"ranks"`
-	Path       string  `json:"path"`
-	Iterations int     `json:"iterations"`
-	MedianUS   float64 `json:"median_us"`
-	AlgBW      float64 `json:"algbw_gbps"`
-	BusBW      float64 `json:"busbw_gbps"`
+	Bytes       int     `json:"bytes"`
+	Count       int     `json:"count"`        // float32 elements
+	Ranks       int     `json:"ranks"`        // the ranks the allreduce spans (N replicas under --replica-size)
+	ReplicaSize int     `json:"replica_size"` // G
+	Path        string  `json:"path"`
+	Iterations  int     `json:"iterations"`
+	MedianUS    float64 `json:"median_us"`
+	AlgBW       float64 `json:"algbw_gbps"`
+	BusBW       float64 `json:"busbw_gbps"`
 }
 
 func runBenchAllreduce(s Streams, args []string) error {
@@ -57,6 +59,7 @@ func runBenchAllreduce(s Streams, args []string) error {
 	pathFlag := fs.String("path", "auto", "allreduce path: auto, device, staged or host")
 	share := fs.Bool("share-gpus", false, "let several ranks share a GPU when a node has more ranks than GPUs")
 	asJSON := fs.Bool("json", false, "print the results as JSON (rank 0)")
+	replica := fs.Int("replica-size", 1, "G: time the converge of replica groups, an allreduce over the N = W/G ranks that hold one position in every replica (consecutive ranks form a replica)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: mpirun -np N hdet bench allreduce [flags]
 
@@ -88,12 +91,22 @@ Every size is first checked for a correct sum on every rank.`)
 	if *warmup < 0 {
 		return Usagef("--warmup must be 0 or more, got %d", *warmup)
 	}
+	if *replica < 1 {
+		return Usagef("--replica-size must be at least 1, got %d", *replica)
+	}
 
 	if err := mpi.Init(); err != nil {
 		return err
 	}
 	w := mpi.World()
-	err = benchAllreduce(s, w, benchOptions{path: path, sizes: sizes, iters: *iters, warmup: *warmup, share: *share, json: *asJSON})
+	o := benchOptions{path: path, sizes: sizes, iters: *iters, warmup: *warmup, share: *share, json: *asJSON}
+	if o.over, o.inside, err = replicaComms(w, *replica); errors.Is(err, errReplicaSize) {
+		_ = mpi.Finalize() // every rank knows: none waits in a collective
+		return &UsageError{Err: err}
+	}
+	if err == nil {
+		err = benchAllreduce(s, w, o)
+	}
 	if err != nil && w.Size() > 1 {
 		// The other ranks may be waiting in a collective this rank will
 		// never join: end the job rather than leave it hanging.
@@ -107,6 +120,8 @@ Every size is first checked for a correct sum on every rank.`)
 }
 
 type benchOptions struct {
+	over          *mpi.Comm // the communicator the allreduce spans: the world, or the cross-replica one
+	inside        *mpi.Comm // replica groups: this rank's replica; nil without
 	path          device.Path
 	sizes         []int
 	iters, warmup int
@@ -148,8 +163,11 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 		defer ctx.Close()
 		mem = ctx
 	}
-	ar, err := device.NewAllreducer(choice.Path, w, mem)
+	ar, err := device.NewAllreducer(choice.Path, o.over, mem)
 	if err != nil {
+		return err
+	}
+	if ar, err = o.grouped(ar, w, onDevice); err != nil {
 		return err
 	}
 	defer ar.Close()
@@ -176,6 +194,10 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 		return writeJSON(s, results)
 	}
 	fmt.Fprintf(s.Out, "# hdet bench allreduce: %d ranks, float32 sum, %s; MPI CUDA-aware: %v\n", w.Size(), choice, mpi.CUDAAware())
+	if o.over.Size() != w.Size() {
+		fmt.Fprintf(s.Out, "# replica groups: %d replicas of %d ranks; the converge: each position's 1/%d slice summed across the %d replicas, then assembled inside each replica\n",
+			o.over.Size(), w.Size()/o.over.Size(), w.Size()/o.over.Size(), o.over.Size())
+	}
 	fmt.Fprintf(s.Out, "# time: median of %d iterations (after %d warm-up), slowest rank; busbw = algbw * 2(N-1)/N\n", o.iters, o.warmup)
 	tw := tabwriter.NewWriter(s.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "size\tcount\ttime (us)\talgbw (GB/s)\tbusbw (GB/s)\t")
@@ -186,13 +208,14 @@ func benchAllreduce(s Streams, w *mpi.Comm, o benchOptions) error {
 }
 
 // benchSize checks and times one size. The buffer first holds rank+1 on
-// every rank and must come back as N(N+1)/2 everywhere; the timed
-// iterations then reduce zeros, which stay finite however many there are.
+// every rank (its rank in o.over) and must come back as N(N+1)/2
+// everywhere; the timed iterations then reduce zeros, which stay finite
+// however many there are. Every world rank times each iteration together.
 func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o benchOptions) (allreduceResult, error) {
-	n := size / 4
+	n, c := size/4, o.over
 	host := make([]float32, n)
 	for i := range host {
-		host[i] = float32(w.Rank() + 1)
+		host[i] = float32(c.Rank() + 1)
 	}
 	var buf device.Buffer = device.HostBuffer(host)
 	if mem != nil {
@@ -214,7 +237,7 @@ func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o
 			return allreduceResult{}, err
 		}
 	}
-	want := float32(w.Size() * (w.Size() + 1) / 2)
+	want := float32(c.Size() * (c.Size() + 1) / 2)
 	if i := slices.IndexFunc(host, func(v float32) bool { return v != want }); i >= 0 {
 		return allreduceResult{}, fmt.Errorf("rank %d: element %d is %v after the allreduce, want %v", w.Rank(), i, host[i], want)
 	}
@@ -245,9 +268,66 @@ func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o
 	med := median(times)
 	algbw := float64(size) / med / 1e9
 	return allreduceResult{
-		Bytes: size, Count: n, Ranks: w.Size(), Path: string(ar.Path()), Iterations: o.iters,
-		MedianUS: med * 1e6, AlgBW: algbw, BusBW: busBandwidth(algbw, w.Size()),
+		Bytes: size, Count: n, Ranks: c.Size(), ReplicaSize: w.Size() / c.Size(), Path: string(ar.Path()), Iterations: o.iters,
+		MedianUS: med * 1e6, AlgBW: algbw, BusBW: busBandwidth(algbw, c.Size()),
 	}, nil
+}
+
+var errReplicaSize = errors.New("replica groups")
+
+// replicaComms splits w as hdet run does for replica groups of g
+// consecutive ranks: the ranks that hold this rank's position in every
+// replica (w itself when g is 1), and this rank's replica (nil when g is 1).
+func replicaComms(w *mpi.Comm, g int) (cross, inside *mpi.Comm, err error) {
+	if g <= 1 {
+		return w, nil, nil
+	}
+	if w.Size()%g != 0 {
+		return nil, nil, fmt.Errorf("%w: --replica-size %d does not divide the %d ranks (W=%d, G=%d)", errReplicaSize, g, w.Size(), w.Size(), g)
+	}
+	lay := engine.Layout{World: w.Size(), Size: g}
+	if cross, err = w.Split(lay.Position(w.Rank()), lay.CrossKey(w.Rank())); err != nil {
+		return nil, nil, err
+	}
+	inside, err = w.Split(lay.Replica(w.Rank()), lay.Position(w.Rank()))
+	return cross, inside, err
+}
+
+// grouped wraps ar in the converge of replica groups when o asks for them.
+func (o benchOptions) grouped(ar device.Allreducer, w *mpi.Comm, onDevice bool) (device.Allreducer, error) {
+	if o.inside == nil {
+		return ar, nil
+	}
+	if onDevice {
+		return nil, errors.New("--replica-size: the converge of replica groups is timed on host buffers (--path host)")
+	}
+	return groupedAllreducer{Allreducer: ar, inside: o.inside, lay: engine.Layout{World: w.Size(), Size: o.inside.Size()}, rank: w.Rank()}, nil
+}
+
+// groupedAllreducer is the converge of replica groups on host buffers, as
+// the engine does it: this position's slice summed across replicas, then
+// the replica's ranks assemble the slices (sum only).
+type groupedAllreducer struct {
+	device.Allreducer // across replicas
+	inside            *mpi.Comm
+	lay               engine.Layout
+	rank              int
+}
+
+func (g groupedAllreducer) Allreduce(b device.Buffer, op mpi.Op) error {
+	host := b.Host()
+	if host == nil || op != mpi.Sum {
+		return errors.New("the grouped converge sums host buffers only")
+	}
+	lo, hi := g.lay.Slice(len(host), g.lay.Position(g.rank))
+	if hi > lo {
+		if err := g.Allreducer.Allreduce(device.HostBuffer(host[lo:hi]), op); err != nil {
+			return err
+		}
+	}
+	clear(host[:lo])
+	clear(host[hi:])
+	return g.inside.AllreduceFloat32(host, mpi.Sum)
 }
 
 // busBandwidth is nccl-tests' bus bandwidth for allreduce: the algorithm

@@ -129,7 +129,8 @@ func runRun(s Streams, args []string) Outcome {
 		World: w, Out: s.Out, Log: log, Config: f.data, Source: f.source, Sets: f.sets, PluginDir: f.pluginDir,
 		Worker: f.command, AllreducePath: f.path, CUDAAware: mpi.CUDAAware(), DebugCollectives: f.debugColl,
 		NoRequeue: f.noRequeue, Host: mpi.ProcessorName, Abort: mpi.Abort,
-		Stop: func() bool { return signals.Received() || interrupted.Load() },
+		Stop:  func() bool { return signals.Received() || interrupted.Load() },
+		Split: func(color, key int) (session.World, error) { return splitWorld(w, color, key) },
 	})
 	return runOutcome(s, log, out, err)
 }
@@ -207,4 +208,13 @@ func selfCheck(s Streams, w *mpi.Comm) error {
 	fmt.Fprintf(s.Out, "rank %d/%d on %s (local rank %d): allreduce verified (sum %g), CUDA-aware MPI: %v\n",
 		w.Rank(), n, host, w.LocalRank(), buf[0], mpi.CUDAAware())
 	return nil
+}
+
+// splitWorld is MPI_Comm_split on w, for replica groups.
+func splitWorld(w *mpi.Comm, color, key int) (session.World, error) {
+	c, err := w.Split(color, key)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }

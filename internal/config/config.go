@@ -66,6 +66,9 @@ type Train struct {
 	// MaxRollbacks bounds the rollbacks to the last checkpoint (learning
 	// rates halved each time) after a window where every rank is unhealthy.
 	MaxRollbacks int `yaml:"max_rollbacks"`
+	// ReplicaSize is G, the ranks of one replica (a replica group): W ranks
+	// train N = W/G replicas, each an ordinary data-parallel group inside.
+	ReplicaSize int `yaml:"replica_size"`
 }
 
 // Explorer is one explored hyperparameter, driven by an explorer plugin.
@@ -106,7 +109,7 @@ func Default() Config {
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
 		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024,
-			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3},
+			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3, ReplicaSize: 1},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},
 	}
@@ -189,6 +192,7 @@ const (
 	MaxWindow     = hparam.MaxWindowSteps
 	MaxCount      = 1 << 30 // eval_every, checkpoint_every (windows)
 	MaxRollbacks  = 1000
+	MaxReplica    = 1 << 16 // train.replica_size (ranks per replica)
 	MaxKeep       = 1000
 	MaxExplorers  = 64
 	MaxPath       = 4096 // bytes in a path
@@ -266,6 +270,7 @@ func (t Train) checks(worker bool) []check {
 		{t.Watchdog < 0 || t.Watchdog > MaxDuration, "train.watchdog", fmt.Sprintf("a duration in [0, %v] (0 disables the watchdog)", time.Duration(MaxDuration)), time.Duration(t.Watchdog)},
 		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || !finite(t.DivergenceFactor), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
 		{!inRange(t.MaxRollbacks, 0, MaxRollbacks), "train.max_rollbacks", fmt.Sprintf("an integer in [0, %d]", MaxRollbacks), t.MaxRollbacks},
+		{!inRange(t.ReplicaSize, 1, MaxReplica), "train.replica_size", fmt.Sprintf("an integer in [1, %d] (ranks per replica; the ranks must divide into replicas)", MaxReplica), t.ReplicaSize},
 	}
 }
 

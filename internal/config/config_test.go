@@ -43,6 +43,21 @@ func TestSetOverrides(t *testing.T) {
 	assert.Equal(t, "/tmp/x", c.Run.Dir)
 }
 
+// train.replica_size defaults to 1 (a rank per replica) and is set like
+// any other key; whether the ranks divide into replicas is checked at
+// launch, where the world's size is known (engine.NewLayout).
+func TestReplicaSize(t *testing.T) {
+	c, err := Load([]byte(sample), nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.Train.ReplicaSize)
+	c, err = Load([]byte(sample), []string{"train.replica_size=8"})
+	require.NoError(t, err)
+	assert.Equal(t, 8, c.Train.ReplicaSize)
+	y, err := c.YAML()
+	require.NoError(t, err)
+	assert.Contains(t, string(y), "replica_size: 8")
+}
+
 func fmtDuration(d Duration) string { v, _ := d.MarshalYAML(); return v.(string) }
 
 func TestErrorsNameTheField(t *testing.T) {
@@ -132,6 +147,9 @@ func TestBoundsAndFiniteness(t *testing.T) {
 		{"train.watchdog=10000h", "train.watchdog: got 10000h0m0s, want a duration in [0, 168h0m0s]"},
 		{"run.keep=1e6", "run.keep: got 1000000, want an integer in [1, 1000]"},
 		{"train.max_rollbacks=99999", "train.max_rollbacks: got 99999"},
+		{"train.replica_size=0", "train.replica_size: got 0, want an integer in [1, 65536] (ranks per replica"},
+		{"train.replica_size=1e6", "train.replica_size: got 1000000, want an integer in [1, 65536]"},
+		{"train.replica_size=-2", "train.replica_size: got -2"},
 		{"run.checkpoint_every=1e12", "run.checkpoint_every: got 1000000000000"},
 		{"train.epochs=99999999999999999999", `train.epochs: want an integer, got "99999999999999999999"`},
 	} {

@@ -19,6 +19,12 @@ import (
 // on the same gathered losses, so all reach the same verdict. factor 0, or
 // a median <= 0 (a loss that is not a positive cross-entropy), disables it.
 func markDiverged(losses []float64, healthy []bool, factor float64, window int) []metrics.Event {
+	return markDivergedIn(Layout{World: len(losses), Size: 1}, losses, healthy, factor, window)
+}
+
+// markDivergedIn is markDiverged on replicas laid out by lay: losses and
+// healthy are per replica, and the events name replicas and their ranks.
+func markDivergedIn(lay Layout, losses []float64, healthy []bool, factor float64, window int) []metrics.Event {
 	if factor == 0 {
 		return nil
 	}
@@ -37,8 +43,8 @@ func markDiverged(losses []float64, healthy []bool, factor float64, window int) 
 		if h && losses[r] > factor*med {
 			rr := r
 			events = append(events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
-				Message: fmt.Sprintf("rank %d's window loss %.4g in window %d is over train.divergence_factor (%g) times the healthy ranks' median %.4g: diverged; left out of the average and reset to it",
-					r, losses[r], window, factor, med)})
+				Message: fmt.Sprintf("%s's window loss %.4g in window %d is over train.divergence_factor (%g) times the healthy %s' median %.4g: diverged; left out of the average and reset to it",
+					lay.Name(r), losses[r], window, factor, lay.unit(), med)})
 			healthy[r], losses[r] = false, math.NaN()
 		}
 	}

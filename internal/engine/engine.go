@@ -53,8 +53,15 @@ type Checkpointer interface {
 
 // Options configure a run of the window loop.
 type Options struct {
-	Comm       Comm
-	Replica    Replica
+	Comm    Comm
+	Replica Replica
+	// Groups, when set with G > 1, makes each replica a group of G ranks
+	// (see Groups and Layout): the plan, spread, signal, health and
+	// controller work per replica, the converge runs on Groups.Cross, and
+	// in `local` mode the per-step gradients are averaged on
+	// Groups.Replica. Converge, when set, must then reduce over the
+	// cross-replica communicator. nil: every rank is a replica.
+	Groups     *Groups
 	Controller *hparam.Controller // rank 0 only; nil elsewhere
 	Steps      int                // S
 	Window     int                // T

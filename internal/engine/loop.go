@@ -17,7 +17,9 @@ import (
 // rollback (divergence.go) instead of converge.
 type loop struct {
 	o         Options
-	rank, n   int
+	rank, n   int    // world rank and size
+	lay       Layout // how the world divides into replicas
+	rep       int    // this rank's replica
 	grads     GradReducer
 	conv      Converger
 	buf       []float32 // the sync buffer converge all-reduces
@@ -58,12 +60,23 @@ func newLoop(o Options) (*loop, error) {
 		return nil, err
 	}
 	l := &loop{o: o, rank: o.Comm.Rank(), n: o.Comm.Size(), conv: o.Converge, watch: watchOrNop(o.Watch),
-		accepted: map[string]bool{}, pending: frozenEvents(o.Events)}
-	if o.Sync == SyncGradients {
+		accepted: map[string]bool{}, pending: frozenEvents(o.Events), lay: groupOf(o)}
+	if err := checkGroups(o, l.lay); err != nil {
+		return nil, err
+	}
+	l.rep = l.lay.Replica(l.rank)
+	cross := o.Comm
+	switch {
+	case o.Sync == SyncGradients: // the paper's: every rank's gradients, every step
 		l.grads = &reducer{comm: o.Comm, one: make([]float32, 1)}
+	case l.lay.Size > 1: // local: data parallelism inside the replica only
+		l.grads = &reducer{comm: o.Groups.Replica, one: make([]float32, 1)}
+	}
+	if l.lay.Size > 1 {
+		cross = o.Groups.Cross
 	}
 	if l.conv == nil {
-		l.conv = hostConverge{o.Comm}
+		l.conv = hostConverge{cross}
 	}
 	l.buf = o.Replica.SyncBuffer(o.Sync == SyncLocal)
 	l.params = l.buf[:o.Replica.ParamCount()]
@@ -158,7 +171,7 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 		if !l.accepted[pp.Name] {
 			return nil, fmt.Errorf("the workload does not accept hyperparameter %q", pp.Name)
 		}
-		w.values[pp.Name] = pp.RankValues(l.rank)
+		w.values[pp.Name] = pp.RankValues(l.rep)
 	}
 	w.planSeconds = time.Since(t).Seconds()
 	return w, nil
@@ -183,7 +196,8 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 }
 
 // gather shares every rank's loss, probe, health and stop request, and
-// reaches the same health verdict on every rank.
+// reaches the same health verdict on every rank; with replica groups, per
+// replica (its ranks' mean loss and probe; healthy when all its ranks are).
 func (l *loop) gather(w *window) error {
 	l.watch.Enter(w.index, w.end(), PhaseGather)
 	w.tGather = time.Now()
@@ -198,8 +212,10 @@ func (l *loop) gather(w *window) error {
 	if err := l.o.Comm.AllgatherFloat64([]float64{w.loss, flag, w.probe}, all); err != nil {
 		return fmt.Errorf("gather window losses: %w", err)
 	}
-	w.losses, w.probes, w.healthyRanks = make([]float64, l.n), make([]float64, l.n), make([]bool, l.n)
-	for r := range l.n {
+	all = perReplica(all, l.lay.Size)
+	n := l.lay.Replicas()
+	w.losses, w.probes, w.healthyRanks = make([]float64, n), make([]float64, n), make([]bool, n)
+	for r := range n {
 		w.losses[r], w.probes[r] = all[3*r], all[3*r+2]
 		f := int(all[3*r+1])
 		w.healthyRanks[r] = f&1 == 1
@@ -211,9 +227,9 @@ func (l *loop) gather(w *window) error {
 		w.losses[r], w.probes[r] = math.NaN(), math.NaN() // a rank with bad parameters has no usable loss
 		rr := r
 		w.events = append(w.events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
-			Message: fmt.Sprintf("rank %d had a non-finite loss or parameters in window %d; left out of the average and reset to it", r, w.index)})
+			Message: fmt.Sprintf("%s had a non-finite loss or parameters in window %d; left out of the average and reset to it", l.lay.Name(r), w.index)})
 	}
-	div := markDiverged(w.losses, w.healthyRanks, l.o.DivergenceFactor, w.index)
+	div := markDivergedIn(l.lay, w.losses, w.healthyRanks, l.o.DivergenceFactor, w.index)
 	w.events = append(w.events, div...)
 	w.nHealthy -= len(div)
 	return nil
@@ -221,12 +237,16 @@ func (l *loop) gather(w *window) error {
 
 // converge: the healthy ranks' mean, received by every rank.
 func (l *loop) converge(_ context.Context, w *window) error {
-	healthy := w.healthyRanks[l.rank]
+	healthy, before := w.healthyRanks[l.rep], l.replicaChecksum()
 	if !healthy {
 		clear(l.buf)
 	}
 	l.watch.Enter(w.index, w.end(), PhaseConverge)
-	if err := l.conv.AllreduceSum(l.buf); err != nil {
+	sum := l.conv.AllreduceSum
+	if l.lay.Size > 1 {
+		sum = l.sumGrouped
+	}
+	if err := sum(l.buf); err != nil {
 		return fmt.Errorf("converge allreduce of window %d: %w", w.index, err)
 	}
 	inv := 1 / float32(w.nHealthy)
@@ -239,8 +259,12 @@ func (l *loop) converge(_ context.Context, w *window) error {
 	if l.rank == 0 || l.o.Log.GetLevel() <= zerolog.DebugLevel {
 		w.sum = Checksum(l.params)
 	}
-	l.o.Log.Debug().Int("window", w.index).Int("step", w.end()).Str("checksum", w.sum).Float64("loss", w.loss).
-		Bool("healthy", healthy).Any("values_last", lastOf(w.values)).Msg("converged")
+	e := l.o.Log.Debug().Int("window", w.index).Int("step", w.end()).Str("checksum", w.sum).Float64("loss", w.loss).
+		Bool("healthy", healthy).Any("values_last", lastOf(w.values))
+	if before != "" {
+		e = e.Str("replica_checksum", before)
+	}
+	e.Msg("converged")
 	return nil
 }
 

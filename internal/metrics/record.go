@@ -54,6 +54,11 @@ type Record struct {
 	Hyperparameters []Param `json:"hyperparameters,omitempty"`
 	ConfigHash      string  `json:"config_hash,omitempty"`
 	ResumedFrom     int     `json:"resumed_from_step,omitempty"`
+	// Replica groups (train.replica_size G > 1): Ranks above counts the N
+	// replicas, and every per-rank field of a window record is per replica
+	// (its G ranks' mean loss and probe; unhealthy events name replicas).
+	ReplicaSize int `json:"replica_size,omitempty"`
+	WorldSize   int `json:"world_size,omitempty"`
 
 	// window
 	Window          int                `json:"window"`

@@ -531,3 +531,13 @@ func summaryOf(t *testing.T, dir string) Summary {
 	require.NoError(t, err)
 	return Summarize(r)
 }
+
+// Under replica groups the summary counts replicas and says of how many
+// ranks; without, it prints the ranks as before.
+func TestSummaryNamesReplicaGroups(t *testing.T) {
+	assert.Equal(t, "4", Summary{Ranks: 4}.ranksText())
+	assert.Equal(t, "4", Summary{Ranks: 4, ReplicaSize: 1}.ranksText())
+	assert.Equal(t, "3 replicas of 2 ranks (6 ranks)", Summary{Ranks: 3, ReplicaSize: 2}.ranksText())
+	r := &Run{Start: metrics.Record{Type: metrics.TypeStart, Ranks: 3, ReplicaSize: 2, WorldSize: 6}, Ranks: 3}
+	assert.Equal(t, 2, Summarize(r).ReplicaSize)
+}

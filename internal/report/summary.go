@@ -15,6 +15,7 @@ type Summary struct {
 	Name                string
 	Steps, TotalSteps   int
 	Windows, Ranks      int
+	ReplicaSize         int // G > 1: Ranks counts replicas of G ranks each
 	Finished, Truncated bool
 	Resumes             int
 	FinalLoss, BestLoss float64 // mean window loss over healthy ranks
@@ -64,7 +65,7 @@ func Summarize(r *Run) Summary {
 	nan := math.NaN()
 	s := Summary{
 		Name: r.Name, Steps: r.Steps(), TotalSteps: r.Start.TotalSteps,
-		Windows: len(r.Windows), Ranks: r.Ranks,
+		Windows: len(r.Windows), Ranks: r.Ranks, ReplicaSize: r.Start.ReplicaSize,
 		Finished: r.End != nil, Truncated: r.Truncated, Resumes: r.Resumes,
 		FinalLoss: nan, BestLoss: nan, FinalTestLoss: nan, BestTestLoss: nan,
 		FinalAccuracy: nan, BestAccuracy: nan,
@@ -263,10 +264,19 @@ type table struct {
 	Rows   [][]string
 }
 
+// ranksText is the ranks, or under replica groups the replicas and their
+// ranks.
+func (s Summary) ranksText() string {
+	if s.ReplicaSize > 1 {
+		return fmt.Sprintf("%d replicas of %d ranks (%d ranks)", s.Ranks, s.ReplicaSize, s.Ranks*s.ReplicaSize)
+	}
+	return fmt.Sprint(s.Ranks)
+}
+
 func (s Summary) tables() []table {
 	res := table{Title: "Results", Header: []string{"metric", "value"}, Rows: [][]string{
 		{"progress", s.Progress()},
-		{"ranks", fmt.Sprint(s.Ranks)},
+		{"ranks", s.ranksText()},
 		{"final training loss (mean over healthy ranks)", num(s.FinalLoss)},
 		{"best training loss", atStep(s.BestLoss, s.BestLossStep)},
 		{"final test loss", num(s.FinalTestLoss)},

@@ -42,8 +42,8 @@ func (s *session) resume(ctx context.Context) error {
 	s.events = append(s.events, evs...)
 	s.resumeAt = ck.Step
 	if s.rank == 0 {
-		if ck.Ranks != s.o.World.Size() {
-			log.Warn().Int("checkpoint_ranks", ck.Ranks).Int("ranks", s.o.World.Size()).Msg("resuming with a different number of ranks: parameters are shared, the spread is recomputed")
+		if ck.Ranks != s.replicas() { // replicas: ranks when train.replica_size is 1
+			log.Warn().Int("checkpoint_ranks", ck.Ranks).Int("ranks", s.replicas()).Msg("resuming with a different number of ranks (replicas): parameters are shared, the spread is recomputed")
 		}
 		log.Info().Str("path", got.Path).Int("step", ck.Step).Msg("resuming from checkpoint")
 	}

@@ -53,6 +53,9 @@ type Options struct {
 	Abort func(code int)
 	// Stop reports that a signal asked the run to checkpoint and stop.
 	Stop func() bool
+	// Split is MPI_Comm_split on World (replica groups, G > 1); nil: the
+	// world cannot be split, and train.replica_size must be 1.
+	Split func(color, key int) (World, error)
 }
 
 // WrapReplica, when set, wraps every rank's replica; the fault suite's
@@ -103,6 +106,9 @@ type session struct {
 	worker   *bridge.Worker  // --worker mode
 	gpu      *device.Binding // nil in CPU mode
 	converge device.Allreducer
+	lay      engine.Layout // replica groups (G = 1: a rank per replica)
+	inside   World         // G > 1: this rank's replica
+	cross    World         // G > 1: the same position in every replica
 	steps    int
 	ctrl     *hparam.Controller // rank 0
 	mw       *metrics.Writer    // rank 0

@@ -43,6 +43,7 @@ func (s *session) setup(ctx context.Context) error {
 		name, pause string // pause: a test's moment to signal (HDET_TEST_PAUSE)
 		fn          func(context.Context) error
 	}{
+		{"setup: replica groups", "", s.makeGroups},
 		{"setup: device", "device", s.bindDevice},
 		{"setup: replica", "data", s.makeReplica},
 		{"setup: check replicas", "check", s.checkReplica},
@@ -77,7 +78,10 @@ func (s *session) loadConfig() error {
 		return err
 	}
 	w := s.o.World
-	return s.slurm.Check(w.Rank(), w.Size(), w.LocalRank())
+	if err := s.slurm.Check(w.Rank(), w.Size(), w.LocalRank()); err != nil {
+		return err
+	}
+	return s.layout()
 }
 
 // startWatchdog watches this rank (see package watchdog);
@@ -125,7 +129,7 @@ func (s *session) bindDevice(context.Context) error {
 	if err != nil {
 		return Usagef("--allreduce-path %s: %v (hdet's workloads hand over host buffers)", path, err)
 	}
-	if s.converge, err = device.NewAllreducer(choice.Path, w, nil); err != nil {
+	if s.converge, err = device.NewAllreducer(choice.Path, s.convergeComm(), nil); err != nil {
 		return err
 	}
 	if s.rank == 0 {
@@ -240,7 +244,7 @@ func (s *session) openExplorers(ctx context.Context) error {
 			named = append(named, ex)
 		}
 	}
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.o.World.Size(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
 	if err != nil {
 		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
 			return Usagef("explorers: %v", err)

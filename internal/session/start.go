@@ -22,7 +22,7 @@ func (s *session) start(ctx context.Context) error {
 		if err != nil {
 			return Usagef("train.warm_start: %v", err)
 		}
-		engine.WarmStart(s.replica.SyncBuffer(false)[:s.replica.ParamCount()], theta0, cfg.Train.WarmNoise, cfg.Train.Seed, s.rank)
+		engine.WarmStart(s.replica.SyncBuffer(false)[:s.replica.ParamCount()], theta0, cfg.Train.WarmNoise, cfg.Train.Seed, s.lay.Replica(s.rank)) // a replica's ranks start alike
 		if s.rank == 0 {
 			s.o.Log.Info().Str("model", cfg.Train.WarmStart).Float64("nu", cfg.Train.WarmNoise).Msg("warm noisy start")
 		}
@@ -86,8 +86,12 @@ func (s *session) startRecord(ctx context.Context) (metrics.Record, error) {
 		params = append(params, metrics.Param{Name: pp.Name, Scale: string(d.Scale), Spread: string(pp.Spread.Kind),
 			Alpha: pp.Spread.Alpha, Lower: pp.Bounds.Lower, Upper: pp.Bounds.Upper})
 	}
-	return metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: s.o.World.Size(), TotalSteps: s.steps,
-		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash, ResumedFrom: s.resumeAt}, nil
+	rec := metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: s.replicas(), TotalSteps: s.steps,
+		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash, ResumedFrom: s.resumeAt}
+	if s.lay.Size > 1 { // ranks is then the replicas' count; the window records are per replica
+		rec.ReplicaSize, rec.WorldSize = s.lay.Size, s.lay.World
+	}
+	return rec, nil
 }
 
 func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }

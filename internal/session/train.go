@@ -28,7 +28,7 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 		return Outcome{}, err
 	}
 	if s.rank == 0 {
-		s.o.Log.Info().Str("config", s.o.Source).Int("ranks", s.o.World.Size()).Int("steps", s.steps).Int("window", s.cfg.Train.Window).
+		s.o.Log.Info().Str("config", s.o.Source).Int("ranks", s.o.World.Size()).Int("replicas", s.replicas()).Int("steps", s.steps).Int("window", s.cfg.Train.Window).
 			Str("sync", string(s.sync)).Strs("explored", s.ctrl.Names()).Str("run_dir", s.cfg.Run.Dir).
 			Int("start_step", s.resumeAt).Fields(s.slurm.Fields()).Msg("starting HDET run")
 	}
@@ -68,7 +68,7 @@ func (s *session) engineOptions() (engine.Options, error) {
 		rollbackDir = "" // the script's own state is not in the checkpoints (see resume)
 	}
 	return engine.Options{
-		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl,
+		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl, Groups: s.groups(),
 		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt,
 		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: saver, Stop: s.o.Stop,
 		Log: s.o.Log, Watch: s.wd, Events: s.events,
@@ -85,7 +85,7 @@ func (s *session) saver() (*checkpoint.Saver, error) {
 	saver := &checkpoint.Saver{
 		Dir: s.checkpointDir(), Every: rc.CheckpointEvery,
 		Interval: time.Duration(rc.CheckpointMinutes * float64(time.Minute)), Keep: rc.Keep,
-		Rank: w.Rank(), Ranks: w.Size(), Config: cfgYAML, ParamCount: s.replica.ParamCount(),
+		Rank: w.Rank(), Ranks: s.replicas(), Config: cfgYAML, ParamCount: s.replica.ParamCount(),
 		Buffer: func() []float32 { return s.replica.SyncBuffer(true) }, Log: log,
 		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
 	}

@@ -46,8 +46,14 @@ type Job struct {
 	NTasksPerNode int // 0: one per GPU; must be set when GPUsPerNode is 0
 	CPUsPerTask   int // 0: the cluster's default
 	Launcher      string
-	SignalLead    int    // seconds before the time limit to send SIGUSR1
-	Command       string // the command line that made the script, for its header
+	SignalLead    int // seconds before the time limit to send SIGUSR1
+	// ReplicaSize is train.replica_size, G ranks per replica (0 or 1: one
+	// rank per replica, and the config's own value stands). With G > 1 the
+	// script passes it to hdet and lays the tasks out in blocks, so a
+	// replica fills a node (or G/tasks-per-node whole nodes) and only the
+	// converge crosses the network.
+	ReplicaSize int
+	Command     string // the command line that made the script, for its header
 }
 
 // Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
@@ -133,6 +139,9 @@ func (j Job) Validate() error {
 	if j.JobName == "" {
 		bad("--job-name: must not be empty")
 	}
+	if err := j.checkReplica(); err != nil {
+		errs = append(errs, err)
+	}
 	if j.Hdet == "" || strings.Contains(j.Hdet, "/") && !strings.HasPrefix(j.Hdet, "/") {
 		bad("--hdet %q: want an absolute path, or a bare name to look up on the nodes' PATH", j.Hdet)
 	}
@@ -147,7 +156,23 @@ func (j Job) Validate() error {
 	return errors.Join(errs...)
 }
 
-// tasksPerNode is one task per GPU, or the given count on CPU clusters.
+// checkReplica: the job's tasks must divide into replicas of ReplicaSize,
+// each inside one node or over whole nodes.
+func (j Job) checkReplica() error {
+	g, tpn := j.ReplicaSize, j.tasksPerNode()
+	switch {
+	case g < 0:
+		return fmt.Errorf("%w: --replica-size %d: want 1 or more (ranks per replica)", ErrOption, g)
+	case g <= 1 || tpn <= 0 || j.Nodes < 1:
+		return nil
+	case (j.Nodes*tpn)%g != 0:
+		return fmt.Errorf("%w: --replica-size %d does not divide the job's %d tasks (%d nodes x %d tasks per node)", ErrOption, g, j.Nodes*tpn, j.Nodes, tpn)
+	case tpn%g != 0 && g%tpn != 0:
+		return fmt.Errorf("%w: --replica-size %d: a replica would straddle nodes of %d tasks; want a divisor or a multiple of %d", ErrOption, g, tpn, tpn)
+	}
+	return nil
+}
+
 // DefaultJobName is the job name for a config file: hdet- and the file's
 // base name without extension, every character a job name may not hold
 // replaced by '-' ("my run.yaml" gives hdet-my-run), at most 64 characters.
@@ -164,6 +189,7 @@ func DefaultJobName(config string) string {
 	return string(name[:min(len(name), 64)])
 }
 
+// tasksPerNode is one task per GPU, or the given count on CPU clusters.
 func (j Job) tasksPerNode() int {
 	if j.GPUsPerNode > 0 {
 		return j.GPUsPerNode
@@ -279,7 +305,11 @@ func (j Job) launch(b *scriptWriter, tpn int) {
 		}
 		b.w("# Open MPI under srun speaks PMIx only. No --kill-on-bad-exit: a rank that")
 		b.w("# exits first after a preemption must not kill rank 0 while it checkpoints.")
-		b.w(`srun --mpi=pmix --nodes=%d --ntasks-per-node=%d%s%s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, j.Nodes, tpn, cpus, gpu)
+		dist, set := j.replicaLayout(b)
+		if dist != "" {
+			dist = " --distribution=block:block"
+		}
+		b.w(`srun --mpi=pmix --nodes=%d --ntasks-per-node=%d%s%s%s "$HDET" run --run-dir "$RUN_DIR"%s "$CONFIG" &`, j.Nodes, tpn, dist, cpus, gpu, set)
 	case LauncherMpirun:
 		if j.GPUsPerNode > 0 {
 			b.w("# Every rank sees all of its node's GPUs (CUDA_VISIBLE_DEVICES of the job) so")
@@ -288,6 +318,29 @@ func (j Job) launch(b *scriptWriter, tpn int) {
 		}
 		b.w("# mpirun takes the task slots from the allocation. The keepalives end the job")
 		b.w("# within about 14 s when a node freezes or loses its link.")
-		b.w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node %s "$HDET" run --run-dir "$RUN_DIR" "$CONFIG" &`, tpn, MpirunKeepalive)
+		rank, set := j.replicaLayout(b)
+		if rank != "" {
+			rank = " --rank-by slot"
+		}
+		b.w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node%s %s "$HDET" run --run-dir "$RUN_DIR"%s "$CONFIG" &`, tpn, rank, MpirunKeepalive, set)
 	}
+}
+
+// replicaLayout explains the replica groups' layout in the script and
+// returns whether one is asked for ("block" or "") and hdet's --set of
+// train.replica_size (or "").
+func (j Job) replicaLayout(b *scriptWriter) (layout, set string) {
+	g, tpn := j.ReplicaSize, j.tasksPerNode()
+	if g <= 1 {
+		return "", ""
+	}
+	b.w("# Replica groups: %d ranks per replica, %d replicas. Consecutive ranks form a", g, j.Nodes*tpn/g)
+	if g <= tpn {
+		b.w("# replica and fill a node in blocks (%d replica(s) per node), so the per-step", tpn/g)
+	} else {
+		b.w("# replica and fill %d whole nodes in blocks, so the per-step", g/tpn)
+	}
+	b.w("# gradient traffic stays inside a replica and only the converge (every")
+	b.w("# train.window steps, 1/%d of the parameters per rank) crosses between replicas.", g)
+	return "block", fmt.Sprintf(" --set train.replica_size=%d", g)
 }

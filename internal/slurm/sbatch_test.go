@@ -176,3 +176,56 @@ func TestDefaultJobNameIsValid(t *testing.T) {
 		assert.Regexp(t, wordRE, got)
 	}
 }
+
+// Replica groups: --nodes 2 --gpus-per-node 8 --replica-size 8 makes a
+// replica of each node (block distribution, consecutive ranks together)
+// and hands G to hdet.
+func TestScriptReplicaFillsNode(t *testing.T) {
+	j := gpuJob()
+	j.ReplicaSize = 8
+	s, err := Script(j)
+	require.NoError(t, err)
+	lines := strings.Split(s, "\n")
+	assert.Contains(t, lines, "#SBATCH --ntasks-per-node=8")
+	assert.Contains(t, lines, `srun --mpi=pmix --nodes=2 --ntasks-per-node=8 --distribution=block:block --gpus-per-node=8 "$HDET" run --run-dir "$RUN_DIR" --set train.replica_size=8 "$CONFIG" &`)
+	assert.Contains(t, s, "# Replica groups: 8 ranks per replica, 2 replicas.")
+	bashSyntax(t, s)
+
+	j.Launcher = LauncherMpirun
+	s, err = Script(j)
+	require.NoError(t, err)
+	assert.Contains(t, strings.Split(s, "\n"), `mpirun -np "$SLURM_NTASKS" --map-by ppr:8:node --rank-by slot `+MpirunKeepalive+` "$HDET" run --run-dir "$RUN_DIR" --set train.replica_size=8 "$CONFIG" &`)
+	bashSyntax(t, s)
+
+	// A replica over two whole nodes.
+	j.ReplicaSize = 16
+	s, err = Script(j)
+	require.NoError(t, err)
+	assert.Contains(t, s, "fill 2 whole nodes")
+}
+
+func TestScriptReplicaSizeMustDivide(t *testing.T) {
+	for g, want := range map[int]string{
+		3:  "--replica-size 3 does not divide the job's 16 tasks (2 nodes x 8 tasks per node)",
+		-1: "--replica-size -1: want 1 or more",
+		32: "--replica-size 32 does not divide the job's 16 tasks",
+		16: "",
+		4:  "",
+		1:  "",
+	} {
+		j := gpuJob()
+		j.ReplicaSize = g
+		_, err := Script(j)
+		if want == "" {
+			assert.NoError(t, err, "G=%d", g)
+			continue
+		}
+		require.ErrorIs(t, err, ErrOption, "G=%d", g)
+		assert.Contains(t, err.Error(), want)
+	}
+	j := gpuJob()
+	j.Nodes, j.GPUsPerNode, j.ReplicaSize = 3, 4, 6 // 12 tasks divide by 6, but a replica would be 1.5 nodes
+	_, err := Script(j)
+	require.ErrorIs(t, err, ErrOption)
+	assert.Contains(t, err.Error(), "straddle")
+}

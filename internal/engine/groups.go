@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+)
+
+// Layout is how W world ranks divide into N = W/G replicas of G ranks each
+// (replica groups, `train.replica_size`). Consecutive world ranks form a
+// replica: replica r is world ranks r*G .. r*G+G-1, so with mpirun's
+// --map-by node or Slurm's block distribution a replica fills a node before
+// the next one starts, and only the converge crosses the network. G = 1 is
+// one rank per replica: today's layout.
+type Layout struct {
+	World int // W, world ranks
+	Size  int // G, ranks per replica
+}
+
+// NewLayout checks that world ranks divide into replicas of g ranks.
+func NewLayout(world, g int) (Layout, error) {
+	if g < 1 {
+		return Layout{}, fmt.Errorf("train.replica_size: got %d, want an integer >= 1 (ranks per replica)", g)
+	}
+	if world < 1 || world%g != 0 {
+		return Layout{}, fmt.Errorf("train.replica_size: %d ranks (W) do not divide into replicas of %d ranks (G): want W a multiple of G (W=%d, G=%d)", world, g, world, g)
+	}
+	return Layout{World: world, Size: g}, nil
+}
+
+// Replicas is N, the number of replicas.
+func (l Layout) Replicas() int { return l.World / l.Size }
+
+// Replica is the replica a world rank belongs to.
+func (l Layout) Replica(rank int) int { return rank / l.Size }
+
+// Position is a world rank's place inside its replica, in [0, G): the
+// ranks with the same position in every replica converge together.
+func (l Layout) Position(rank int) int { return rank % l.Size }
+
+// FirstRank is the lowest world rank of a replica.
+func (l Layout) FirstRank(replica int) int { return replica * l.Size }
+
+// CrossKey orders a rank in its position's cross-replica communicator:
+// position p starts at replica p (mod N) and goes round, so the ranks that
+// lead those allreduces (MPI's algorithms often give rank 0 more to send)
+// are spread over the replicas' nodes rather than all on the first one.
+func (l Layout) CrossKey(rank int) int {
+	n := l.Replicas()
+	return ((l.Replica(rank)-l.Position(rank))%n + n) % n
+}
+
+// Slice is the part [lo, hi) of an n-element buffer that position pos
+// converges: n split into G slices of ceil(n/G), the last ones shorter or
+// empty.
+func (l Layout) Slice(n, pos int) (lo, hi int) {
+	chunk := (n + l.Size - 1) / l.Size
+	lo = min(pos*chunk, n)
+	return lo, min(lo+chunk, n)
+}
+
+// Name names replica r in messages: "rank r" with one rank per replica,
+// else "replica r (ranks a-b)".
+func (l Layout) Name(r int) string {
+	if l.Size <= 1 {
+		return fmt.Sprintf("rank %d", r)
+	}
+	return fmt.Sprintf("replica %d (ranks %d-%d)", r, l.FirstRank(r), l.FirstRank(r)+l.Size-1)
+}
+
+func (l Layout) unit() string {
+	if l.Size <= 1 {
+		return "ranks"
+	}
+	return "replicas"
+}
+
+// Groups are a rank's communicators under replica groups (G > 1): Replica
+// holds the G ranks of its replica (the per-step gradient allreduce in
+// `local` mode: ordinary data parallelism inside the replica), Cross the N
+// ranks that hold its position in every replica (the converge, so each rank
+// moves 1/G of what a flat allreduce would).
+type Groups struct {
+	Layout
+	Replica Comm
+	Cross   Comm
+}
+
+// groupOf returns the layout a loop runs under: o.Groups', or one rank per
+// replica when there are no groups.
+func groupOf(o Options) Layout {
+	if o.Groups == nil || o.Groups.Size <= 1 {
+		return Layout{World: o.Comm.Size(), Size: 1}
+	}
+	return o.Groups.Layout
+}
+
+// checkGroups makes sure Options.Groups fit the world they split.
+func checkGroups(o Options, lay Layout) error {
+	if lay.Size <= 1 {
+		return nil
+	}
+	g := o.Groups
+	if g.Replica == nil || g.Cross == nil {
+		return fmt.Errorf("replica groups of %d ranks without their communicators", lay.Size)
+	}
+	if _, err := NewLayout(o.Comm.Size(), lay.Size); err != nil || lay.World != o.Comm.Size() {
+		return fmt.Errorf("replica groups laid out for %d ranks of %d on a world of %d ranks", lay.World, lay.Size, o.Comm.Size())
+	}
+	if g.Replica.Size() != lay.Size || g.Cross.Size() != lay.Replicas() {
+		return fmt.Errorf("replica groups: a replica communicator of %d ranks (want %d), a cross-replica one of %d (want %d)",
+			g.Replica.Size(), lay.Size, g.Cross.Size(), lay.Replicas())
+	}
+	return nil
+}
+
+// perReplica turns the world's gathered (loss, flag, probe) triples into
+// one per replica: the mean loss and probe over the replica's G ranks (its
+// signal), healthy when every one of its ranks is, a stop asked when any
+// rank asked. With G = 1 the triples are returned as they are.
+func perReplica(all []float64, g int) []float64 {
+	if g <= 1 {
+		return all
+	}
+	n := len(all) / (3 * g)
+	out := make([]float64, 3*n)
+	for r := range n {
+		loss, probe, healthy, stop := 0.0, 0.0, true, false
+		for p := range g {
+			t := all[3*(r*g+p):]
+			loss, probe = loss+t[0], probe+t[2]
+			f := int(t[1])
+			healthy = healthy && f&1 == 1
+			stop = stop || f&2 == 2
+		}
+		flag := 0.0
+		if healthy {
+			flag = 1
+		}
+		if stop {
+			flag += 2
+		}
+		out[3*r], out[3*r+1], out[3*r+2] = loss/float64(g), flag, probe/float64(g)
+	}
+	return out
+}
+
+// sumGrouped is the converge's sum under replica groups. The G ranks of a
+// replica hold the same buffer (same values, gradients averaged inside the
+// replica), so the rank at position p sums only its slice (Layout.Slice)
+// across the replicas, on the cross-replica communicator: each rank sends
+// 1/G of what a flat allreduce would over the network. The replica's ranks
+// then put their slices together with a sum inside the replica in which
+// every element has one non-zero term, so it is exact and every rank ends
+// with the same buffer.
+func (l *loop) sumGrouped(buf []float32) error {
+	lo, hi := l.lay.Slice(len(buf), l.lay.Position(l.rank))
+	if hi > lo {
+		if err := l.conv.AllreduceSum(buf[lo:hi]); err != nil {
+			return fmt.Errorf("across replicas: %w", err)
+		}
+	}
+	clear(buf[:lo])
+	clear(buf[hi:])
+	if err := l.o.Groups.Replica.AllreduceFloat32(buf, reduce.Sum); err != nil {
+		return fmt.Errorf("inside replica %d: %w", l.rep, err)
+	}
+	return nil
+}
+
+// replicaChecksum is, when debugging replica groups, this rank's parameters'
+// checksum before the converge (the ranks of a replica must agree on it:
+// sumGrouped relies on it); "" otherwise.
+func (l *loop) replicaChecksum() string {
+	if l.lay.Size <= 1 || l.o.Log.GetLevel() > zerolog.DebugLevel {
+		return ""
+	}
+	return Checksum(l.params)
+}

@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Consecutive world ranks form a replica; the ranks with the same position
+// in every replica converge together.
+func TestLayoutMapsRanksToReplicas(t *testing.T) {
+	l, err := NewLayout(6, 2)
+	require.NoError(t, err)
+	assert.Equal(t, 3, l.Replicas())
+	var reps, pos []int
+	for r := range 6 {
+		reps, pos = append(reps, l.Replica(r)), append(pos, l.Position(r))
+	}
+	assert.Equal(t, []int{0, 0, 1, 1, 2, 2}, reps)
+	assert.Equal(t, []int{0, 1, 0, 1, 0, 1}, pos)
+	assert.Equal(t, 4, l.FirstRank(2))
+	assert.Equal(t, "replica 2 (ranks 4-5)", l.Name(2))
+	var keys []int
+	for r := range 6 {
+		keys = append(keys, l.CrossKey(r))
+	}
+	assert.Equal(t, []int{0, 2, 1, 0, 2, 1}, keys, "position 0 led by replica 0, position 1 by replica 1")
+
+	one, err := NewLayout(4, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 4, one.Replicas())
+	assert.Equal(t, 3, one.Replica(3))
+	assert.Equal(t, 0, one.Position(3))
+	assert.Equal(t, "rank 3", one.Name(3), "G = 1 keeps today's wording")
+
+	whole, err := NewLayout(8, 8)
+	require.NoError(t, err)
+	assert.Equal(t, 1, whole.Replicas())
+}
+
+func TestLayoutRefusesWhatDoesNotDivide(t *testing.T) {
+	_, err := NewLayout(6, 4)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "train.replica_size: 6 ranks (W) do not divide into replicas of 4 ranks (G)")
+	assert.Contains(t, err.Error(), "W=6, G=4")
+	_, err = NewLayout(4, 0)
+	assert.ErrorContains(t, err, "train.replica_size: got 0")
+	_, err = NewLayout(2, 4)
+	assert.ErrorContains(t, err, "W=2, G=4")
+}
+
+// A replica's signal is its ranks' mean; it is healthy only when all its
+// ranks are; a stop asked by any rank is kept.
+func TestPerReplicaSignal(t *testing.T) {
+	all := []float64{
+		1, 1, 10, // replica 0: ranks 0, 1
+		3, 1, 20,
+		5, 1, 30, // replica 1: rank 3 unhealthy and asking to stop
+		math.NaN(), 2, 40,
+	}
+	got := perReplica(all, 2)
+	require.Len(t, got, 6)
+	assert.Equal(t, []float64{2, 1, 15}, got[:3])
+	assert.Equal(t, 2.0, got[4], "unhealthy (bit 0 clear), stop (bit 1 set)")
+	assert.Equal(t, 35.0, got[5])
+	assert.True(t, math.IsNaN(got[3]))
+
+	same := []float64{1, 1, 2, 3, 0, 4}
+	assert.Equal(t, same, perReplica(same, 1), "G = 1: the ranks' own values, untouched")
+}
+
+func TestDivergedReplicasAreNamed(t *testing.T) {
+	l, err := NewLayout(6, 2)
+	require.NoError(t, err)
+	losses, healthy := []float64{1, 1.1, 50}, []bool{true, true, true}
+	evs := markDivergedIn(l, losses, healthy, 10, 3)
+	require.Len(t, evs, 1)
+	assert.Equal(t, 2, *evs[0].Rank)
+	assert.Contains(t, evs[0].Message, "replica 2 (ranks 4-5)'s window loss 50")
+	assert.Contains(t, evs[0].Message, "healthy replicas' median")
+	assert.Equal(t, []bool{true, true, false}, healthy)
+}
+
+// sizedComm is a communicator of a given size for wiring checks; its
+// collectives do nothing.
+type sizedComm struct {
+	soloComm
+	rank, size int
+}
+
+func (c sizedComm) Rank() int { return c.rank }
+func (c sizedComm) Size() int { return c.size }
+
+// With groups, `local` averages gradients inside the replica and
+// `gradients` over the world; the converge runs across replicas; the
+// replica index picks the plan's values.
+func TestLoopWiresReplicaGroups(t *testing.T) {
+	world, inside, cross := sizedComm{rank: 5, size: 6}, sizedComm{rank: 1, size: 2}, sizedComm{rank: 2, size: 3}
+	lay, err := NewLayout(6, 2)
+	require.NoError(t, err)
+	g := &Groups{Layout: lay, Replica: inside, Cross: cross}
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1}
+
+	l, err := newLoop(Options{Comm: world, Replica: rep, Sync: SyncLocal, Groups: g})
+	require.NoError(t, err)
+	assert.Equal(t, 2, l.rep)
+	assert.Equal(t, inside, l.grads.(*reducer).comm)
+	assert.Equal(t, hostConverge{cross}, l.conv)
+
+	l, err = newLoop(Options{Comm: world, Replica: rep, Sync: SyncGradients, Groups: g})
+	require.NoError(t, err)
+	assert.Equal(t, world, l.grads.(*reducer).comm)
+
+	l, err = newLoop(Options{Comm: world, Replica: rep, Sync: SyncLocal})
+	require.NoError(t, err)
+	assert.Equal(t, 5, l.rep)
+	assert.Nil(t, l.grads)
+	assert.Equal(t, hostConverge{world}, l.conv)
+
+	bad := &Groups{Layout: lay, Replica: inside, Cross: sizedComm{size: 2}}
+	_, err = newLoop(Options{Comm: world, Replica: rep, Sync: SyncLocal, Groups: bad})
+	assert.ErrorContains(t, err, "a cross-replica one of 2 (want 3)")
+}
+
+// The converge's slices cover the buffer once, in order, for any size.
+func TestLayoutSlicesCoverTheBuffer(t *testing.T) {
+	for _, g := range []int{1, 2, 3, 8} {
+		l := Layout{World: 4 * g, Size: g}
+		for _, n := range []int{0, 1, 2, 7, 8, 1001} {
+			next := 0
+			for p := range g {
+				lo, hi := l.Slice(n, p)
+				require.Equal(t, next, lo, "G=%d n=%d p=%d", g, n, p)
+				require.LessOrEqual(t, lo, hi)
+				require.LessOrEqual(t, hi-lo, (n+g-1)/g)
+				next = hi
+			}
+			require.Equal(t, n, next, "G=%d n=%d", g, n)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/hdet-dev/hdet/internal/engine"
+)
+
+// layout checks train.replica_size against the world (W must be a multiple
+// of G: a usage error naming both) and keeps the layout.
+func (s *session) layout() error {
+	lay, err := engine.NewLayout(s.o.World.Size(), s.cfg.Train.ReplicaSize)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	if lay.Size > 1 && len(s.o.Worker) > 0 {
+		// The script's own process group would have to be split per replica
+		// for its per-step gradients; the bridge does not do that yet.
+		return Usagef("train.replica_size %d: replica groups need the built-in workload; a --worker script runs with train.replica_size 1", lay.Size)
+	}
+	s.lay = lay
+	return nil
+}
+
+// makeGroups splits the world into the replica groups' communicators when
+// G > 1 (every rank calls it: MPI_Comm_split is collective): one per
+// replica, of its G consecutive world ranks ordered by position, and one
+// per position, of the ranks that hold it in every replica (ordered by
+// Layout.CrossKey). The communicators live until MPI_Finalize.
+func (s *session) makeGroups(context.Context) error {
+	if s.lay.Size <= 1 {
+		return nil
+	}
+	if s.o.Split == nil {
+		return fmt.Errorf("train.replica_size %d: this communicator cannot be split into replica groups", s.lay.Size)
+	}
+	rank := s.o.World.Rank()
+	rep, pos := s.lay.Replica(rank), s.lay.Position(rank)
+	inside, err := s.o.Split(rep, pos)
+	if err != nil {
+		return fmt.Errorf("replica groups: the communicator of replica %d: %w", rep, err)
+	}
+	cross, err := s.o.Split(pos, s.lay.CrossKey(rank))
+	if err != nil {
+		return fmt.Errorf("replica groups: the cross-replica communicator of position %d: %w", pos, err)
+	}
+	if inside.Size() != s.lay.Size || cross.Size() != s.lay.Replicas() || inside.Rank() != pos || cross.Rank() != s.lay.CrossKey(rank) {
+		return fmt.Errorf("replica groups: rank %d got replica rank %d of %d and cross rank %d of %d, want %d of %d and %d of %d",
+			rank, inside.Rank(), inside.Size(), cross.Rank(), cross.Size(), pos, s.lay.Size, s.lay.CrossKey(rank), s.lay.Replicas())
+	}
+	s.inside, s.cross = inside, cross
+	if err := s.checkPlacement(); err != nil {
+		return err
+	}
+	if rank == 0 {
+		s.o.Log.Info().Int("replicas", s.lay.Replicas()).Int("replica_size", s.lay.Size).Int("ranks", s.lay.World).
+			Msg("replica groups: consecutive ranks form a replica; the converge runs across replicas")
+	}
+	return nil
+}
+
+// replicas is N, the number of replicas the controller sees.
+func (s *session) replicas() int { return s.lay.Replicas() }
+
+// groups are the engine's replica groups (nil when G = 1), their
+// collectives watched like the world's.
+func (s *session) groups() *engine.Groups {
+	if s.lay.Size <= 1 {
+		return nil
+	}
+	return &engine.Groups{Layout: s.lay, Replica: s.wd.Comm(s.inside), Cross: s.wd.Comm(s.cross)}
+}
+
+// convergeComm is the communicator the converge reduces over: the world, or
+// the cross-replica one under replica groups.
+func (s *session) convergeComm() World {
+	if s.cross != nil {
+		return s.cross
+	}
+	return s.o.World
+}
+
+// checkPlacement logs every rank's host, replica and position (debug) and
+// has rank 0 warn when replicas and hosts interleave: a replica spread over
+// hosts while a host holds ranks of several replicas (mpirun --map-by node,
+// Slurm's cyclic distribution), where the per-step gradient traffic crosses
+// the network that a block layout would keep on the node. A replica over
+// whole nodes (G a multiple of the ranks per node) is not warned about.
+func (s *session) checkPlacement() error {
+	if s.o.Host == nil {
+		return nil
+	}
+	host, err := s.o.Host()
+	if err != nil {
+		host = fmt.Sprintf("rank-%d", s.rank) // unknown: counted as a host of its own
+	}
+	rank, lay := s.o.World.Rank(), s.lay
+	s.o.Log.Debug().Int("world_rank", rank).Int("replica", lay.Replica(rank)).Int("position", lay.Position(rank)).Str("host", host).Msg("replica group member")
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(host))
+	all := make([]float64, lay.World)
+	if err := s.o.World.AllgatherFloat64([]float64{float64(h.Sum64() & (1<<52 - 1))}, all); err != nil {
+		return fmt.Errorf("replica groups: gathering the ranks' hosts: %w", err)
+	}
+	if rank != 0 {
+		return nil
+	}
+	if spans := interleaved(all, lay); len(spans) > 0 {
+		s.o.Log.Warn().Msgf("replica groups: %s span several hosts while hosts hold ranks of several replicas, so the per-step traffic crosses the network; "+
+			"place consecutive ranks together (mpirun --map-by slot or ppr:K:node, Slurm --distribution=block; hdet sbatch --replica-size writes it)", strings.Join(spans, ", "))
+	}
+	return nil
+}
+
+// interleaved names the replicas (at most 4, then a count) that span hosts
+// when some host also holds ranks of more than one replica; hosts[r] is
+// rank r's host (any identifier).
+func interleaved(hosts []float64, lay engine.Layout) []string {
+	replicasOn := map[float64]map[int]bool{}
+	for r, h := range hosts {
+		if replicasOn[h] == nil {
+			replicasOn[h] = map[int]bool{}
+		}
+		replicasOn[h][lay.Replica(r)] = true
+	}
+	shared := false
+	for _, reps := range replicasOn {
+		shared = shared || len(reps) > 1
+	}
+	var spans []string
+	for rep := range lay.Replicas() {
+		first := lay.FirstRank(rep)
+		for p := 1; p < lay.Size && shared; p++ {
+			if hosts[first+p] != hosts[first] {
+				spans = append(spans, lay.Name(rep))
+				break
+			}
+		}
+	}
+	if len(spans) > 4 {
+		spans = append(spans[:4], fmt.Sprintf("and %d more", len(spans)-4))
+	}
+	return spans
+}

@@ -3,8 +3,6 @@ package tests
 import (
 	"bufio"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -128,20 +126,6 @@ func TestReplicaGroupsResume(t *testing.T) {
 	r := runHDET(t, 4, conf, "--set", "train.replica_size=2")
 	require.NoError(t, r.err, r.stderr)
 	want := r.end(t).Checksum
-	paths, err := filepath.Glob(filepath.Join(r.dir, "checkpoints", "ckpt-*.hdet"))
-	require.NoError(t, err)
-	require.Len(t, paths, 6)
-	for _, p := range paths {
-		if filepath.Base(p) > "ckpt-000000000030.hdet" {
-			require.NoError(t, os.Remove(p))
-		}
-	}
-	hdet, plugins := hdetBinaries(t)
-	cmd := mpirunCmd(t.Context(), t, 4, hdet, "run", filepath.Join(filepath.Dir(r.dir), "config.in.yaml"),
-		"--run-dir", r.dir, "--plugin-dir", plugins, "--set", "workload.data="+mnistDir(t), "--set", "train.replica_size=2")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	assert.Regexp(t, `"step":30,[^\n]*"message":"resuming from checkpoint"`, string(out))
-	assert.Equal(t, want, hdetRun{dir: r.dir}.end(t).Checksum)
+	assert.Equal(t, want, resumeFromStep30(t, r, "--set", "train.replica_size=2"))
 	assert.NotEqual(t, pinnedAutoSum, want, "G=2 is another run than G=1")
 }

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,26 +45,9 @@ func TestMultiHostReplicaGroups(t *testing.T) {
 	})
 
 	t.Run("hdet sbatch --replica-size 2", func(t *testing.T) {
-		c := tb.slurm()
-		hdet, plugins := hdetBinaries(t)
-		dir := t.TempDir()
-		config := filepath.Join(dir, "groups.yaml")
-		job := strings.NewReplacer("steps: 80,", "steps: "+multiSteps+",",
-			"batch_size: 32}", "batch_size: 32, data: "+mnistDir(t)+"}").Replace(conf)
-		require.NoError(t, os.WriteFile(config, []byte(job), 0o644))
-		script := sbatchScript(t, dir, "job.sbatch", config, "--nodes", "3", "--ntasks-per-node", "2", "--replica-size", "2",
-			"--time", "10:00", "--signal-lead", "60", "--hdet", hdet, "--run-root", filepath.Join(dir, "runs"))
-		body, err := os.ReadFile(script)
-		require.NoError(t, err)
-		require.Contains(t, string(body), "--distribution=block:block")
-		c.env = append(c.env, "HDET_PLUGIN_DIR="+plugins)
-		id := strings.TrimSpace(c.run(t, dir, "sbatch", "--parsable", script))
-		f := c.waitState(t, id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-		log, err := os.ReadFile(filepath.Join(dir, "hdet-groups-"+id+".out"))
-		require.NoError(t, err)
-		require.Equal(t, "COMPLETED", f["JobState"], "job %v\n%s", f, log)
-		t.Logf("job %s ran on %s", id, f["NodeList"])
-		assert.Equal(t, want, hdetRun{dir: filepath.Join(dir, "runs", id)}.end(t).Checksum, "%s", log)
+		script, _, r := sbatchMulti(t, tb, conf, "groups", "--replica-size", "2")
+		assert.Contains(t, script, "--distribution=block:block")
+		assert.Equal(t, want, r.end(t).Checksum, "%s", r.stdout)
 	})
 
 	t.Run("converge G=1 vs G=2", func(t *testing.T) {

@@ -81,24 +81,36 @@ func TestMultiHost(t *testing.T) {
 	})
 
 	t.Run("hdet sbatch --nodes 3", func(t *testing.T) {
-		c := tb.slurm()
-		hdet, plugins := hdetBinaries(t)
-		dir := t.TempDir()
-		config := filepath.Join(dir, "multi.yaml")
-		// The same run as ref: its length and data path written into the config.
-		job := strings.NewReplacer("steps: 80,", "steps: "+multiSteps+",",
-			"batch_size: 32}", "batch_size: 32, data: "+mnistDir(t)+"}").Replace(conf)
-		require.NoError(t, os.WriteFile(config, []byte(job), 0o644))
-		script := sbatchScript(t, dir, "job.sbatch", config, "--nodes", "3", "--ntasks-per-node", "2",
-			"--time", "10:00", "--signal-lead", "60", "--hdet", hdet, "--run-root", filepath.Join(dir, "runs"))
-		c.env = append(c.env, "HDET_PLUGIN_DIR="+plugins)
-		id := strings.TrimSpace(c.run(t, dir, "sbatch", "--parsable", script))
-		f := c.waitState(t, id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-		log, err := os.ReadFile(filepath.Join(dir, "hdet-multi-"+id+".out"))
-		require.NoError(t, err)
-		require.Equal(t, "COMPLETED", f["JobState"], "job %v\n%s", f, log)
-		t.Logf("job %s ran on %s", id, f["NodeList"])
+		_, f, r := sbatchMulti(t, tb, conf, "multi")
 		assert.Equal(t, "hdnode[1-3]", f["NodeList"])
-		assert.Equal(t, want, hdetRun{dir: filepath.Join(dir, "runs", id)}.end(t).Checksum, "%s", log)
+		assert.Equal(t, want, r.end(t).Checksum, "%s", r.stdout)
 	})
+}
+
+// sbatchMulti submits conf as `hdet sbatch --nodes 3 --ntasks-per-node 2`
+// (extra flags after) under the bed's multi-node Slurm, with the test's
+// step count and data path written in, waits for the job to complete and
+// returns the script, its scontrol fields and its run (stdout: the job's log).
+func sbatchMulti(t *testing.T, tb *testbed, conf, name string, extra ...string) (string, map[string]string, hdetRun) {
+	t.Helper()
+	c := tb.slurm()
+	hdet, plugins := hdetBinaries(t)
+	dir := t.TempDir()
+	config := filepath.Join(dir, name+".yaml")
+	job := strings.NewReplacer("steps: 80,", "steps: "+multiSteps+",",
+		"batch_size: 32}", "batch_size: 32, data: "+mnistDir(t)+"}").Replace(conf)
+	require.NoError(t, os.WriteFile(config, []byte(job), 0o644))
+	args := append([]string{config, "--nodes", "3", "--ntasks-per-node", "2"}, extra...)
+	script := sbatchScript(t, dir, "job.sbatch", append(args,
+		"--time", "10:00", "--signal-lead", "60", "--hdet", hdet, "--run-root", filepath.Join(dir, "runs"))...)
+	body, err := os.ReadFile(script)
+	require.NoError(t, err)
+	c.env = append(c.env, "HDET_PLUGIN_DIR="+plugins)
+	id := strings.TrimSpace(c.run(t, dir, "sbatch", "--parsable", script))
+	f := c.waitState(t, id, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+	log, err := os.ReadFile(filepath.Join(dir, "hdet-"+name+"-"+id+".out"))
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", f["JobState"], "job %v\n%s", f, log)
+	t.Logf("job %s ran on %s", id, f["NodeList"])
+	return string(body), f, hdetRun{dir: filepath.Join(dir, "runs", id), stdout: string(log)}
 }

@@ -70,8 +70,15 @@ func TestPinnedChecksums(t *testing.T) {
 func TestPinnedResume(t *testing.T) {
 	r := runHDET(t, 4, pinnedCfg("local", pinnedAuto))
 	require.NoError(t, r.err, r.stderr)
-	dir := filepath.Join(r.dir, "checkpoints")
-	paths, err := filepath.Glob(filepath.Join(dir, "ckpt-*.hdet"))
+	assert.Equal(t, pinnedAutoSum, resumeFromStep30(t, r))
+}
+
+// resumeFromStep30 deletes a finished run's checkpoints after step 30 (it
+// wrote 6, every 10 steps), runs the same command again with extra flags
+// and returns the final checksum of the resumed run.
+func resumeFromStep30(t *testing.T, r hdetRun, extra ...string) string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(r.dir, "checkpoints", "ckpt-*.hdet"))
 	require.NoError(t, err)
 	require.Len(t, paths, 6)
 	for _, p := range paths {
@@ -80,10 +87,10 @@ func TestPinnedResume(t *testing.T) {
 		}
 	}
 	hdet, plugins := hdetBinaries(t)
-	cmd := mpirunCmd(t.Context(), t, 4, hdet, "run", filepath.Join(filepath.Dir(r.dir), "config.in.yaml"),
-		"--run-dir", r.dir, "--plugin-dir", plugins, "--set", "workload.data="+mnistDir(t))
-	out, err := cmd.CombinedOutput()
+	args := append([]string{hdet, "run", filepath.Join(filepath.Dir(r.dir), "config.in.yaml"),
+		"--run-dir", r.dir, "--plugin-dir", plugins, "--set", "workload.data=" + mnistDir(t)}, extra...)
+	out, err := mpirunCmd(t.Context(), t, 4, args...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Regexp(t, `"step":30,[^\n]*"message":"resuming from checkpoint"`, string(out))
-	assert.Equal(t, pinnedAutoSum, hdetRun{dir: r.dir}.end(t).Checksum)
+	return hdetRun{dir: r.dir}.end(t).Checksum
 }

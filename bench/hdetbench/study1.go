@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/hdet-dev/hdet/internal/stats"
 )
 
 // setup is one workload configuration of study 1: the sweep and HDET runs
@@ -292,16 +294,7 @@ func spread(v []float64, f func(float64) string) string {
 // medianInf is the median of the non-NaN values, +Inf counting as the
 // largest; NaN when there is none.
 func medianInf(v []float64) float64 {
-	s := slices.DeleteFunc(slices.Clone(v), math.IsNaN)
-	if len(s) == 0 {
-		return math.NaN()
-	}
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
+	return stats.Median(slices.DeleteFunc(slices.Clone(v), math.IsNaN))
 }
 
 func maxFinite(v []float64) float64 {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/hdet-dev/hdet/internal/stats"
 )
 
 // table is one study's result: printed as aligned text on the terminal and
@@ -115,16 +117,7 @@ func (t *table) markdownLevel(w io.Writer, heading string) {
 
 // median of the finite values; NaN when there is none.
 func median(v []float64) float64 {
-	s := slices.DeleteFunc(slices.Clone(v), func(x float64) bool { return math.IsNaN(x) || math.IsInf(x, 0) })
-	if len(s) == 0 {
-		return math.NaN()
-	}
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
+	return stats.Median(slices.DeleteFunc(slices.Clone(v), func(x float64) bool { return math.IsNaN(x) || math.IsInf(x, 0) }))
 }
 
 // quantile is the q-quantile of the finite values by linear interpolation.

@@ -15,6 +15,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/device"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/mpi"
+	"github.com/hdet-dev/hdet/internal/stats"
 )
 
 func runBench(s Streams, args []string) error {
@@ -265,7 +266,7 @@ func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o
 			times = append(times, t[0])
 		}
 	}
-	med := median(times)
+	med := stats.Median(times)
 	algbw := float64(size) / med / 1e9
 	return allreduceResult{
 		Bytes: size, Count: n, Ranks: c.Size(), ReplicaSize: w.Size() / c.Size(), Path: string(ar.Path()), Iterations: o.iters,
@@ -335,15 +336,6 @@ func (g groupedAllreducer) Allreduce(b device.Buffer, op mpi.Op) error {
 // carries in a ring allreduce, so figures compare across rank counts.
 func busBandwidth(algbw float64, ranks int) float64 {
 	return algbw * 2 * float64(ranks-1) / float64(ranks)
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 var errSize = errors.New("want a positive multiple of 4 bytes, at most 8 GiB, such as 4096, 256KiB, 1MiB or 1GiB")

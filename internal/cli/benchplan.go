@@ -8,6 +8,7 @@ import (
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/mpi"
+	"github.com/hdet-dev/hdet/internal/stats"
 )
 
 // planParams are the hyperparameters of the benchmark's plan: the default
@@ -139,5 +140,5 @@ func benchPlan(w *mpi.Comm, n, iters, steps int) (int, float64, error) {
 		}
 		size = len(msg)
 	}
-	return size, median(times), nil
+	return size, stats.Median(times), nil
 }

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/stats"
 )
 
 // markDiverged makes unhealthy every healthy rank whose finite window loss
@@ -34,7 +34,7 @@ func markDivergedIn(lay Layout, losses []float64, healthy []bool, factor float64
 			ok = append(ok, losses[r])
 		}
 	}
-	med := median(ok)
+	med := stats.Median(ok)
 	if !(med > 0) {
 		return nil
 	}
@@ -49,18 +49,6 @@ func markDivergedIn(lay Layout, losses []float64, healthy []bool, factor float64
 		}
 	}
 	return events
-}
-
-func median(x []float64) float64 {
-	if len(x) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(x)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // scaleLR multiplies the learning-rate bases of a decoded plan by s (0.5 per

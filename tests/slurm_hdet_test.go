@@ -36,19 +36,7 @@ func TestSlurmHDETPreemptRequeueResumeIsBitExact(t *testing.T) {
 	c.waitFor(t, "3 windows", func() bool { return windowsDone(runDir) >= 3 })
 
 	c.run(t, "", "scancel", "--signal=USR1", "--batch", id)
-	// Requeued: pending until its begin time, once the first run's batch
-	// script is gone (updating the start time earlier races its exit).
-	var f map[string]string
-	c.waitFor(t, "job "+id+" requeued", func() bool {
-		f = c.job(t, id)
-		switch f["JobState"] {
-		case "PENDING":
-			return f["Reason"] == "BeginTime"
-		case "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL":
-			return true
-		}
-		return false // RUNNING, COMPLETING, REQUEUED, ...
-	})
+	f := c.waitRequeued(t, id)
 	log, _ := os.ReadFile(filepath.Join(dir, "hdet-"+id+".out"))
 	require.Equal(t, "PENDING", f["JobState"], "rank 0 requeues the job:\n%s", log)
 	assert.Equal(t, "1", f["Restarts"])

@@ -36,17 +36,7 @@ func TestFaultsSlurmSetup(t *testing.T) {
 			return strings.Count(string(b), "hdet: test pause at explorers") == 4
 		})
 		c.run(t, "", "scancel", "--signal=USR1", "--batch", id)
-		var f map[string]string
-		c.waitFor(t, "job "+id+" requeued or ended", func() bool {
-			f = c.job(t, id)
-			switch f["JobState"] {
-			case "PENDING":
-				return f["Reason"] == "BeginTime"
-			case "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL":
-				return true
-			}
-			return false
-		})
+		f := c.waitRequeued(t, id)
 		log, _ := os.ReadFile(out)
 		require.Equal(t, "PENDING", f["JobState"], "rank 0 requeues the job:\n%s", log)
 		assert.Contains(t, string(log), "a signal arrived during setup: stopping before training")

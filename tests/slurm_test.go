@@ -122,6 +122,26 @@ func (c *slurmCluster) waitState(t *testing.T, id string, states ...string) map[
 	return f
 }
 
+// waitRequeued waits until job id, signalled to checkpoint and requeue,
+// is pending again until its begin time (once the first run's batch script
+// is gone: updating the start time earlier races its exit) or has ended,
+// and returns its fields.
+func (c *slurmCluster) waitRequeued(t *testing.T, id string) map[string]string {
+	t.Helper()
+	var f map[string]string
+	c.waitFor(t, "job "+id+" requeued or ended", func() bool {
+		f = c.job(t, id)
+		switch f["JobState"] {
+		case "PENDING":
+			return f["Reason"] == "BeginTime"
+		case "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL":
+			return true
+		}
+		return false // RUNNING, COMPLETING, REQUEUED, ...
+	})
+	return f
+}
+
 // startNow lets a requeued job start again without Slurm's two-minute wait,
 // once the node has cleaned up after its first run: a launch onto a node
 // still killing the old step fails.

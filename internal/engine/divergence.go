@@ -28,13 +28,7 @@ func markDivergedIn(lay Layout, losses []float64, healthy []bool, factor float64
 	if factor == 0 {
 		return nil
 	}
-	var ok []float64
-	for r, h := range healthy {
-		if h {
-			ok = append(ok, losses[r])
-		}
-	}
-	med := stats.Median(ok)
+	med := healthyMedian(losses, healthy)
 	if !(med > 0) {
 		return nil
 	}
@@ -49,6 +43,32 @@ func markDivergedIn(lay Layout, losses []float64, healthy []bool, factor float64
 		}
 	}
 	return events
+}
+
+// healthyMedian is the median of the healthy replicas' losses (NaN for none).
+func healthyMedian(losses []float64, healthy []bool) float64 {
+	var ok []float64
+	for r, h := range healthy {
+		if h {
+			ok = append(ok, losses[r])
+		}
+	}
+	return stats.Median(ok)
+}
+
+// blownUp reports a window whose healthy median loss med is over factor
+// times the previous window's, last: every replica blew up together (a
+// learning rate too high for all of them), which the per-window check
+// cannot see because the median rose with them. Averaging such replicas
+// wrecks the model, so the window is treated as diverged everywhere and
+// rolls back. factor 0, or no previous window (last <= 0), disables it.
+func blownUp(med, last, factor float64, window int) (metrics.Event, bool) {
+	if factor == 0 || !(last > 0) || !(med > factor*last) {
+		return metrics.Event{}, false
+	}
+	return metrics.Event{Kind: metrics.EventUnhealthy, Message: fmt.Sprintf(
+		"the replicas' median window loss %.4g in window %d is over train.divergence_factor (%g) times the previous window's %.4g: training blew up everywhere",
+		med, window, factor, last)}, true
 }
 
 // scaleLR multiplies the learning-rate bases of a decoded plan by s (0.5 per

@@ -78,10 +78,11 @@ func (soloComm) BcastMessage(m []byte, _ int) ([]byte, error) { return m, nil }
 // learning rate of each window and moves its one parameter by it, so a
 // restore is visible.
 type lrReplica struct {
-	buf     []float32
-	nanFrom int
-	nanOnce int
-	lrs     []float64
+	buf       []float32
+	nanFrom   int
+	nanOnce   int
+	spikeOnce int // the first time it trains from this step its loss is 50 (0: never)
+	lrs       []float64
 }
 
 func (r *lrReplica) Hyperparameters() []string                          { return []string{"lr"} }
@@ -100,11 +101,14 @@ func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, erro
 	if r.nanOnce > 0 && w.Start == r.nanOnce {
 		loss, r.nanOnce = math.NaN(), 0
 	}
+	if r.spikeOnce > 0 && w.Start == r.spikeOnce {
+		loss, r.spikeOnce = 50, 0
+	}
 	return WindowResult{Losses: []float64{loss}}, nil
 }
 
 // soloRun runs 6 windows of 2 steps on one rank with a constant learning
-// rate 0.01, checkpointing after every window.
+// rate 0.01 and divergence factor 10, checkpointing after every window.
 func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer) (Result, *bytes.Buffer, error) {
 	t.Helper()
 	ctx := context.Background()
@@ -120,7 +124,7 @@ func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer)
 		Buffer:     func() []float32 { return rep.buf },
 		Controller: func(ctx context.Context) ([]byte, error) { b, _, err := ctrl.SaveState(ctx); return b, err }}
 	res, err := Run(ctx, Options{Comm: soloComm{}, Replica: rep, Controller: ctrl, Steps: 12, Window: 2, Sync: SyncLocal,
-		Checkpoint: saver, Metrics: mw, Log: log, MaxRollbacks: maxRollbacks, CheckpointDir: dir})
+		Checkpoint: saver, Metrics: mw, Log: log, MaxRollbacks: maxRollbacks, CheckpointDir: dir, DivergenceFactor: 10})
 	return res, &logs, err
 }
 
@@ -134,6 +138,41 @@ func TestAllUnhealthyWindowRollsBackWithHalvedLR(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{0.01, 0.01, 0.01, 0.01, 0.005, 0.005, 0.005}, rep.lrs, 1e-12)
 	assert.InDelta(t, 3*0.01+3*0.005, float64(rep.buf[0]), 1e-6, "window 3's update was rolled back")
 	assert.Contains(t, logs.String(), "rolled back to the checkpoint at step 6 with learning rates scaled by 0.5 (rollback 1 of at most 3)")
+}
+
+// A window whose every replica's loss jumps together, finite, is a
+// divergence the per-window median cannot see: it rolls back like NaN.
+func TestBlownUpWindowRollsBack(t *testing.T) {
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, spikeOnce: 6}
+	res, logs, err := soloRun(t, rep, 3, nil)
+	require.NoError(t, err, logs.String())
+	assert.Equal(t, 12, res.Steps)
+	assert.InDeltaSlice(t, []float64{0.01, 0.01, 0.01, 0.01, 0.005, 0.005, 0.005}, rep.lrs, 1e-12)
+	assert.Contains(t, logs.String(), "median window loss 50 in window 3 is over train.divergence_factor (10) times the previous window's 1: training blew up everywhere")
+	assert.Contains(t, logs.String(), "rollback 1 of at most 3")
+}
+
+func TestBlownUp(t *testing.T) {
+	for name, tc := range map[string]struct {
+		med, last, factor float64
+		want              bool
+	}{
+		"jumped past the factor":  {50, 1, 10, true},
+		"just under":              {9.9, 1, 10, false},
+		"falling":                 {0.5, 1, 10, false},
+		"no previous window":      {50, 0, 10, false},
+		"disabled":                {50, 1, 0, false},
+		"no healthy median (NaN)": {math.NaN(), 1, 10, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ev, got := blownUp(tc.med, tc.last, tc.factor, 2)
+			assert.Equal(t, tc.want, got)
+			if got {
+				assert.Equal(t, metrics.EventUnhealthy, ev.Kind)
+				assert.Contains(t, ev.Message, "blew up everywhere")
+			}
+		})
+	}
 }
 
 func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {

@@ -83,7 +83,9 @@ type Options struct {
 	// controller calls reported (an explorer frozen in the first plan).
 	Events []hparam.Event
 	// DivergenceFactor: a rank whose finite window loss exceeds this many
-	// times the healthy ranks' median is unhealthy; 0 disables it.
+	// times the healthy ranks' median is unhealthy, and so is every rank
+	// when that median exceeds this many times the previous window's (see
+	// blownUp); 0 disables both.
 	DivergenceFactor float64
 	// A window where every rank is unhealthy rolls back to the newest
 	// checkpoint in CheckpointDir (see Restore) with the learning rates

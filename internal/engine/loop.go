@@ -27,7 +27,11 @@ type loop struct {
 	accepted  map[string]bool
 	watch     Watch
 	rollbacks int
-	pending   []metrics.Event // rank 0: events for the next window record
+	// lastMedian is the healthy replicas' median window loss of the last
+	// converged window, 0 before the first one of this process (a resume
+	// starts without it).
+	lastMedian float64
+	pending    []metrics.Event // rank 0: events for the next window record
 	res       Result
 }
 
@@ -232,6 +236,13 @@ func (l *loop) gather(w *window) error {
 	div := markDivergedIn(l.lay, w.losses, w.healthyRanks, l.o.DivergenceFactor, w.index)
 	w.events = append(w.events, div...)
 	w.nHealthy -= len(div)
+	med := healthyMedian(w.losses, w.healthyRanks)
+	if ev, ok := blownUp(med, l.lastMedian, l.o.DivergenceFactor, w.index); ok {
+		clear(w.healthyRanks)
+		w.events, w.nHealthy = append(w.events, ev), 0
+	} else if w.nHealthy > 0 {
+		l.lastMedian = med
+	}
 	return nil
 }
 

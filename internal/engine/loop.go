@@ -32,7 +32,7 @@ type loop struct {
 	// starts without it).
 	lastMedian float64
 	pending    []metrics.Event // rank 0: events for the next window record
-	res       Result
+	res        Result
 }
 
 // window is what one window's phases hand each other.

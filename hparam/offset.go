@@ -112,7 +112,7 @@ func flat(ls []float64) bool {
 
 // QuadraticVertex fits L = a + b x + c x^2 by least squares and returns the
 // vertex -b/(2c) clipped to [-clip, clip] when c > 0; otherwise (a concave
-// or straight fit, or fewer than three distinct x) edgeOrBest.
+// or straight fit, or fewer than three distinct x) the x of the lowest loss.
 // xs and ls are the healthy ranks' offsets and losses, at least one.
 func QuadraticVertex(xs, ls []float64, clip float64) float64 {
 	best := 0
@@ -141,34 +141,14 @@ func QuadraticVertex(xs, ls []float64, clip float64) float64 {
 	// With centred d, sum d = 0: solve [[n,0,s2],[0,s2,s3],[s2,s3,s4]] (a,b,c) = (sy,sxy,sx2y).
 	det := n*(s2*s4-s3*s3) - s2*s2*s2
 	if len(xs) < 3 || !(math.Abs(det) > 1e-12*n*s4*s2) {
-		return edgeOrBest(xs, best, clip)
+		return max(-clip, min(clip, xs[best]))
 	}
 	b := (n*(sxy*s4-s3*sx2y) + sy*s3*s2 - s2*s2*sxy) / det
 	c := (n*(s2*sx2y-s3*sxy) - s2*(s2*sy)) / det
 	if !(c > 0) {
-		return edgeOrBest(xs, best, clip)
+		return max(-clip, min(clip, xs[best]))
 	}
 	return max(-clip, min(clip, mx-b/(2*c)))
-}
-
-// edgeOrBest is the estimate of a fit with no minimum: when the lowest loss
-// sits at the widest offset on its side the losses still fall past the
-// sampled range, so the estimate goes to the clip in that direction (as a
-// convex fit whose vertex lies beyond it would); otherwise the lowest
-// loss's x.
-func edgeOrBest(xs []float64, best int, clip float64) float64 {
-	lo, hi := true, true
-	for _, x := range xs {
-		lo = lo && x >= xs[best]
-		hi = hi && x <= xs[best]
-	}
-	switch {
-	case hi && !lo:
-		return clip
-	case lo && !hi:
-		return -clip
-	}
-	return max(-clip, min(clip, xs[best]))
 }
 
 // Step applies the update v <- beta*v + (1-beta)*x*, u <- u + lambda*v.

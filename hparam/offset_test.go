@@ -62,12 +62,9 @@ func TestQuadraticVertex(t *testing.T) {
 	assert.InDelta(t, -0.3, QuadraticVertex(xs, parab(-0.3), 10), 1e-12)
 	assert.Equal(t, -1.5*math.Log(2), QuadraticVertex(xs, parab(-5), 1.5*math.Log(2)), "clipped below")
 	assert.Equal(t, 0.2, QuadraticVertex(xs, parab(3), 0.2), "clipped above")
-	concave := []float64{1, 2, 2.1, 1.5} // best rank is the lowest x: the losses fall past it
-	assert.Equal(t, -10.0, QuadraticVertex(xs, concave, 10))
-	assert.Equal(t, 10.0, QuadraticVertex(xs, []float64{3, 2, 1.9, 1}, 10), "a straight fall to the highest x")
-	assert.Equal(t, xs[2], QuadraticVertex(xs, []float64{1.2, 1.3, 1, 1.1}, 10), "concave, best inside: its x")
-	assert.Equal(t, 0.1, QuadraticVertex(xs[:2], []float64{2, 1}, 0.1), "two points, the higher x better: the clip")
-	assert.Equal(t, -0.1, QuadraticVertex(xs[:1], []float64{1}, 0.1), "one point: its x, clipped")
+	concave := []float64{1, 2, 2.1, 1.5} // best rank is the lowest x
+	assert.Equal(t, xs[0], QuadraticVertex(xs, concave, 10))
+	assert.Equal(t, -0.1, QuadraticVertex(xs[:2], []float64{2, 1}, 0.1), "two points: the best, clipped")
 
 	o, err := NewOffset(DefaultAutoConfig(FormOffset))
 	require.NoError(t, err)
@@ -135,14 +132,14 @@ func TestOffsetWarmupGuard(t *testing.T) {
 	// Inside the spread: vertex at -0.2, the schedule keeps rising.
 	_, fb := window(t, e, 0, func(x float64) float64 { return (x + 0.2) * (x + 0.2) })
 	require.InDelta(t, -0.2, fb.Offset, 1e-12)
-	wp, _ := window(t, e, 1, func(x float64) float64 { return 1 + x }) // straight, falling past the lowest replica: the clip
+	wp, _ := window(t, e, 1, func(x float64) float64 { return 1 + x }) // straight: the lowest replica, log 0.5
 	assert.Greater(t, wp.Base[9], wp.Base[0], "window 1 rose with the schedule")
 	assert.InDelta(t, 0.003*math.Exp(-0.2), wp.Base[0], 1e-15)
 	wp, fb = window(t, e, 2, func(float64) float64 { return 1 })
 	for _, b := range wp.Base {
 		require.Equal(t, wp.Base[0], b, "window 2 is held")
 	}
-	u := -0.2 - 1.5*math.Log(2) - math.Log(0.007/0.005) // the rise over window 2, 0.005 -> 0.007
+	u := -0.2 + math.Log(0.5) - math.Log(0.007/0.005) // the rise over window 2, 0.005 -> 0.007
 	assert.InDelta(t, 0.007*math.Exp(u), wp.Base[0], 1e-15)
 	assert.InDelta(t, u, fb.Offset, 1e-12)
 	wp, _ = window(t, e, 3, func(float64) float64 { return 1 })

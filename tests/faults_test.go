@@ -303,6 +303,28 @@ func TestFaults(t *testing.T) {
 		assert.Equal(t, 100, r.end(t).Step)
 	})
 
+	fault(t, "all losses jump together (finite x100) -> rollback with halved lr", func(t *testing.T) {
+		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"blowup_all=4")
+		require.NoError(t, r.err, r.stderr)
+		var w4 []metrics.Record
+		for _, rec := range windowRecords(t, r) {
+			if rec.Window == 4 {
+				w4 = append(w4, rec)
+			}
+		}
+		require.Len(t, w4, 2, "window 4 blew up, then ran again")
+		kinds := []string{}
+		for _, e := range w4[0].Events {
+			kinds = append(kinds, e.Kind)
+		}
+		assert.Equal(t, []string{metrics.EventUnhealthy, metrics.EventRollback}, kinds)
+		assert.Contains(t, w4[0].Events[0].Message, "times the previous window's")
+		assert.Contains(t, w4[0].Events[0].Message, "training blew up everywhere")
+		assert.InDelta(t, 0.5*float64(w4[0].Base["lr"]), float64(w4[1].Base["lr"]), 1e-12)
+		assert.Equal(t, []bool{true, true, true, true}, w4[1].Healthy)
+		assert.Equal(t, 100, r.end(t).Step)
+	})
+
 	fault(t, "every rank unhealthy, no rollbacks left -> clear error", func(t *testing.T) {
 		f := newFaultRun(t, faultCfg)
 		r := f.run(t, faultsEnv+"nan_all=4", "--set", "train.max_rollbacks=0")

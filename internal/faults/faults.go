@@ -4,8 +4,8 @@
 // HDET_FAULTS switches it on, so neither production binaries nor the
 // user's config know of it.
 //
-// HDET_FAULTS is a comma-separated list of KIND=RANK@WINDOW (nan_all takes
-// only =WINDOW):
+// HDET_FAULTS is a comma-separated list of KIND=RANK@WINDOW (nan_all and
+// blowup_all take only =WINDOW):
 //
 //	nan=2@3      rank 2's window loss is NaN from window 3 on
 //	nan_all=4    every rank's loss is NaN in window 4, first pass only
@@ -14,6 +14,8 @@
 //	             window 3, as a hung node would
 //	diverge=3@4  rank 3's loss is 1000 times larger (still finite) from
 //	             window 4 on
+//	blowup_all=4 every rank's loss is 100 times larger (still finite) in
+//	             window 4, first pass only
 package faults
 
 import (
@@ -37,7 +39,7 @@ type At struct{ Rank, Window int }
 
 // Set is the faults of one run; a nil *At is off.
 type Set struct {
-	NaN, NaNAll, Stop, Diverge *At
+	NaN, NaNAll, Stop, Diverge, BlowUpAll *At
 }
 
 // Parse reads a HDET_FAULTS value.
@@ -48,7 +50,7 @@ func Parse(s string) (Set, error) {
 			continue
 		}
 		kind, val, _ := strings.Cut(item, "=")
-		at, err := parseAt(val, kind == "nan_all")
+		at, err := parseAt(val, kind == "nan_all" || kind == "blowup_all")
 		if err != nil {
 			return Set{}, fmt.Errorf("%s: %q: %w", Env, item, err)
 		}
@@ -61,8 +63,10 @@ func Parse(s string) (Set, error) {
 			set.Stop = at
 		case "diverge":
 			set.Diverge = at
+		case "blowup_all":
+			set.BlowUpAll = at
 		default:
-			return Set{}, fmt.Errorf("%s: %q: unknown fault (want nan, nan_all, stop or diverge)", Env, item)
+			return Set{}, fmt.Errorf("%s: %q: unknown fault (want nan, nan_all, stop, diverge or blowup_all)", Env, item)
 		}
 	}
 	return set, nil
@@ -127,6 +131,8 @@ func (f *replica) TrainWindow(ctx context.Context, w engine.Window) (engine.Wind
 		scale = math.NaN()
 	case f.set.Diverge.hits(f.rank) && k >= f.set.Diverge.Window:
 		scale = 1000
+	case first && f.set.BlowUpAll.hits(f.rank) && k == f.set.BlowUpAll.Window:
+		scale = 100
 	}
 	if scale != 1 {
 		res.Losses = append([]float64(nil), res.Losses...)

@@ -574,17 +574,10 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 	}
 	x := grow(b.x, len(o.Values))
 	b.x = x
-	c := toScale(sc, centre) // once, not per rank: the same value
-	span := 0.0
-	for r, v := range o.Values {
-		x[r] = toScale(sc, v) - c
-		if healthy(x[r]) {
-			span = wider(span, x[r])
-		}
-	}
+	offsetsTo(x, o.Values, sc, toScale(sc, centre))
 	est, w := b.off.Estimate(x, signal)
 	b.off.Step(est)
-	if err := b.guardAndClamp(o.Window+1, span); err != nil {
+	if err := b.guardAndClamp(o.Window+1, x); err != nil {
 		return Feedback{}, err
 	}
 	return Feedback{Weights: w, Estimate: est, Offset: b.off.U}, nil
@@ -593,12 +586,15 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 // guardAndClamp applies the warm-up guard to window k and clamps u so the
 // base at k's first step stays within the bounds. The guard fires when the
 // schedule still rises over window k and the velocity says "lower" by at
-// least the spread's half-width span (the best lies at or beyond the
-// lowest replica): a reading that clear is not noise, while one inside the
-// spread is what a well-placed base gives half the time, and holding the
-// rise on it would stall the warm-up. Firing, u absorbs the rise, so window k holds
-// the base where the schedule's rise would have taken it.
-func (b *builtin) guardAndClamp(k int, span float64) error {
+// least the spread's half-width span, the largest |x_r| over the ranks'
+// offsets x (the best lies at or beyond the lowest replica): a reading
+// that clear is not noise, while one inside the spread is what a
+// well-placed base gives half the time, and holding the rise on it would
+// stall the warm-up. Firing, u absorbs the rise, so window k holds the
+// base where the schedule's rise would have taken it. The span is taken
+// only while the schedule rises: a pass over the ranks the other windows
+// need not pay.
+func (b *builtin) guardAndClamp(k int, x []float64) error {
 	sc, t, total := b.kind.desc.Scale, b.setup.WindowSteps, b.setup.TotalSteps
 	s0, err := b.sched.At(k * t)
 	if err != nil {
@@ -608,10 +604,12 @@ func (b *builtin) guardAndClamp(k int, span float64) error {
 	if err != nil {
 		return err
 	}
-	if rise := toScale(sc, s1) - toScale(sc, s0); rise > 0 && span > 0 && b.cfg.Guard > 0 && b.off.V <= -b.cfg.Guard*span {
-		b.off.U -= rise
-		b.off.Held = true
-		s0 = s1
+	if rise := toScale(sc, s1) - toScale(sc, s0); rise > 0 && b.cfg.Guard > 0 {
+		if span := halfWidth(x); span > 0 && b.off.V <= -b.cfg.Guard*span {
+			b.off.U -= rise
+			b.off.Held = true
+			s0 = s1
+		}
 	}
 	f := toScale(sc, s0)
 	if !healthy(f) {

@@ -80,12 +80,12 @@ type param struct {
 	// not checkpointed.
 	violations int
 
-	// Scratch for Observe, reused every window: the value of each slot and
-	// of each rank (explorers must not keep Observation.Values), and the
-	// slots' spread coefficients for spread coefFor, kept while the
-	// spread holds (only narrowing changes it).
-	bySlot, values, coef []float64
-	coefFor              Spread
+	// Scratch for Observe, reused every window: the value of each rank
+	// (explorers must not keep Observation.Values), and the slots' spread
+	// coefficients for spread coefFor, kept while the spread holds (only
+	// narrowing changes it).
+	values, coef []float64
+	coefFor      Spread
 }
 
 // Controller is rank 0's meta-controller: it asks each explorer for its
@@ -102,6 +102,7 @@ type Controller struct {
 	next      int    // the window to plan next
 	plan      *Plan  // the plan of window next, once drawn
 	genBefore []byte // the permuter's state before plan's draws
+	ahead     *draws // window next's permutations, drawn before its plan
 	notices   []string
 	noticed   map[string]bool
 }
@@ -223,9 +224,10 @@ func checkWindowPlan(wp WindowPlan, steps int) error {
 	return wp.Bounds.Validate()
 }
 
-// Plan returns the plan of window Next(), asking every live explorer and
-// drawing the permutations; asked again before Observe, it returns the same
-// plan. Events report explorers frozen on the way.
+// Plan returns the plan of window Next(), asking every live explorer, with
+// the permutations the Observe before drew (drawing them itself for the
+// first window); asked again before Observe, it returns the same plan.
+// Events report explorers frozen on the way.
 func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 	if c.plan != nil {
 		return c.plan, nil, nil
@@ -236,10 +238,6 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 	t, s := c.shape.WindowSteps, c.shape.TotalSteps
 	req := WindowRequest{Window: c.next, Start: c.next * t}
 	req.Steps = min(t, s-req.Start)
-	gen, err := c.perm.MarshalBinary()
-	if err != nil {
-		return nil, nil, err
-	}
 	plan := &Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Params: make([]ParamPlan, len(c.params))}
 	for _, p := range c.params {
 		if p.frozen && !p.hasBase {
@@ -254,7 +252,7 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 		}
 		wps[i] = wp
 		return err
-	})
+	}, c.drawer(c.next))
 	var events []Event
 	for i, p := range c.params {
 		if err := errs[i]; err != nil {
@@ -273,13 +271,39 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 			}
 		}
 		p.base, p.spread, p.bounds, p.hasBase = wp.Base[len(wp.Base)-1], wp.Spread, wp.Bounds, true
-		slots := make([]uint32, c.shape.Ranks)
-		c.perm.Perm(slots)
-		plan.Params[i] = ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: slots, Frozen: p.frozen}
+		plan.Params[i] = ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: c.ahead.slots[i], Frozen: p.frozen}
 		c.askProbe(plan, p, wp.Probe && !p.frozen)
 	}
-	c.plan, c.genBefore = plan, gen
+	c.plan, c.genBefore, c.ahead = plan, c.ahead.gen, nil
 	return plan, events, nil
+}
+
+// draws is a window's permutations, one per hyperparameter in plan order,
+// and the generator's state before them.
+type draws struct {
+	gen   []byte
+	slots [][]uint32
+}
+
+// drawer returns what draws the permutations of window k, the next to
+// plan, into ahead; nil when they are drawn or the run has no window k.
+// Observe draws them while the explorers observe the window before, as
+// they depend on nothing a window returns: with a core to spare they cost
+// no time (Plan draws them for window 0 and after LoadState, while the
+// explorers plan).
+func (c *Controller) drawer(k int) func() {
+	if c.ahead != nil || k >= c.windows {
+		return nil
+	}
+	return func() {
+		gen, _ := c.perm.MarshalBinary() // a PCG state always marshals
+		d := &draws{gen: gen, slots: make([][]uint32, len(c.params))}
+		for i := range d.slots {
+			d.slots[i] = make([]uint32, c.shape.Ranks)
+			c.perm.Perm(d.slots[i])
+		}
+		c.ahead = d
+	}
 }
 
 // askProbe records that p asked for probe losses this window: the plan
@@ -322,7 +346,7 @@ func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]P
 		}
 		out[i].Feedback = fb
 		return err
-	})
+	}, c.drawer(c.next+1))
 	var events []Event
 	for i, p := range c.params {
 		out[i].Name = p.name
@@ -342,10 +366,14 @@ func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]P
 // each calls fn for every live (not frozen) explorer, concurrently: the
 // explorers are independent (plugins are separate processes), so a window
 // costs the slowest explorer rather than their sum. No explorer is ever
-// called concurrently with itself. It returns fn's errors by index.
-func (c *Controller) each(fn func(i int, p *param) error) []error {
+// called concurrently with itself. Alongside them runs meanwhile, unless
+// nil, which must touch no explorer. It returns fn's errors by index.
+func (c *Controller) each(fn func(i int, p *param) error, meanwhile func()) []error {
 	errs := make([]error, len(c.params))
 	var wg sync.WaitGroup
+	if meanwhile != nil {
+		wg.Go(meanwhile) // first: the goroutine started last runs first
+	}
 	for i, p := range c.params {
 		if p.frozen {
 			continue
@@ -357,20 +385,21 @@ func (c *Controller) each(fn func(i int, p *param) error) []error {
 }
 
 // lastValues is the value each rank used at the window's last step, with
-// the arithmetic of ParamPlan.Value: each slot's value once, then looked up
-// by rank.
+// the arithmetic of ParamPlan.Value: each rank's slot coefficient applied
+// to the base, in one pass over the ranks (not a pass over the slots, then
+// one looking each rank's slot up: N values written and read once more).
 func (p *param) lastValues(pp *ParamPlan) []float64 {
 	n := len(pp.Slots)
 	if len(p.values) != n {
-		p.bySlot, p.values, p.coef = make([]float64, n), make([]float64, n), nil
+		p.values, p.coef = make([]float64, n), nil
 	}
 	if p.coef == nil || p.coefFor != pp.Spread {
 		p.coef, p.coefFor = grow(p.coef, n), pp.Spread
 		pp.Spread.coefs(p.coef)
 	}
-	pp.Spread.apply(p.bySlot, p.coef, pp.Base[len(pp.Base)-1], pp.Bounds)
+	base, add, b, coef := pp.Base[len(pp.Base)-1], pp.Spread.Kind == Additive, pp.Bounds, p.coef
 	for r, s := range pp.Slots {
-		p.values[r] = p.bySlot[s]
+		p.values[r] = b.Clamp(combine(add, base, coef[s]))
 	}
 	return p.values
 }
@@ -395,6 +424,9 @@ const controllerStateVersion = 2
 // An explorer whose SaveState fails is frozen (Event).
 func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
 	gen := c.genBefore
+	if gen == nil && c.ahead != nil {
+		gen = c.ahead.gen
+	}
 	if gen == nil {
 		var err error
 		if gen, err = c.perm.MarshalBinary(); err != nil {
@@ -488,7 +520,7 @@ func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error
 	if err := perm.UnmarshalBinary(gen); err != nil {
 		return nil, err
 	}
-	c.perm, c.next, c.plan, c.genBefore = perm, next, nil, nil
+	c.perm, c.next, c.plan, c.genBefore, c.ahead = perm, next, nil, nil, nil
 	var events []Event
 	for i, s := range ps {
 		p := c.params[i]

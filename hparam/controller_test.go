@@ -280,6 +280,29 @@ func TestControllerInitErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 }
 
+// A checkpoint between windows, the engine's, restores to the same plans:
+// it holds the generator before the permutations Observe drew ahead.
+func TestControllerStateBetweenWindows(t *testing.T) {
+	ctx := context.Background()
+	shape := RunShape{Ranks: 8, TotalSteps: 200, WindowSteps: 10, Seed: 3}
+	newC := func() *Controller {
+		c, err := NewController(ctx, shape, threeExplorers(t, 0.1, 50))
+		require.NoError(t, err)
+		return c
+	}
+	a := newC()
+	runWindows(t, a, 0, 7, lossesFor)
+	st, _, err := a.SaveState(ctx)
+	require.NoError(t, err)
+	b := newC()
+	_, err = b.LoadState(ctx, st)
+	require.NoError(t, err)
+	pa, fa := runWindows(t, a, 7, 20, lossesFor)
+	pb, fb := runWindows(t, b, 7, 20, lossesFor)
+	assert.Equal(t, pa, pb, "bit-identical plans after the restore")
+	assert.Equal(t, fa, fb)
+}
+
 func TestControllerStateRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	shape := RunShape{Ranks: 8, TotalSteps: 200, WindowSteps: 10, Seed: 3}

@@ -19,7 +19,8 @@ type Offset struct {
 
 	// Scratch for Estimate, reused every window (at N = 16384 allocating
 	// it afresh was a sixth of the controller's cost): the healthy ranks'
-	// offsets and losses, and the softmax estimator's masked losses.
+	// offsets and losses when some rank is not, and the softmax
+	// estimator's masked losses.
 	xs, ls, masked []float64
 }
 
@@ -43,12 +44,33 @@ func Combine(sc Scale, s, u float64) float64 {
 // h <= 0, which has no offset), h on a linear one.
 func toScale(sc Scale, h float64) float64 {
 	if sc == Log {
-		if h <= 0 {
-			return math.NaN()
-		}
-		return math.Log(h)
+		return logOrNaN(h)
 	}
 	return h
+}
+
+// logOrNaN is log h, NaN for h <= 0.
+func logOrNaN(h float64) float64 {
+	if h <= 0 {
+		return math.NaN()
+	}
+	return math.Log(h)
+}
+
+// offsetsTo sets x[r] to toScale(sc, values[r]) - c. It tests the scale
+// once: per rank, the comparison of its name kept toScale from inlining
+// and cost a fifth as much as the logarithm.
+func offsetsTo(x, values []float64, sc Scale, c float64) {
+	x = x[:len(values)]
+	if sc != Log {
+		for r, v := range values {
+			x[r] = v - c
+		}
+		return
+	}
+	for r, v := range values {
+		x[r] = logOrNaN(v) - c
+	}
 }
 
 // Estimate returns x*, the best offset from the window's centre that the
@@ -57,37 +79,66 @@ func toScale(sc Scale, h float64) float64 {
 // estimator is softmax (nil otherwise). No healthy rank, flat losses or a
 // zero spread give 0: no signal leaves the offset where it is.
 func (o *Offset) Estimate(x, losses []float64) (float64, []float64) {
-	xs, ls := o.xs[:0], o.ls[:0]
-	span := 0.0
+	if o.cfg.Estimator == EstimatorSoftmax {
+		return o.softmaxEstimate(x, losses)
+	}
+	// Most windows every rank is healthy: the fit's first pass over all of
+	// them checks that, and only otherwise is the pass taken again over
+	// the healthy ranks, copied out.
+	xs, ls := x[:len(losses)], losses
+	f := fitMeans(xs, ls)
+	if !f.healthy {
+		xs, ls = o.healthyPairs(x, losses)
+		f = fitMeans(xs, ls)
+	}
+	if f.span == 0 || flat(ls) {
+		return 0, nil
+	}
+	return f.vertex(xs, ls, o.cfg.Clip*f.span), nil
+}
+
+// softmaxEstimate is Estimate with the softmax estimator.
+func (o *Offset) softmaxEstimate(x, losses []float64) (float64, []float64) {
+	masked := grow(o.masked, len(losses))
+	o.masked = masked
+	for r, l := range losses {
+		masked[r] = l
+		if !healthy(x[r]) {
+			masked[r] = math.NaN()
+		}
+	}
+	w := SoftmaxWeights(masked, sigmaFor(o.cfg, masked), nil)
+	var est float64
+	for r, wr := range w {
+		if wr > 0 {
+			est += wr * x[r]
+		}
+	}
+	return est, w
+}
+
+// healthyPairs returns the offsets and losses of the ranks where both are
+// finite, in rank order, in o's scratch.
+func (o *Offset) healthyPairs(x, losses []float64) (xs, ls []float64) {
+	xs, ls = o.xs[:0], o.ls[:0]
 	for r, l := range losses {
 		if healthy(l) && healthy(x[r]) {
 			xs, ls = append(xs, x[r]), append(ls, l)
-			span = wider(span, x[r])
 		}
 	}
 	o.xs, o.ls = xs, ls
-	if o.cfg.Estimator == EstimatorSoftmax {
-		masked := grow(o.masked, len(losses))
-		o.masked = masked
-		for r, l := range losses {
-			masked[r] = l
-			if !healthy(x[r]) {
-				masked[r] = math.NaN()
-			}
+	return xs, ls
+}
+
+// halfWidth is the largest |x| over the finite offsets x.
+func halfWidth(x []float64) float64 {
+	span := 0.0
+	for _, v := range x {
+		if healthy(v) {
+			span = wider(span, v)
 		}
-		w := SoftmaxWeights(masked, sigmaFor(o.cfg, masked), nil)
-		var est float64
-		for r, wr := range w {
-			if wr > 0 {
-				est += wr * x[r]
-			}
-		}
-		return est, w
 	}
-	if span == 0 || flat(ls) {
-		return 0, nil
-	}
-	return QuadraticVertex(xs, ls, o.cfg.Clip*span), nil
+	return span
 }
 
 // wider is max(span, |x|) for a finite x and span >= 0, as a plain
@@ -115,38 +166,66 @@ func flat(ls []float64) bool {
 // or straight fit, or fewer than three distinct x) the x of the lowest loss.
 // xs and ls are the healthy ranks' offsets and losses, at least one.
 func QuadraticVertex(xs, ls []float64, clip float64) float64 {
-	best := 0
-	for i, l := range ls {
-		if l < ls[best] {
-			best = i
-		}
+	return fitMeans(xs, ls).vertex(xs, ls, clip)
+}
+
+// quadFit is the first pass of QuadraticVertex's fit: the means it centres
+// x and L on (so the normal equations are well conditioned) and the point
+// of lowest loss; and, for Estimate, the largest |x| and whether every
+// point was finite, which spares it passes of its own.
+type quadFit struct {
+	mx, ml, span float64
+	best         int
+	healthy      bool
+}
+
+func fitMeans(xs, ls []float64) quadFit {
+	if len(xs) == 0 {
+		return quadFit{healthy: true}
 	}
-	// Centre x and L so the normal equations are well conditioned.
+	ls = ls[:len(xs)]
 	n := float64(len(xs))
-	var mx, ml float64
-	for i := range xs {
-		mx += xs[i] / n
-		ml += ls[i] / n
+	best, lbest := 0, ls[0]
+	var mx, ml, span float64
+	ok := true
+	for i, l := range ls {
+		x := xs[i]
+		if l < lbest {
+			best, lbest = i, l
+		}
+		mx += x / n
+		ml += l / n
+		span = wider(span, x)
+		ok = ok && healthy(l) && healthy(x)
 	}
+	return quadFit{mx: mx, ml: ml, span: span, best: best, healthy: ok}
+}
+
+// vertex is the rest of QuadraticVertex: the centred sums, the solve and the clip.
+func (f quadFit) vertex(xs, ls []float64, clip float64) float64 {
+	ls = ls[:len(xs)]
+	n, mx, ml := float64(len(xs)), f.mx, f.ml
 	var s2, s3, s4, sy, sxy, sx2y float64
-	for i := range xs {
-		d, y := xs[i]-mx, ls[i]-ml
-		s2 += d * d
-		s3 += d * d * d
-		s4 += d * d * d * d
+	for i, x := range xs {
+		d, y := x-mx, ls[i]-ml
+		d2 := d * d
+		d3 := d2 * d
+		s2 += d2
+		s3 += d3
+		s4 += d3 * d
 		sy += y
 		sxy += d * y
-		sx2y += d * d * y
+		sx2y += d2 * y
 	}
 	// With centred d, sum d = 0: solve [[n,0,s2],[0,s2,s3],[s2,s3,s4]] (a,b,c) = (sy,sxy,sx2y).
 	det := n*(s2*s4-s3*s3) - s2*s2*s2
 	if len(xs) < 3 || !(math.Abs(det) > 1e-12*n*s4*s2) {
-		return max(-clip, min(clip, xs[best]))
+		return max(-clip, min(clip, xs[f.best]))
 	}
 	b := (n*(sxy*s4-s3*sx2y) + sy*s3*s2 - s2*s2*sxy) / det
 	c := (n*(s2*sx2y-s3*sxy) - s2*(s2*sy)) / det
 	if !(c > 0) {
-		return max(-clip, min(clip, xs[best]))
+		return max(-clip, min(clip, xs[f.best]))
 	}
 	return max(-clip, min(clip, mx-b/(2*c)))
 }

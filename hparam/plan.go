@@ -161,7 +161,7 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 		return nil, err
 	}
 	n := p.Ranks()
-	b := make([]byte, 0, 16+len(p.Params)*(32+8*p.Steps+3*n))
+	b := make([]byte, 0, p.encodedCap(n))
 	b = append(b, planVersion)
 	for _, v := range []int{p.Window, p.Start, p.Steps, n, len(p.Params)} {
 		b = binary.AppendUvarint(b, uint64(v))
@@ -194,6 +194,16 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 		b = appendSlots(b, pp.Slots)
 	}
 	return b, nil
+}
+
+// encodedCap bounds MarshalBinary's length, so it allocates once and no
+// more than it may use: the buffer is most of the plan's garbage.
+func (p *Plan) encodedCap(n int) int {
+	c := 2 + 5*binary.MaxVarintLen64
+	for _, pp := range p.Params {
+		c += binary.MaxVarintLen64 + len(pp.Name) + 2 + 24 + 8*len(pp.Base) + slotWidth(n)*n
+	}
+	return c
 }
 
 // slotWidth is the bytes per slot for n ranks.

@@ -117,15 +117,18 @@ func (s Spread) Values(base float64, n int, b Bounds) []float64 {
 // Each value is bit-identical to b.Clamp(s.Value(base, j, n)).
 func (s Spread) ValuesTo(dst []float64, base float64, b Bounds) {
 	s.coefs(dst)
-	s.apply(dst, dst, base, b)
+	add := s.Kind == Additive
+	for j, c := range dst {
+		dst[j] = b.Clamp(combine(add, base, c))
+	}
 }
 
 // coefs fills coef with each of n = len(coef) slots' coefficient, which
 // depends on the spread and n but not on the base: the multiplier of a
 // multiplicative or geometric spread, the added alpha*offset of an
 // additive one. Computed with Value's operations, and mirrored slots share
-// one multiplier computation, so apply gives Value's results bit for bit;
-// a caller whose spread holds over many windows computes them once.
+// one multiplier computation, so combine gives Value's results bit for
+// bit; a caller whose spread holds over many windows computes them once.
 func (s Spread) coefs(coef []float64) {
 	n := len(coef)
 	switch s.Kind {
@@ -150,18 +153,14 @@ func (s Spread) coefs(coef []float64) {
 	}
 }
 
-// apply sets dst[j] to slot j's clamped value for base from the spread's
-// coefs; dst may be coef.
-func (s Spread) apply(dst, coef []float64, base float64, b Bounds) {
-	if s.Kind == Additive {
-		for j, c := range coef {
-			dst[j] = b.Clamp(base + c)
-		}
-		return
+// combine is the value, before clamping, of a slot with coefficient c
+// (coefs) for base, add telling an additive spread: its caller compares
+// the kind, a string, once rather than for every slot.
+func combine(add bool, base, c float64) float64 {
+	if add {
+		return base + c
 	}
-	for j, c := range coef {
-		dst[j] = b.Clamp(base * c)
-	}
+	return base * c
 }
 
 func (s Spread) String() string { return fmt.Sprintf("%s(alpha=%g)", s.Kind, s.Alpha) }

@@ -132,9 +132,9 @@ func introText(h docHeader) string {
 		h.Machine.CPUs, h.Machine.Model, h.Machine.Kernel, h.Machine.Go, h.Machine.MPIRun)
 	fmt.Fprintf(&sb, "## Reproduce\n\n```sh\nmake bench        # or: make bench-quick\n# which is: make build data; the allreduce programs; then\ngo run ./bench/hdetbench %s\n```\n\n",
 		strings.Join(h.Args, " "))
-	fmt.Fprintf(&sb, "Every run is launched as `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s ...` (the environment only matters as root); each study lists its exact commands. Configs: `bench/configs/`. `-studies 1,3` runs some studies only; the others' blocks stay as they were. Settings: epochs %d, study 1 seeds %v with %d sweep points per setup, overhead %d steps x %d repetitions, T = %v, allreduce %d rounds x %d reps, controller -benchtime %s.\n\n",
+	fmt.Fprintf(&sb, "Every run is launched as `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s ...` (the environment only matters as root); each study lists its exact commands. Configs: `bench/configs/`. `-studies 1,3` runs some studies only; the others' blocks stay as they were. Settings: epochs %d, study 1 seeds %v with %d sweep points per setup, overhead %d steps x %d repetitions, T = %v, allreduce %d rounds x %d reps, controller -benchtime %s -count %d.\n\n",
 		strings.Join(mpirunArgs(p.NP), " "), p.Epochs, p.Seeds, p.SweepN, p.OverheadSteps, p.OverheadReps, p.Windows,
-		p.AllreduceRounds, p.AllreduceReps, p.ControllerBenchtime)
+		p.AllreduceRounds, p.AllreduceReps, p.ControllerBenchtime, p.ControllerCount)
 	sb.WriteString("Study 1 reuses finished runs: a run directory's `hdetbench.key` holds the command, the config's hash and the final parameter checksum of a short canary run of the same setup and variant, made fresh by every invocation (60 steps for plain runs, 200 for HDET runs, whose canary passes through the controller's phases). Training is deterministic per seed, so an equal key means the same trained parameters (the test loss can differ in its last digits when only the evaluation's summation order changed: 1 part in 10^16 across the refactor's sharded evaluation); plain runs do not depend on the controller, so the sweeps survive work on it. Delete `runs/bench` to start from scratch.\n")
 	return sb.String()
 }

@@ -42,17 +42,18 @@ type settings struct {
 	AllreduceRounds     int
 	AllreduceReps       int
 	ControllerBenchtime string // go test -benchtime of study 5
+	ControllerCount     int    // and its -count: study 5 reports the median
 }
 
 func defaults(quick bool) settings {
 	s := settings{NP: 4, Bin: "bin", Quick: quick, Epochs: 3, Seeds: []int{1, 2, 3}, SweepN: 12, SweepSeeds: 1, PaperSeeds: 1,
 		OverheadSteps: 2000, OverheadReps: 3, Windows: []int{10, 100, 1000},
-		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s"}
+		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", ControllerCount: 5}
 	if quick {
 		s.Seeds, s.SweepN = []int{1}, 7
 		s.OverheadSteps, s.OverheadReps = 1000, 2
 		s.AllreduceRounds, s.AllreduceReps = 3, 5
-		s.ControllerBenchtime = "100x"
+		s.ControllerBenchtime, s.ControllerCount = "100x", 3
 	}
 	return s
 }

@@ -66,6 +66,18 @@ PASS`
 	assert.Error(t, err)
 }
 
+func TestSummarizeController(t *testing.T) {
+	got := summarizeController([]controllerRow{
+		{N: 64, NsPerOp: 50, CPUNsPerOp: 60}, {N: 16384, NsPerOp: 900, CPUNsPerOp: 1500},
+		{N: 64, NsPerOp: 40, CPUNsPerOp: 45}, {N: 16384, NsPerOp: 1100, CPUNsPerOp: 1700},
+		{N: 64, NsPerOp: 70, CPUNsPerOp: 80}, {N: 16384, NsPerOp: 950, CPUNsPerOp: math.NaN()},
+	})
+	assert.Equal(t, []controllerSummary{
+		{N: 64, Median: 50, Min: 40, Max: 70, CPU: 60},
+		{N: 16384, Median: 950, Min: 900, Max: 1100, CPU: 1600},
+	}, got)
+}
+
 func TestDiverged(t *testing.T) {
 	assert.False(t, result{TestLoss: 0.1}.diverged())
 	assert.True(t, result{TestLoss: math.NaN()}.diverged())

@@ -255,7 +255,7 @@ func (b *bench) studyController(ctx context.Context) (*table, error) {
 			t.add(fmt.Sprint(b.p.NP), fmt.Sprintf("study 3 T = %d: 3 explorer plugins, plan + MPI broadcast", w), num(1e6*median(ps), 0), num(1e6*quantile(ps, 0.9), 0), "-")
 		}
 	}
-	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkControllerWindow$", "-benchtime", b.p.ControllerBenchtime, "-count", "1", "./hparam/"}
+	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkControllerWindow$", "-benchtime", b.p.ControllerBenchtime, "-count", fmt.Sprint(b.p.ControllerCount), "./hparam/"}
 	cmdline := "go " + strings.Join(args, " ")
 	b.rn.log("  %s", cmdline)
 	t.Commands = append(t.Commands, cmdline)
@@ -268,13 +268,14 @@ func (b *bench) studyController(ctx context.Context) (*table, error) {
 		return t, fmt.Errorf("%s: %w", cmdline, err)
 	}
 	var at16k float64 = math.NaN()
-	for _, r := range rows {
-		t.add(fmt.Sprint(r.N), "simulated, in process: 3 built-in explorers, Plan + encode + Observe", num(r.NsPerOp/1e3, 0), "-", num(r.CPUNsPerOp/1e3, 0))
+	for _, r := range summarizeController(rows) {
+		t.add(fmt.Sprint(r.N), "simulated, in process: 3 built-in explorers, Plan + encode + Observe",
+			fmt.Sprintf("%s (%s..%s)", num(r.Median/1e3, 0), num(r.Min/1e3, 0), num(r.Max/1e3, 0)), "-", num(r.CPU/1e3, 0))
 		if r.N == 16384 {
-			at16k = r.NsPerOp
+			at16k = r.Median
 		}
 	}
-	t.note("N = %d rows: plan_seconds of every window in metrics.jsonl (rank 0's controller, gRPC calls to the explorer plugins, and the plan broadcast). Simulated rows: `%s` (hparam/bench_test.go), wall and CPU time per window.", b.p.NP, cmdline)
+	t.note("N = %d rows: plan_seconds of every window in metrics.jsonl (rank 0's controller, gRPC calls to the explorer plugins, and the plan broadcast). Simulated rows: `%s` (hparam/bench_test.go), wall time per window, median (min..max) over the %d repetitions, and the median CPU time.", b.p.NP, cmdline, b.p.ControllerCount)
 	if !math.IsNaN(at16k) {
 		t.note("%s: %s ms per window at N = 16384 (target: under 1 ms).", verdict(at16k < 1e6), num(at16k/1e6, 3))
 	}
@@ -284,6 +285,31 @@ func (b *bench) studyController(ctx context.Context) (*table, error) {
 type controllerRow struct {
 	N                   int
 	NsPerOp, CPUNsPerOp float64
+}
+
+// controllerSummary is one N's repetitions: wall ns per window (median,
+// min, max) and the median CPU ns.
+type controllerSummary struct {
+	N                     int
+	Median, Min, Max, CPU float64
+}
+
+// summarizeController groups the repetitions of each N, in the order the
+// Ns first appear.
+func summarizeController(rows []controllerRow) []controllerSummary {
+	var order []int
+	wall, cpu := map[int][]float64{}, map[int][]float64{}
+	for _, r := range rows {
+		if _, ok := wall[r.N]; !ok {
+			order = append(order, r.N)
+		}
+		wall[r.N], cpu[r.N] = append(wall[r.N], r.NsPerOp), append(cpu[r.N], r.CPUNsPerOp)
+	}
+	out := make([]controllerSummary, len(order))
+	for i, n := range order {
+		out[i] = controllerSummary{N: n, Median: median(wall[n]), Min: slices.Min(wall[n]), Max: slices.Max(wall[n]), CPU: median(cpu[n])}
+	}
+	return out
 }
 
 var benchLine = regexp.MustCompile(`^BenchmarkControllerWindow/N=(\d+)(?:-\d+)?\s+\d+\s+([0-9.e+]+) ns/op(?:.*?\s([0-9.e+]+) cpu-ns/op)?`)

@@ -63,22 +63,34 @@ func TestPlanConstantBaseIsCompact(t *testing.T) {
 	assert.Equal(t, *long, q)
 }
 
+// Slots that do not permute 0..N-1 encode, and every receiver refuses them.
+func TestPlanSlotsCheckedOnDecode(t *testing.T) {
+	for name, slots := range map[string][]uint32{"not a permutation": {0, 0, 1}, "slot out of range": {0, 3, 1}} {
+		p := samplePlan()
+		p.Params[0].Slots = slots
+		assert.ErrorIs(t, p.Validate(), ErrInvalid, name)
+		b, err := p.MarshalBinary()
+		require.NoError(t, err, name)
+		var q Plan
+		assert.ErrorIs(t, q.UnmarshalBinary(b), ErrInvalid, name)
+	}
+}
+
 func TestPlanRejectsInvalid(t *testing.T) {
 	for name, mod := range map[string]func(*Plan){
-		"not a permutation": func(p *Plan) { p.Params[0].Slots = []uint32{0, 0, 1} },
-		"slot out of range": func(p *Plan) { p.Params[0].Slots = []uint32{0, 3, 1} },
-		"ranks differ":      func(p *Plan) { p.Params[1].Slots = []uint32{0, 1} },
-		"NaN base":          func(p *Plan) { p.Params[0].Base[1] = math.NaN() },
-		"short base":        func(p *Plan) { p.Params[0].Base = p.Params[0].Base[:3] },
-		"repeated name":     func(p *Plan) { p.Params[1].Name = "lr" },
-		"bad spread":        func(p *Plan) { p.Params[0].Spread.Alpha = 1 },
-		"bad bounds":        func(p *Plan) { p.Params[0].Bounds = Bounds{1, 0} },
-		"no steps":          func(p *Plan) { p.Steps = 0 },
+		"ranks differ":  func(p *Plan) { p.Params[1].Slots = []uint32{0, 1} },
+		"NaN base":      func(p *Plan) { p.Params[0].Base[1] = math.NaN() },
+		"short base":    func(p *Plan) { p.Params[0].Base = p.Params[0].Base[:3] },
+		"repeated name": func(p *Plan) { p.Params[1].Name = "lr" },
+		"bad spread":    func(p *Plan) { p.Params[0].Spread.Alpha = 1 },
+		"bad bounds":    func(p *Plan) { p.Params[0].Bounds = Bounds{1, 0} },
+		"no steps":      func(p *Plan) { p.Steps = 0 },
 	} {
 		p := samplePlan()
 		mod(p)
 		_, err := p.MarshalBinary()
 		assert.ErrorIs(t, err, ErrInvalid, name)
+		assert.ErrorIs(t, p.Validate(), ErrInvalid, name)
 	}
 }
 

@@ -124,6 +124,16 @@ AVX2 void hdet_average(float *avg, const float *p, int64_t n, float k) {
 		avg[i] = avg[i] + (p[i] - avg[i]) / k;
 }
 
+// flushTiny of kernels.go: +0 for a subnormal or ±0, as the comparisons
+// x > -2^-126 and x < 2^-126 (false for NaN) decide.
+AVX2 static inline __m256 flush_tiny8(__m256 x) {
+	const __m256 lim = _mm256_set1_ps(0x1p-126f), nlim = _mm256_set1_ps(-0x1p-126f);
+	__m256 tiny = _mm256_and_ps(_mm256_cmp_ps(x, nlim, _CMP_GT_OQ), _mm256_cmp_ps(x, lim, _CMP_LT_OQ));
+	return _mm256_andnot_ps(tiny, x);
+}
+
+static inline float flush_tiny1(float x) { return (x > -0x1p-126f && x < 0x1p-126f) ? 0.0f : x; }
+
 AVX2 void hdet_adamw(float *p, const float *g, float *m, float *v, int64_t n, const hdet_adamw_consts *c) {
 	const __m256 b1 = _mm256_set1_ps(c->b1), nb1 = _mm256_set1_ps(1 - c->b1);
 	const __m256 b2 = _mm256_set1_ps(c->b2), nb2 = _mm256_set1_ps(1 - c->b2);
@@ -132,8 +142,8 @@ AVX2 void hdet_adamw(float *p, const float *g, float *m, float *v, int64_t n, co
 	int64_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		__m256 gi = _mm256_loadu_ps(g + i);
-		__m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(nb1, gi));
-		__m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(nb2, gi), gi));
+		__m256 mi = flush_tiny8(_mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(nb1, gi)));
+		__m256 vi = flush_tiny8(_mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(nb2, gi), gi)));
 		_mm256_storeu_ps(m + i, mi);
 		_mm256_storeu_ps(v + i, vi);
 		__m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), isb), eps);
@@ -142,8 +152,8 @@ AVX2 void hdet_adamw(float *p, const float *g, float *m, float *v, int64_t n, co
 	}
 	for (; i < n; i++) {
 		float gi = g[i];
-		float mi = c->b1 * m[i] + (1 - c->b1) * gi;
-		float vi = c->b2 * v[i] + (1 - c->b2) * gi * gi;
+		float mi = flush_tiny1(c->b1 * m[i] + (1 - c->b1) * gi);
+		float vi = flush_tiny1(c->b2 * v[i] + (1 - c->b2) * gi * gi);
 		m[i] = mi;
 		v[i] = vi;
 		p[i] = p[i] * c->keep - c->step * mi / (_mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(vi))) * c->inv_sqrt_bc2 + c->eps);
@@ -155,12 +165,12 @@ AVX2 void hdet_sgd(float *p, const float *g, float *buf, int64_t n, float mu, fl
 	int64_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		__m256 pi = _mm256_loadu_ps(p + i);
-		__m256 b = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(muv, _mm256_loadu_ps(buf + i)), _mm256_loadu_ps(g + i)), _mm256_mul_ps(wdv, pi));
+		__m256 b = flush_tiny8(_mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(muv, _mm256_loadu_ps(buf + i)), _mm256_loadu_ps(g + i)), _mm256_mul_ps(wdv, pi)));
 		_mm256_storeu_ps(buf + i, b);
 		_mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_mul_ps(lrv, b)));
 	}
 	for (; i < n; i++) {
-		float b = mu * buf[i] + g[i] + wd * p[i];
+		float b = flush_tiny1(mu * buf[i] + g[i] + wd * p[i]);
 		buf[i] = b;
 		p[i] -= lr * b;
 	}

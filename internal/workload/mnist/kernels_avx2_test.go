@@ -107,6 +107,33 @@ func TestAVX2KernelsMatchGoBitForBit(t *testing.T) {
 	}
 }
 
+// An optimizer state that decays below the smallest normal float32 is
+// stored as +0 by both kernel sets: subnormals cost a microcode assist per
+// operation on x86.
+func TestOptimizerStateFlushesSubnormals(t *testing.T) {
+	needAVX2(t)
+	const n = 11             // a vector of 8 and a scalar tail
+	tiny := float32(1.2e-38) // normal; times 0.9 or 0.5 it is subnormal
+	c := adamWConsts{b1: 0.9, b2: 0.5, keep: 1, step: 1e-3, invSqrtBc2: 1, eps: 1e-8}
+	for name, k := range map[string]kernels{"go": goKernels, "avx2": avx2Kernels} {
+		p, g, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range m {
+			m[i], v[i], p[i] = tiny, tiny, 1
+		}
+		k.adamW(p, g, m, v, c)
+		buf := make([]float32, n)
+		for i := range buf {
+			buf[i] = -tiny
+		}
+		k.sgd(make([]float32, n), g, buf, 0.9, 0.1, 0)
+		for i := range n {
+			require.Equal(t, uint32(0), math.Float32bits(m[i]), "%s: m[%d]", name, i)
+			require.Equal(t, uint32(0), math.Float32bits(v[i]), "%s: v[%d]", name, i)
+			require.Equal(t, uint32(0), math.Float32bits(buf[i]), "%s: buf[%d]", name, i)
+		}
+	}
+}
+
 // Whole windows trained with either kernel set end with the same slab and
 // the same losses, with dropout and with every optimizer.
 func TestTrainingIsTheSameWithEitherKernels(t *testing.T) {

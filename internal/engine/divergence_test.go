@@ -152,6 +152,17 @@ func TestBlownUpWindowRollsBack(t *testing.T) {
 	assert.Contains(t, logs.String(), "rollback 1 of at most 3")
 }
 
+// With no rollback left a blown-up window is averaged: the rule never
+// stops a run by itself.
+func TestBlownUpWithoutRollbacksIsAveraged(t *testing.T) {
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, spikeOnce: 6}
+	res, logs, err := soloRun(t, rep, 0, nil)
+	require.NoError(t, err, logs.String())
+	assert.Equal(t, 12, res.Steps)
+	assert.InDeltaSlice(t, []float64{0.01, 0.01, 0.01, 0.01, 0.01, 0.01}, rep.lrs, 1e-12)
+	assert.NotContains(t, logs.String(), "blew up everywhere")
+}
+
 func TestBlownUp(t *testing.T) {
 	for name, tc := range map[string]struct {
 		med, last, factor float64

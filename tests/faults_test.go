@@ -174,6 +174,18 @@ func windowRecords(t *testing.T, r hdetRun) []metrics.Record {
 	return out
 }
 
+// windowPasses is every record of window k, in order: one per pass, so a
+// window that rolled back and ran again has two.
+func windowPasses(t *testing.T, r hdetRun, k int) []metrics.Record {
+	var out []metrics.Record
+	for _, rec := range windowRecords(t, r) {
+		if rec.Window == k {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
 // mountTmpfs mounts a tmpfs with opts on dir for the test. Mounting needs
 // root: without it the test skips on a developer box and fails under CI.
 func mountTmpfs(t *testing.T, dir, opts string) {
@@ -285,12 +297,7 @@ func TestFaults(t *testing.T) {
 	fault(t, "every rank unhealthy -> rollback with halved lr, run finishes", func(t *testing.T) {
 		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan_all=4")
 		require.NoError(t, r.err, r.stderr)
-		var w4 []metrics.Record
-		for _, rec := range windowRecords(t, r) {
-			if rec.Window == 4 {
-				w4 = append(w4, rec)
-			}
-		}
+		w4 := windowPasses(t, r, 4)
 		require.Len(t, w4, 2, "window 4 failed, then ran again")
 		require.NotEmpty(t, w4[0].Events)
 		last := w4[0].Events[len(w4[0].Events)-1]
@@ -306,12 +313,7 @@ func TestFaults(t *testing.T) {
 	fault(t, "all losses jump together (finite x100) -> rollback with halved lr", func(t *testing.T) {
 		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"blowup_all=4")
 		require.NoError(t, r.err, r.stderr)
-		var w4 []metrics.Record
-		for _, rec := range windowRecords(t, r) {
-			if rec.Window == 4 {
-				w4 = append(w4, rec)
-			}
-		}
+		w4 := windowPasses(t, r, 4)
 		require.Len(t, w4, 2, "window 4 blew up, then ran again")
 		kinds := []string{}
 		for _, e := range w4[0].Events {

@@ -12,19 +12,15 @@ import (
 	"github.com/hdet-dev/hdet/internal/stats"
 )
 
-// markDiverged makes unhealthy every healthy rank whose finite window loss
-// is above factor times the median of the healthy ranks' losses (a replica
-// whose loss exploded without reaching Inf or NaN), sets its loss to NaN as
-// for a NaN replica, and returns one event per such rank. Every rank runs it
-// on the same gathered losses, so all reach the same verdict. factor 0, or
-// a median <= 0 (a loss that is not a positive cross-entropy), disables it.
-func markDiverged(losses []float64, healthy []bool, factor float64, window int) []metrics.Event {
-	return markDivergedIn(Layout{World: len(losses), Size: 1}, losses, healthy, factor, window)
-}
-
-// markDivergedIn is markDiverged on replicas laid out by lay: losses and
-// healthy are per replica, and the events name replicas and their ranks.
-func markDivergedIn(lay Layout, losses []float64, healthy []bool, factor float64, window int) []metrics.Event {
+// markDiverged makes unhealthy every healthy replica whose finite window
+// loss is above factor times the median of the healthy replicas' losses (a
+// replica whose loss exploded without reaching Inf or NaN), sets its loss to
+// NaN as for a NaN replica, and returns one event per such replica, naming
+// it and its ranks as lay lays them out. losses and healthy are per
+// replica. Every rank runs it on the same gathered losses, so all reach the
+// same verdict. factor 0, or a median <= 0 (a loss that is not a positive
+// cross-entropy), disables it.
+func markDiverged(lay Layout, losses []float64, healthy []bool, factor float64, window int) []metrics.Event {
 	if factor == 0 {
 		return nil
 	}
@@ -111,7 +107,7 @@ var ErrNoCheckpoint = errors.New("no checkpoint to roll back to")
 func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 	l.watch.Enter(w.index, w.end(), PhaseRollback)
 	what := fmt.Errorf("%w in window %d (steps %d-%d): training diverged everywhere", ErrAllUnhealthy, w.index, w.start, w.end())
-	if l.o.CheckpointDir == "" || l.rollbacks >= l.o.MaxRollbacks {
+	if !l.canRollBack() {
 		return 0, fmt.Errorf("%w after %d rollbacks (train.max_rollbacks %d) with learning rates scaled by %g; the last checkpoint stays valid",
 			what, l.rollbacks, l.o.MaxRollbacks, w.lrScale)
 	}
@@ -132,6 +128,12 @@ func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 		l.record(rec) // the window has no converge and no feedback
 	}
 	return to, nil
+}
+
+// canRollBack reports whether a rollback is left: a checkpoint directory
+// to go back to and fewer than train.max_rollbacks done.
+func (l *loop) canRollBack() bool {
+	return l.o.CheckpointDir != "" && l.rollbacks < l.o.MaxRollbacks
 }
 
 func rollbackEvent(window, to, done, max int) metrics.Event {

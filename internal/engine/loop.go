@@ -233,14 +233,14 @@ func (l *loop) gather(w *window) error {
 		w.events = append(w.events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
 			Message: fmt.Sprintf("%s had a non-finite loss or parameters in window %d; left out of the average and reset to it", l.lay.Name(r), w.index)})
 	}
-	div := markDivergedIn(l.lay, w.losses, w.healthyRanks, l.o.DivergenceFactor, w.index)
+	div := markDiverged(l.lay, w.losses, w.healthyRanks, l.o.DivergenceFactor, w.index)
 	w.events = append(w.events, div...)
 	w.nHealthy -= len(div)
 	// A blown-up window is only worth flagging when it can roll back: with
 	// no rollback left (or none at all, as with --worker) it would stop a
 	// run on a heuristic, so the window is averaged as before.
-	med, canRollBack := healthyMedian(w.losses, w.healthyRanks), l.o.CheckpointDir != "" && l.rollbacks < l.o.MaxRollbacks
-	if ev, ok := blownUp(med, l.lastMedian, l.o.DivergenceFactor, w.index); ok && canRollBack {
+	med := healthyMedian(w.losses, w.healthyRanks)
+	if ev, ok := blownUp(med, l.lastMedian, l.o.DivergenceFactor, w.index); ok && l.canRollBack() {
 		clear(w.healthyRanks)
 		w.events, w.nHealthy = append(w.events, ev), 0
 	} else if w.nHealthy > 0 {

@@ -399,7 +399,7 @@ func (p *param) lastValues(pp *ParamPlan) []float64 {
 	}
 	base, add, b, coef := pp.Base[len(pp.Base)-1], pp.Spread.Kind == Additive, pp.Bounds, p.coef
 	for r, s := range pp.Slots {
-		p.values[r] = b.Clamp(combine(add, base, coef[s]))
+		p.values[r] = b.Clamp(withCoef(add, base, coef[s]))
 	}
 	return p.values
 }

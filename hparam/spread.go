@@ -119,7 +119,7 @@ func (s Spread) ValuesTo(dst []float64, base float64, b Bounds) {
 	s.coefs(dst)
 	add := s.Kind == Additive
 	for j, c := range dst {
-		dst[j] = b.Clamp(combine(add, base, c))
+		dst[j] = b.Clamp(withCoef(add, base, c))
 	}
 }
 
@@ -127,7 +127,7 @@ func (s Spread) ValuesTo(dst []float64, base float64, b Bounds) {
 // depends on the spread and n but not on the base: the multiplier of a
 // multiplicative or geometric spread, the added alpha*offset of an
 // additive one. Computed with Value's operations, and mirrored slots share
-// one multiplier computation, so combine gives Value's results bit for
+// one multiplier computation, so withCoef gives Value's results bit for
 // bit; a caller whose spread holds over many windows computes them once.
 func (s Spread) coefs(coef []float64) {
 	n := len(coef)
@@ -153,10 +153,10 @@ func (s Spread) coefs(coef []float64) {
 	}
 }
 
-// combine is the value, before clamping, of a slot with coefficient c
+// withCoef is the value, before clamping, of a slot with coefficient c
 // (coefs) for base, add telling an additive spread: its caller compares
 // the kind, a string, once rather than for every slot.
-func combine(add bool, base, c float64) float64 {
+func withCoef(add bool, base, c float64) float64 {
 	if add {
 		return base + c
 	}

@@ -144,12 +144,16 @@ func (c *slurmCluster) waitRequeued(t *testing.T, id string) map[string]string {
 
 // startNow lets a requeued job start again without Slurm's two-minute wait,
 // once the node has cleaned up after its first run: a launch onto a node
-// still killing the old step fails.
+// still killing the old step fails. The requeue revoked the job's
+// credential at a whole second, and slurmd refuses a new credential made
+// in that same second (ctime <= revoked), failing the job with exit 1, so
+// the update waits for the next second after the node is idle.
 func (c *slurmCluster) startNow(t *testing.T, id string) {
 	t.Helper()
 	c.waitFor(t, "the node to be idle", func() bool {
 		return strings.TrimSpace(c.run(t, "", "sinfo", "-h", "-o", "%T")) == "idle"
 	})
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
 	c.run(t, "", "scontrol", "update", "JobId="+id, "StartTime=now")
 }
 

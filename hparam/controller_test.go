@@ -357,3 +357,25 @@ func TestControllerStateRoundTrip(t *testing.T) {
 	_, err = c.LoadState(ctx, st)
 	assert.ErrorIs(t, err, ErrDecode, "other explorers")
 }
+
+// lastValues skips the clamp when the extreme slots are inside the bounds:
+// for every spread kind, base sign and bounds that clamp neither, one or
+// both ends, it gives exactly ParamPlan.Value at the window's last step.
+func TestLastValuesMatchPlanValue(t *testing.T) {
+	const n = 9
+	slots := []uint32{4, 0, 8, 1, 7, 2, 6, 3, 5}
+	spreads := []Spread{{Multiplicative, 0.5}, {Geometric, 2}, {Additive, 0.3}}
+	bounds := []Bounds{{-10, 10}, {0.9, 10}, {-10, 1.1}, {0.95, 1.05}, {1, 1}}
+	var p param
+	for _, sp := range spreads {
+		for _, b := range bounds {
+			for _, base := range []float64{1, -1, 0, 3.7} {
+				pp := ParamPlan{Base: []float64{5, base}, Spread: sp, Bounds: b, Slots: slots}
+				got := p.lastValues(&pp)
+				for r := range slots {
+					require.Equal(t, math.Float64bits(pp.Value(r, 1)), math.Float64bits(got[r]), "%v %v base %v rank %d", sp, b, base, r)
+				}
+			}
+		}
+	}
+}

@@ -358,11 +358,10 @@ func TestControllerStateRoundTrip(t *testing.T) {
 	assert.ErrorIs(t, err, ErrDecode, "other explorers")
 }
 
-// lastValues skips the clamp when the extreme slots are inside the bounds:
-// for every spread kind, base sign and bounds that clamp neither, one or
-// both ends, it gives exactly ParamPlan.Value at the window's last step.
+// lastValues, one pass over the ranks, gives exactly ParamPlan.Value at the
+// window's last step for every spread kind, base sign and bounds that clamp
+// neither, one or both ends.
 func TestLastValuesMatchPlanValue(t *testing.T) {
-	const n = 9
 	slots := []uint32{4, 0, 8, 1, 7, 2, 6, 3, 5}
 	spreads := []Spread{{Multiplicative, 0.5}, {Geometric, 2}, {Additive, 0.3}}
 	bounds := []Bounds{{-10, 10}, {0.9, 10}, {-10, 1.1}, {0.95, 1.05}, {1, 1}}

@@ -14,10 +14,11 @@ import (
 )
 
 // IsConfigError tells whether err comes from how an explorer was configured
-// (a path that is not an executable, a malformed or mismatched checksum)
-// rather than from the explorer misbehaving: hdet exits 2 on these.
+// (a path that is not an executable or not an explorer, a malformed or
+// mismatched checksum) rather than from the explorer misbehaving: hdet
+// exits 2 on these.
 func IsConfigError(err error) bool {
-	return errors.Is(err, ErrNotExecutable) || errors.Is(err, ErrBadChecksum) || errors.Is(err, ErrChecksumMismatch)
+	return errors.Is(err, ErrNotExecutable) || errors.Is(err, ErrNotExplorer) || errors.Is(err, ErrBadChecksum) || errors.Is(err, ErrChecksumMismatch)
 }
 
 // Describe starts spec's binary, asks it to describe itself and stops it.

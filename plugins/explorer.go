@@ -12,10 +12,19 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 )
 
-// ErrExplorerFailed: the explorer failed again after its one restart, or its
-// restart failed. The Explorer stays failed; the meta-controller freezes the
+// ErrExplorerFailed: the explorer failed again after its one restart, its
+// restart failed, or it refused its input (hparam.ErrInvalid, which is not
+// retried). The Explorer stays failed; the meta-controller freezes the
 // hyperparameter.
 var ErrExplorerFailed = errors.New("explorer failed")
+
+// failure is the error of an explorer given up on: ErrExplorerFailed and
+// its cause, with the cause's message only (the controller names the
+// explorer and the call).
+type failure struct{ err error }
+
+func (f failure) Error() string   { return f.err.Error() }
+func (f failure) Unwrap() []error { return []error{ErrExplorerFailed, f.err} }
 
 // ErrClosed: the Explorer was closed.
 var ErrClosed = errors.New("explorer closed")
@@ -225,7 +234,9 @@ func (e *Explorer) doLocked(ctx context.Context, op string, call func(context.Co
 	if ctx.Err() != nil {
 		return err // the caller gave up; not the explorer's fault
 	}
-	if e.restarts >= maxRestarts {
+	if e.restarts >= maxRestarts || errors.Is(err, hparam.ErrInvalid) {
+		// A refusal of its input (a config block, a window) is an answer,
+		// not a crash: a restarted explorer would refuse the same way.
 		return e.fail(op, err)
 	}
 	e.restarts++
@@ -288,8 +299,8 @@ func (e *Explorer) restart(ctx context.Context, op string) error {
 // fail gives up on the explorer for good.
 func (e *Explorer) fail(op string, err error) error {
 	e.stop()
-	e.failed = fmt.Errorf("%w: %s: %s: %w", ErrExplorerFailed, e.spec.Name, op, err)
-	e.zl.Error().Err(err).Str("op", op).Msg("explorer failed after its restart; its hyperparameter will be frozen")
+	e.failed = failure{err}
+	e.zl.Error().Err(err).Str("op", op).Msg("explorer failed for good")
 	e.events = append(e.events, Event{Name: e.spec.Name, Kind: EventFailed, Op: op, Err: err})
 	return e.failed
 }

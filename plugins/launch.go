@@ -50,6 +50,11 @@ var (
 	ErrBadChecksum = errors.New("checksum must be 64 hex digits of SHA-256")
 	// ErrNotExecutable: the binary path is not an executable regular file.
 	ErrNotExecutable = errors.New("not an executable file")
+	// ErrNotExplorer: the binary exited, or wrote something other than
+	// go-plugin's handshake, before its handshake: the config names a
+	// program that is not an explorer (hdet exits 2). A start that times
+	// out is not this error: a loaded node can be slow.
+	ErrNotExplorer = errors.New("not an hdet explorer")
 )
 
 // process is one running explorer binary.
@@ -141,7 +146,7 @@ func start(spec Spec, hl hclog.Logger) (*process, error) {
 		if time.Since(t0) >= deadline {
 			return nil, fmt.Errorf("start explorer %s: no go-plugin handshake within %s, so its process group was killed. %s: %w", spec.Binary, deadline, startHint, err)
 		}
-		return nil, fmt.Errorf("start explorer %s: %w", spec.Binary, err)
+		return nil, fmt.Errorf("start explorer %s (%w): %w", spec.Binary, ErrNotExplorer, err)
 	}
 	raw, err := rpc.Dispense(contract.PluginName)
 	if err != nil {

@@ -128,6 +128,10 @@ func TestBadInput(t *testing.T) {
 		cfgCase("negative alpha", withExplorer("config: {schedule: 0.001, spread: {alpha: -0.1}}"), "alpha"),
 		cfgCase("inverted bounds", withExplorer("config: {schedule: 0.001, bounds: {lower: 0.1, upper: 0.01}}"), "bounds"),
 		cfgCase("unknown schedule kind", withExplorer("config: {schedule: {kind: sawtooth, max_lr: 0.01}}"), "sawtooth"),
+		cfgCase("infinite max_lr", withExplorer("config: {schedule: {kind: onecycle, max_lr: .inf}}"), "explorers[0].config.schedule.max_lr: want a finite number, got .inf"),
+		// Refused by the explorer process itself, said once, with no restart.
+		cfgCase("negative max_lr", withExplorer("config: {schedule: {kind: onecycle, max_lr: -1}}"), "explorers: explorer failed: lr: init: schedule.max_lr: must be a positive finite number, got -1"),
+		cfgCase("plugin that is not an explorer", strings.Replace(badBase, "plugin: hdet-explorer-lr", "plugin: /bin/true", 1), "start explorer /bin/true (not an hdet explorer)"),
 		cfgCase("unknown explorer config key", withExplorer("config: {schedule: 0.001, spred: {alpha: 0.1}}"), "spred"),
 		cfgCase("explorer the workload does not accept", strings.Replace(badBase, "name: lr", "name: temperature", 1),
 			`explorers[0].name: the workload does not accept "temperature"`),

@@ -123,6 +123,12 @@ func TestErrorsCarryTheirLine(t *testing.T) {
 		{"wrong type", "\n\ntrain: {steps: ten}\n", nil, `line 3: train.steps: want an integer, got "ten"`},
 		{"unknown key", "run:\n  dri: x\n", nil, "line 2: run.dri: unknown key"},
 		{"from --set", "train: {steps: 10}\n", []string{"train.window=0"}, "--set: train.window: got 0"},
+		{"infinity in an explorer's config", "explorers:\n  - name: lr\n    plugin: x\n    config:\n      schedule: {kind: onecycle, max_lr: .inf}\n", nil,
+			"line 5: explorers[0].config.schedule.max_lr: want a finite number, got .inf"},
+		{"NaN in a list, through an alias", "explorers:\n  - name: lr\n    plugin: x\n    config: {a: &n .NaN, b: [1, *n]}\n", nil,
+			"line 4: explorers[0].config.a: want a finite number, got .NaN"},
+		{"infinity from --set", "explorers:\n  - name: lr\n    plugin: x\n    config: {schedule: 0.1}\n", []string{"explorers.lr.config.schedule=-.inf"},
+			"explorers[0].config.schedule: want a finite number, got -.inf"},
 		{"a default that conflicts", "train: {steps: 0}\n", nil, "train.steps: got 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -134,6 +134,9 @@ func (d decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		if err := n.Decode(m.Interface()); err != nil {
 			return at(n, where, "%s", short(err.Error()))
 		}
+		if err := finiteNumbers(n, path); err != nil {
+			return err
+		}
 		v.Set(m.Elem())
 		return nil
 	}
@@ -145,6 +148,34 @@ func (d decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		return at(n, where, "want %s, got %q", typeName(v.Type()), short(n.Value))
 	}
 	v.Set(p.Elem())
+	return nil
+}
+
+// finiteNumbers refuses .inf and .nan anywhere in a free-form block, naming
+// the key: the block reaches its owner (an explorer) as JSON, which has no
+// such numbers, and would otherwise fail there with no field named.
+func finiteNumbers(n *yaml.Node, path string) error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := finiteNumbers(n.Content[i+1], join(path, n.Content[i].Value)); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := finiteNumbers(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case yaml.AliasNode:
+		return finiteNumbers(n.Alias, path)
+	case yaml.ScalarNode:
+		var f float64
+		if n.Tag == "!!float" && n.Decode(&f) == nil && (math.IsInf(f, 0) || math.IsNaN(f)) {
+			return at(n, path, "want a finite number, got %s", short(n.Value))
+		}
+	}
 	return nil
 }
 

@@ -92,12 +92,36 @@ func (g *GRPCClient) LoadState(ctx context.Context, state []byte) error {
 	return explorerError(err)
 }
 
-// explorerError turns an error the explorer returned (gRPC's Unknown) back
-// into its plain message, so a config error reads as the explorer wrote it;
-// transport errors (deadline, connection) keep their gRPC status.
+// explorerError turns an error the explorer returned back into its plain
+// message, so a config error reads as the explorer wrote it: gRPC's
+// InvalidArgument (an explorer refusing its input: its config, a window)
+// wraps hparam.ErrInvalid again, Unknown is any other error; transport
+// errors (deadline, connection) keep their gRPC status.
 func explorerError(err error) error {
-	if s, ok := status.FromError(err); ok && s.Code() == codes.Unknown {
+	s, ok := status.FromError(err)
+	switch {
+	case !ok:
+		return err
+	case s.Code() == codes.InvalidArgument:
+		return refusal(s.Message())
+	case s.Code() == codes.Unknown:
 		return errors.New(s.Message())
+	}
+	return err
+}
+
+// refusal is an explorer's hparam.ErrInvalid on the host side.
+type refusal string
+
+func (r refusal) Error() string { return string(r) }
+func (refusal) Unwrap() error   { return hparam.ErrInvalid }
+
+// serverError sends an error wrapping hparam.ErrInvalid as gRPC's
+// InvalidArgument, so the host can tell a refusal (which a restarted
+// explorer would repeat) from a failure; other errors go as they are.
+func serverError(err error) error {
+	if errors.Is(err, hparam.ErrInvalid) {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return err
 }
@@ -111,7 +135,7 @@ type GRPCServer struct {
 func (s *GRPCServer) Describe(ctx context.Context, _ *proto.DescribeRequest) (*proto.Descriptor, error) {
 	d, err := s.Impl.Describe(ctx)
 	if err != nil {
-		return nil, err
+		return nil, serverError(err)
 	}
 	return &proto.Descriptor{
 		Name:           d.Name,
@@ -135,7 +159,7 @@ func (s *GRPCServer) Init(ctx context.Context, in *proto.Setup) (*proto.InitResp
 		Probe:       in.GetProbe(),
 	})
 	if err != nil {
-		return nil, err
+		return nil, serverError(err)
 	}
 	return &proto.InitResponse{}, nil
 }
@@ -143,7 +167,7 @@ func (s *GRPCServer) Init(ctx context.Context, in *proto.Setup) (*proto.InitResp
 func (s *GRPCServer) Plan(ctx context.Context, in *proto.WindowRequest) (*proto.WindowPlan, error) {
 	p, err := s.Impl.Plan(ctx, hparam.WindowRequest{Window: int(in.GetWindow()), Start: int(in.GetStart()), Steps: int(in.GetSteps())})
 	if err != nil {
-		return nil, err
+		return nil, serverError(err)
 	}
 	return &proto.WindowPlan{Base: p.Base, Spread: spreadTo(p.Spread), Bounds: boundsTo(p.Bounds), Probe: p.Probe}, nil
 }
@@ -151,7 +175,7 @@ func (s *GRPCServer) Plan(ctx context.Context, in *proto.WindowRequest) (*proto.
 func (s *GRPCServer) Observe(ctx context.Context, in *proto.Observation) (*proto.Feedback, error) {
 	f, err := s.Impl.Observe(ctx, hparam.Observation{Window: int(in.GetWindow()), Values: in.GetValues(), Losses: in.GetLosses(), Probe: in.GetProbe()})
 	if err != nil {
-		return nil, err
+		return nil, serverError(err)
 	}
 	return &proto.Feedback{Weights: f.Weights, Base: f.Base, Estimate: f.Estimate, Offset: f.Offset}, nil
 }
@@ -159,14 +183,14 @@ func (s *GRPCServer) Observe(ctx context.Context, in *proto.Observation) (*proto
 func (s *GRPCServer) SaveState(ctx context.Context, _ *proto.SaveStateRequest) (*proto.State, error) {
 	b, err := s.Impl.SaveState(ctx)
 	if err != nil {
-		return nil, err
+		return nil, serverError(err)
 	}
 	return &proto.State{State: b}, nil
 }
 
 func (s *GRPCServer) LoadState(ctx context.Context, in *proto.State) (*proto.LoadStateResponse, error) {
 	if err := s.Impl.LoadState(ctx, in.GetState()); err != nil {
-		return nil, err
+		return nil, serverError(err)
 	}
 	return &proto.LoadStateResponse{}, nil
 }

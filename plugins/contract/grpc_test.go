@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -123,6 +124,21 @@ func TestGRPCCarriesExplorerErrors(t *testing.T) {
 	err := x.Init(context.Background(), hparam.Setup{})
 	require.Error(t, err)
 	assert.Equal(t, "config: alpha must be positive", err.Error(), "the explorer's own words, no gRPC status around them")
+}
+
+// A refusal (an error wrapping hparam.ErrInvalid) crosses as gRPC's
+// InvalidArgument and is hparam.ErrInvalid again on the host, in the
+// explorer's words; any other error is not.
+func TestGRPCCarriesRefusals(t *testing.T) {
+	x := dial(t, &recorder{failWith: fmt.Errorf("%w: alpha: must be positive", hparam.ErrInvalid)})
+	err := x.Init(context.Background(), hparam.Setup{})
+	require.ErrorIs(t, err, hparam.ErrInvalid)
+	assert.Equal(t, "invalid value: alpha: must be positive", err.Error())
+	_, err = x.Observe(context.Background(), hparam.Observation{})
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
+
+	x = dial(t, &recorder{failWith: errors.New("disk full")})
+	assert.NotErrorIs(t, x.Init(context.Background(), hparam.Setup{}), hparam.ErrInvalid)
 }
 
 func TestGRPCClientRejectsOutOfProtocolAnswers(t *testing.T) {

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -17,7 +18,8 @@ type Rule interface {
 	// Describe says what the rule drives; Bounds and Spread apply to every window.
 	Describe() hparam.Descriptor
 	// Start reads the setup (s.Config is the rule's JSON config block) and
-	// returns the first base value.
+	// returns the first base value. Its error is a refusal of the config
+	// (hparam.ErrInvalid: hdet exits 2, without restarting the explorer).
 	Start(s hparam.Setup) (base float64, err error)
 	// Update returns the base for the next window from the current one and
 	// what the replicas did, and optionally per-rank weights for the record.
@@ -45,7 +47,10 @@ func (x *ruleExplorer) Describe(context.Context) (hparam.Descriptor, error) {
 func (x *ruleExplorer) Init(_ context.Context, s hparam.Setup) error {
 	b, err := x.rule.Start(s)
 	if err != nil {
-		return err
+		if errors.Is(err, hparam.ErrInvalid) {
+			return err
+		}
+		return fmt.Errorf("%w: config: %w", hparam.ErrInvalid, err)
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()

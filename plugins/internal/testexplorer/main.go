@@ -24,7 +24,7 @@ import (
 type config struct {
 	FailAt   *int   `json:"fail_at_window"` // nil: never
 	FailIn   string `json:"fail_in"`        // "plan" (default) or "observe"
-	Mode     string `json:"mode"`           // "exit" (default), "error" or "hang"
+	Mode     string `json:"mode"`           // "exit" (default), "error", "refuse" (hparam.ErrInvalid) or "hang"
 	OnceFile string `json:"once_file"`      // when set, fail only if this file does not exist yet, then create it
 	// ChildPIDFile: when set, Init starts a child process (sleep) that the
 	// explorer never ends, and writes its pid here; hdet must end it.
@@ -101,6 +101,8 @@ func (x *explorer) maybeFail(ctx context.Context, op string, window int) error {
 	switch x.cfg.Mode {
 	case "error":
 		return errors.New("test explorer: failing as configured")
+	case "refuse":
+		return fmt.Errorf("%w: test explorer: refusing as configured", hparam.ErrInvalid)
 	case "hang":
 		<-ctx.Done() // gRPC cancels the context when the host's deadline passes
 		select {}

@@ -170,6 +170,8 @@ func TestBadInputBounds(t *testing.T) {
 		// hdet report reads what a file claims with bounds.
 		reportCase("report: a billion ranks", `{"type":"start","ranks":1000000000}`+"\n", "start record: ranks 1000000000, want 0 to 65536"),
 		reportCase("report: negative ranks", `{"type":"start","ranks":-3}`+"\n", "start record: ranks -3"),
+		reportCase("report: negative ranks beside a window", `{"type":"start","ranks":-4}`+"\n"+`{"type":"window","window":0,"step":10}`+"\n", "start record: ranks -4"),
+		reportCase("report: negative window", `{"type":"start","ranks":2}`+"\n"+`{"type":"window","window":-1,"step":-5,"losses":[1,2]}`+"\n", "window record: window -1 at step -5, want both >= 0"),
 		reportCase("report: ranks as a string", `{"type":"start","ranks":"many"}`+"\n", "metrics"),
 		reportCase("report: a line of 70 MB", `{"type":"start","x":"`+strings.Repeat("y", 70<<20)+"\"}\n", "line longer than"),
 		{name: "report: metrics.jsonl is a directory", args: []string{"report", "{run}"}, setup: mkdir("metrics.jsonl"), want: "not a regular file"},

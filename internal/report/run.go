@@ -81,7 +81,7 @@ func Load(runDir string) (*Run, error) {
 	for _, w := range r.Windows {
 		r.Ranks = max(r.Ranks, len(w.Losses))
 	}
-	if err := checkSize(r); err != nil {
+	if err := checkRecords(r); err != nil {
 		return nil, err
 	}
 	r.Params = append(r.Params, r.Start.Hyperparameters...)
@@ -112,9 +112,20 @@ const (
 	maxCells = 1 << 27 // windows times ranks in the per-rank figures and CSV
 )
 
-func checkSize(r *Run) error {
-	if r.Ranks < 0 || r.Ranks > MaxRanks {
-		return fmt.Errorf("%w: start record: ranks %d, want 0 to %d", metrics.ErrCorrupt, r.Ranks, MaxRanks)
+// checkRecords refuses what no run writes: a size past the bounds above, a
+// negative rank count, window or step.
+func checkRecords(r *Run) error {
+	n := r.Ranks // the start record's, or more where a window has more losses
+	if r.Start.Ranks < 0 {
+		n = r.Start.Ranks
+	}
+	if n < 0 || n > MaxRanks {
+		return fmt.Errorf("%w: start record: ranks %d, want 0 to %d", metrics.ErrCorrupt, n, MaxRanks)
+	}
+	for _, w := range r.Windows {
+		if w.Window < 0 || w.Step < 0 {
+			return fmt.Errorf("%w: window record: window %d at step %d, want both >= 0", metrics.ErrCorrupt, w.Window, w.Step)
+		}
 	}
 	if cells := int64(r.Ranks) * int64(len(r.Windows)); cells > maxCells {
 		return fmt.Errorf("%w: %d windows of %d ranks is more than a report draws (%d values)", metrics.ErrCorrupt, len(r.Windows), r.Ranks, maxCells)

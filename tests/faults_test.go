@@ -310,6 +310,18 @@ func TestFaults(t *testing.T) {
 		assert.Equal(t, 100, r.end(t).Step)
 	})
 
+	fault(t, "every rank unhealthy in the first window -> rollback to the step-0 checkpoint", func(t *testing.T) {
+		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan_all=0")
+		require.NoError(t, r.err, r.stderr)
+		w0 := windowPasses(t, r, 0)
+		require.Len(t, w0, 2, "window 0 failed, then ran again from the start")
+		last := w0[0].Events[len(w0[0].Events)-1]
+		assert.Equal(t, metrics.EventRollback, last.Kind)
+		assert.Contains(t, last.Message, "rolled back to the checkpoint at step 0 with learning rates scaled by 0.5")
+		assert.InDelta(t, 0.5*float64(w0[0].Base["lr"]), float64(w0[1].Base["lr"]), 1e-12)
+		assert.Equal(t, 100, r.end(t).Step)
+	})
+
 	fault(t, "all losses jump together (finite x100) -> rollback with halved lr", func(t *testing.T) {
 		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"blowup_all=4")
 		require.NoError(t, r.err, r.stderr)
@@ -372,6 +384,7 @@ explorers:
 		r := f.run(t)
 		require.NoError(t, r.err, r.stderr)
 		assert.Equal(t, 10, strings.Count(r.stderr, "checkpoint failed; the previous one stays valid; retrying at the next cadence"), "one warning per window, each a retry")
+		assert.Contains(t, r.stderr, "the step-0 checkpoint failed")
 		assert.Contains(t, r.stderr, "read-only file system")
 		assert.Equal(t, 100, r.end(t).Step)
 	})
@@ -389,8 +402,9 @@ explorers:
 	fault(t, "disk full (ENOSPC) -> previous checkpoints intact, warnings, run finishes", func(t *testing.T) {
 		f := newFaultRun(t, faultCfg)
 		dir := filepath.Join(f.runDir, "checkpoints")
-		// Room for two checkpoints of this model (about 305 kB each), not three.
-		mountTmpfs(t, dir, "size=800k")
+		// Room for three checkpoints of this model (about 305 kB each: steps
+		// 0, 10 and 20), not four.
+		mountTmpfs(t, dir, "size=1100k")
 		r := f.run(t)
 		require.NoError(t, r.err, r.stderr)
 		assert.Contains(t, r.stderr, "no space left on device")
@@ -402,7 +416,7 @@ explorers:
 			names = append(names, e.Name())
 		}
 		sort.Strings(names)
-		assert.Equal(t, []string{"ckpt-000000000010.hdet", "ckpt-000000000020.hdet"}, names, "no partial file left")
+		assert.Equal(t, []string{"ckpt-000000000000.hdet", "ckpt-000000000010.hdet", "ckpt-000000000020.hdet"}, names, "no partial file left")
 		ck, _, skipped, err := checkpoint.Latest(dir)
 		require.NoError(t, err)
 		assert.Empty(t, skipped, "the checkpoints written before the disk filled are intact")

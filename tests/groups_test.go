@@ -126,6 +126,6 @@ func TestReplicaGroupsResume(t *testing.T) {
 	r := runHDET(t, 4, conf, "--set", "train.replica_size=2")
 	require.NoError(t, r.err, r.stderr)
 	want := r.end(t).Checksum
-	assert.Equal(t, want, resumeFromStep30(t, r, "--set", "train.replica_size=2"))
+	assert.Equal(t, want, resumeFrom(t, r, 30, "--set", "train.replica_size=2"))
 	assert.NotEqual(t, pinnedAutoSum, want, "G=2 is another run than G=1")
 }

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,24 +66,28 @@ func TestPinnedChecksums(t *testing.T) {
 	}
 }
 
-// A run resumed from its window-3 checkpoint ends with the same pinned
-// parameters as the run left alone.
+// A run resumed from its window-3 checkpoint, or from its step-0 one (a
+// run stopped in its first window), ends with the same pinned parameters
+// as the run left alone.
 func TestPinnedResume(t *testing.T) {
 	r := runHDET(t, 4, pinnedCfg("local", pinnedAuto))
 	require.NoError(t, r.err, r.stderr)
-	assert.Equal(t, pinnedAutoSum, resumeFromStep30(t, r))
+	assert.Equal(t, pinnedAutoSum, resumeFrom(t, r, 30))
+	assert.Equal(t, pinnedAutoSum, resumeFrom(t, r, 0))
+	assert.Len(t, windowRecords(t, r), 6, "the windows after the checkpoint, run again, replace their records")
 }
 
-// resumeFromStep30 deletes a finished run's checkpoints after step 30 (it
-// wrote 6, every 10 steps), runs the same command again with extra flags
-// and returns the final checksum of the resumed run.
-func resumeFromStep30(t *testing.T, r hdetRun, extra ...string) string {
+// resumeFrom deletes a finished run's checkpoints after step (it wrote 7:
+// step 0, then every 10 steps), runs the same command again with extra
+// flags and returns the final checksum of the resumed run.
+func resumeFrom(t *testing.T, r hdetRun, step int, extra ...string) string {
 	t.Helper()
 	paths, err := filepath.Glob(filepath.Join(r.dir, "checkpoints", "ckpt-*.hdet"))
 	require.NoError(t, err)
-	require.Len(t, paths, 6)
+	require.NotEmpty(t, paths)
+	keep := fmt.Sprintf("ckpt-%012d.hdet", step)
 	for _, p := range paths {
-		if filepath.Base(p) > "ckpt-000000000030.hdet" {
+		if filepath.Base(p) > keep {
 			require.NoError(t, os.Remove(p))
 		}
 	}
@@ -91,6 +96,6 @@ func resumeFromStep30(t *testing.T, r hdetRun, extra ...string) string {
 		"--run-dir", r.dir, "--plugin-dir", plugins, "--set", "workload.data=" + mnistDir(t)}, extra...)
 	out, err := mpirunCmd(t.Context(), t, 4, args...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	assert.Regexp(t, `"step":30,[^\n]*"message":"resuming from checkpoint"`, string(out))
+	assert.Regexp(t, fmt.Sprintf(`"step":%d,[^\n]*"message":"resuming from checkpoint"`, step), string(out))
 	return hdetRun{dir: r.dir}.end(t).Checksum
 }

@@ -26,10 +26,29 @@ type Saver struct {
 	// BeforeWrite, when set, runs before each checkpoint: the metrics
 	// writer's Sync, so the windows a checkpoint covers are on disk.
 	BeforeWrite func() error
+	// StartsApart: the ranks do not start from rank 0's buffer (a warm
+	// noisy start), so there is no step-0 checkpoint (AtStart).
+	StartsApart bool
 	Log         zerolog.Logger
 
 	last      time.Time // last successful write (or the start)
 	failingAt time.Time // first failure since the last success
+}
+
+// AtStart writes a fresh run's step-0 checkpoint, the state every rank
+// starts from, so that a learning rate that diverges in the first window
+// rolls back to the start (halved) instead of stopping the run. A failed
+// write only warns; the first converge's checkpoint stays due.
+func (s *Saver) AtStart(ctx context.Context) {
+	if s.Rank != 0 || s.StartsApart {
+		return
+	}
+	path, err := s.write(ctx, -1, 0)
+	if err != nil {
+		s.Log.Warn().Err(err).Msg("the step-0 checkpoint failed: a run that diverges in its first window will stop")
+		return
+	}
+	s.Log.Info().Int("step", 0).Str("path", path).Msg("checkpoint written")
 }
 
 // AfterConverge writes a checkpoint when one is due (or force is set). A

@@ -82,3 +82,42 @@ func TestSaverFirstConvergeWrites(t *testing.T) {
 	}
 	assert.Equal(t, []string{"ckpt-000000000010.hdet", "ckpt-000000000100.hdet"}, names)
 }
+
+// AtStart writes the step-0 checkpoint (window 0, nothing trained) on rank
+// 0 only, none when the ranks start apart, and only warns when it cannot;
+// the first converge then still writes.
+func TestSaverAtStart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var log bytes.Buffer
+	s := saverIn(dir, 0, &log)
+	s.Every = 10
+	s.AtStart(ctx)
+	ck, _, _, err := Latest(dir)
+	require.NoError(t, err)
+	assert.Equal(t, 0, ck.Step)
+	assert.Equal(t, 0, ck.Window)
+	require.NoError(t, s.AfterConverge(ctx, 0, 10, false))
+	ck, _, _, err = Latest(dir)
+	require.NoError(t, err)
+	assert.Equal(t, 10, ck.Step, "the first converge still writes")
+
+	for name, mod := range map[string]func(*Saver){
+		"rank 1":       func(s *Saver) { s.Rank = 1 },
+		"starts apart": func(s *Saver) { s.StartsApart = true },
+	} {
+		empty := t.TempDir()
+		s := saverIn(empty, 0, &log)
+		mod(s)
+		s.AtStart(ctx)
+		_, _, _, err := Latest(empty)
+		assert.ErrorIs(t, err, ErrNone, name)
+	}
+
+	file := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	s = saverIn(filepath.Join(file, "checkpoints"), time.Minute, &log)
+	s.AtStart(ctx)
+	assert.Contains(t, log.String(), "the step-0 checkpoint failed")
+	assert.True(t, s.failingAt.IsZero(), "a failed step-0 write does not start the failing clock")
+}

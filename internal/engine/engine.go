@@ -45,9 +45,11 @@ type Progress interface {
 	Done()
 }
 
-// Checkpointer writes a checkpoint after a converge, when due. The engine
-// calls it on every rank; implementations write from rank 0 only.
+// Checkpointer writes a checkpoint after a converge, when due, and a fresh
+// run's step-0 checkpoint where a rollback could use it. The engine calls
+// it on every rank; implementations write from rank 0 only.
 type Checkpointer interface {
+	AtStart(ctx context.Context)
 	AfterConverge(ctx context.Context, window, step int, force bool) error
 }
 

@@ -92,6 +92,10 @@ func newLoop(o Options) (*loop, error) {
 
 func (l *loop) run(ctx context.Context) (Result, error) {
 	start := time.Now()
+	if l.o.StartStep == 0 && l.o.Checkpoint != nil && l.canRollBack() {
+		l.watch.Enter(0, 0, PhaseCheckpoint)
+		l.o.Checkpoint.AtStart(ctx)
+	}
 	for step := l.o.StartStep; step < l.o.Steps; {
 		next, err := l.window(ctx, step)
 		if err != nil {

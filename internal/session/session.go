@@ -113,6 +113,7 @@ type session struct {
 	ctrl     *hparam.Controller // rank 0
 	mw       *metrics.Writer    // rank 0
 	resumeAt int                // the step a resume starts from; 0 for a fresh run
+	resumed  bool               // a checkpoint was loaded (resumeAt 0: the step-0 one)
 	events   []hparam.Event     // rank 0: setup's explorer events, for the first record
 	wd       *watchdog.Watchdog
 	closers  []func()

@@ -17,7 +17,7 @@ import (
 // directory with its start record (rank 0).
 func (s *session) start(ctx context.Context) error {
 	cfg := s.cfg
-	if s.resumeAt == 0 && cfg.Train.WarmStart != "" {
+	if !s.resumed && cfg.Train.WarmStart != "" {
 		theta0, err := checkpoint.ReadModel(cfg.Train.WarmStart, s.replica.ParamCount())
 		if err != nil {
 			return Usagef("train.warm_start: %v", err)
@@ -46,7 +46,7 @@ func (s *session) openRunDir(ctx context.Context) error {
 		return Usagef("run.dir: %v", err)
 	}
 	mpath := filepath.Join(cfg.Run.Dir, "metrics.jsonl")
-	if s.resumeAt > 0 {
+	if s.resumed {
 		// Windows after the checkpoint will run again: drop their records.
 		if err := metrics.TruncateAfter(mpath, s.resumeAt); err != nil {
 			return fmt.Errorf("metrics.jsonl: %w", err)

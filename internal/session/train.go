@@ -87,7 +87,8 @@ func (s *session) saver() (*checkpoint.Saver, error) {
 		Interval: time.Duration(rc.CheckpointMinutes * float64(time.Minute)), Keep: rc.Keep,
 		Rank: w.Rank(), Ranks: s.replicas(), Config: cfgYAML, ParamCount: s.replica.ParamCount(),
 		Buffer: func() []float32 { return s.replica.SyncBuffer(true) }, Log: log,
-		MaxFailing: time.Duration(rc.CheckpointMaxFailing),
+		MaxFailing:  time.Duration(rc.CheckpointMaxFailing),
+		StartsApart: s.cfg.Train.WarmStart != "" && s.cfg.Train.WarmNoise > 0,
 	}
 	if s.rank == 0 {
 		saver.BeforeWrite = s.mw.Sync

@@ -109,7 +109,7 @@ func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, erro
 
 // soloRun runs 6 windows of 2 steps on one rank with a constant learning
 // rate 0.01 and divergence factor 10, checkpointing after every window.
-func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer) (Result, *bytes.Buffer, error) {
+func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer, tweak ...func(*checkpoint.Saver)) (Result, *bytes.Buffer, error) {
 	t.Helper()
 	ctx := context.Background()
 	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
@@ -123,6 +123,9 @@ func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer)
 	saver := &checkpoint.Saver{Dir: dir, Every: 1, Keep: 2, Ranks: 1, ParamCount: 1, Log: log,
 		Buffer:     func() []float32 { return rep.buf },
 		Controller: func(ctx context.Context) ([]byte, error) { b, _, err := ctrl.SaveState(ctx); return b, err }}
+	for _, f := range tweak {
+		f(saver)
+	}
 	res, err := Run(ctx, Options{Comm: soloComm{}, Replica: rep, Controller: ctrl, Steps: 12, Window: 2, Sync: SyncLocal,
 		Checkpoint: saver, Metrics: mw, Log: log, MaxRollbacks: maxRollbacks, CheckpointDir: dir, DivergenceFactor: 10})
 	return res, &logs, err
@@ -196,9 +199,24 @@ func TestRollbacksAreBoundedThenTheRunStops(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{0.01, 0.01, 0.01, 0.005, 0.0025}, rep.lrs, 1e-12)
 }
 
+// A run that fails in its first window rolls back to its step-0
+// checkpoint, the parameters it started from, with the rate halved.
+func TestFirstWindowRollsBackToTheStart(t *testing.T) {
+	rep := &lrReplica{buf: []float32{0}, nanFrom: 0}
+	_, logs, err := soloRun(t, rep, 3, nil)
+	require.ErrorIs(t, err, ErrAllUnhealthy)
+	assert.NotErrorIs(t, err, ErrNoCheckpoint)
+	assert.Contains(t, err.Error(), "after 3 rollbacks")
+	assert.Contains(t, logs.String(), "rolled back to the checkpoint at step 0 with learning rates scaled by 0.5")
+	assert.InDeltaSlice(t, []float64{0.01, 0.005, 0.0025, 0.00125}, rep.lrs, 1e-12)
+	assert.InDelta(t, 0.00125, float64(rep.buf[0]), 1e-9, "each re-run starts from the step-0 parameters")
+}
+
+// Without a step-0 checkpoint (ranks that start apart), a run that fails
+// in its first window has nothing to roll back to and stops.
 func TestRollbackWithoutACheckpointStops(t *testing.T) {
 	rep := &lrReplica{buf: []float32{0}, nanFrom: 0}
-	_, _, err := soloRun(t, rep, 3, nil) // fails in window 0, before any checkpoint
+	_, _, err := soloRun(t, rep, 3, nil, func(s *checkpoint.Saver) { s.StartsApart = true })
 	require.ErrorIs(t, err, ErrAllUnhealthy)
 	require.ErrorIs(t, err, ErrNoCheckpoint)
 }

@@ -307,6 +307,9 @@ func TestFaults(t *testing.T) {
 		assert.InDelta(t, 0.5*float64(w4[0].Base["lr"]), float64(w4[1].Base["lr"]), 1e-12, "the re-run window's learning rate is halved")
 		assert.Equal(t, float64(w4[0].Base["dropout"]), float64(w4[1].Base["dropout"]), "other hyperparameters are untouched")
 		assert.Contains(t, r.stdout, "report: ", "the report takes the repeated window")
+		summary, err := os.ReadFile(filepath.Join(r.dir, "report", "summary.md"))
+		require.NoError(t, err)
+		assert.Contains(t, string(summary), "| rollback |", "and keeps the failed pass's rollback event")
 		assert.Equal(t, 100, r.end(t).Step)
 	})
 

@@ -541,3 +541,30 @@ func TestSummaryNamesReplicaGroups(t *testing.T) {
 	r := &Run{Start: metrics.Record{Type: metrics.TypeStart, Ranks: 3, ReplicaSize: 2, WorldSize: 6}, Ranks: 3}
 	assert.Equal(t, 2, Summarize(r).ReplicaSize)
 }
+
+// A window that failed everywhere and rolled back is replaced by its re-run
+// in the plots, but its events and left-out ranks stay in the summary.
+func TestRolledBackWindowKeepsItsEvents(t *testing.T) {
+	dir := t.TempDir()
+	w, err := metrics.OpenWriter(filepath.Join(dir, MetricsFile))
+	require.NoError(t, err)
+	nan, one := metrics.Float(math.NaN()), metrics.Float(1)
+	for _, rec := range []metrics.Record{
+		{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		{Type: metrics.TypeWindow, Window: 0, Step: 10, Losses: []metrics.Float{nan, nan}, Healthy: []bool{false, false},
+			Events: []metrics.Event{{Kind: metrics.EventRollback, Message: "rolled back to the checkpoint at step 0"}}},
+		{Type: metrics.TypeWindow, Window: 0, Step: 10, Losses: []metrics.Float{one, one}, Healthy: []bool{true, true}},
+		{Type: metrics.TypeWindow, Window: 1, Step: 20, Losses: []metrics.Float{one, one}, Healthy: []bool{true, true}},
+	} {
+		require.NoError(t, w.Write(rec))
+	}
+	require.NoError(t, w.Close())
+	r, err := Load(dir)
+	require.NoError(t, err)
+	require.Len(t, r.Windows, 2)
+	assert.True(t, r.Windows[0].Healthy[0], "the re-run is the window's record")
+	s := Summarize(r)
+	require.Len(t, s.Events, 1)
+	assert.Equal(t, metrics.EventRollback, s.Events[0].Kind)
+	assert.Equal(t, []RankHealth{{Rank: 0, Windows: []int{0}}, {Rank: 1, Windows: []int{0}}}, s.Unhealthy)
+}

@@ -25,7 +25,11 @@ type Run struct {
 	// Start is the last start record (a resumed run appends one); FirstStart
 	// is the first, whose time is when the run began.
 	Start, FirstStart metrics.Record
-	Windows           []metrics.Record // by window index; a window redone after a resume replaces the earlier one
+	Windows           []metrics.Record // by window index; a window redone after a resume or a rollback replaces the earlier one
+	// Replaced is the window records a later pass of their window replaced,
+	// in file order: a window that failed everywhere and rolled back holds
+	// the events (unhealthy, rollback) the summary must still count.
+	Replaced []metrics.Record
 	End               *metrics.Record  // nil while the run is going or after a crash
 	Truncated         bool             // the last line was cut short
 	Resumes           int              // start records after the first
@@ -66,6 +70,9 @@ func Load(runDir string) (*Run, error) {
 			r.End = nil // a start after an end record means the run went on
 			starts++
 		case metrics.TypeWindow:
+			if old, ok := byWindow[rec.Window]; ok {
+				r.Replaced = append(r.Replaced, old)
+			}
 			byWindow[rec.Window] = rec
 		case metrics.TypeEnd:
 			r.End = &rec

@@ -72,6 +72,9 @@ func Summarize(r *Run) Summary {
 		WallSeconds: r.WallSeconds(),
 	}
 	t := tally{unhealthy: map[int]map[int]bool{}, groups: map[[2]string]*EventGroup{}}
+	for _, w := range r.Replaced {
+		t.add(w) // a rolled-back window's events happened, though its numbers were redone
+	}
 	for _, w := range r.Windows {
 		s.addWindow(w)
 		t.add(w)

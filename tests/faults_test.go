@@ -186,6 +186,26 @@ func windowPasses(t *testing.T, r hdetRun, k int) []metrics.Record {
 	return out
 }
 
+// rolledBack checks a run that rolled back once in window k and finished:
+// the window's two passes, the failed one ending with a rollback event
+// that says want, and the re-run, every rank healthy at half the learning
+// rate. It returns both passes.
+func rolledBack(t *testing.T, r hdetRun, k int, want string) (failed, again metrics.Record) {
+	t.Helper()
+	require.NoError(t, r.err, r.stderr)
+	passes := windowPasses(t, r, k)
+	require.Len(t, passes, 2, "window %d failed, then ran again", k)
+	failed, again = passes[0], passes[1]
+	require.NotEmpty(t, failed.Events)
+	last := failed.Events[len(failed.Events)-1]
+	assert.Equal(t, metrics.EventRollback, last.Kind)
+	assert.Contains(t, last.Message, want)
+	assert.InDelta(t, 0.5*float64(failed.Base["lr"]), float64(again.Base["lr"]), 1e-12, "the re-run window's learning rate is halved")
+	assert.Equal(t, []bool{true, true, true, true}, again.Healthy)
+	assert.Equal(t, 100, r.end(t).Step)
+	return failed, again
+}
+
 // mountTmpfs mounts a tmpfs with opts on dir for the test. Mounting needs
 // root: without it the test skips on a developer box and fails under CI.
 func mountTmpfs(t *testing.T, dir, opts string) {
@@ -296,50 +316,29 @@ func TestFaults(t *testing.T) {
 
 	fault(t, "every rank unhealthy -> rollback with halved lr, run finishes", func(t *testing.T) {
 		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan_all=4")
-		require.NoError(t, r.err, r.stderr)
-		w4 := windowPasses(t, r, 4)
-		require.Len(t, w4, 2, "window 4 failed, then ran again")
-		require.NotEmpty(t, w4[0].Events)
-		last := w4[0].Events[len(w4[0].Events)-1]
-		assert.Equal(t, metrics.EventRollback, last.Kind)
-		assert.Contains(t, last.Message, "rolled back to the checkpoint at step 40 with learning rates scaled by 0.5 (rollback 1 of at most 3)")
-		assert.Equal(t, []bool{true, true, true, true}, w4[1].Healthy)
-		assert.InDelta(t, 0.5*float64(w4[0].Base["lr"]), float64(w4[1].Base["lr"]), 1e-12, "the re-run window's learning rate is halved")
-		assert.Equal(t, float64(w4[0].Base["dropout"]), float64(w4[1].Base["dropout"]), "other hyperparameters are untouched")
+		failed, again := rolledBack(t, r, 4, "rolled back to the checkpoint at step 40 with learning rates scaled by 0.5 (rollback 1 of at most 3)")
+		assert.Equal(t, float64(failed.Base["dropout"]), float64(again.Base["dropout"]), "other hyperparameters are untouched")
 		assert.Contains(t, r.stdout, "report: ", "the report takes the repeated window")
 		summary, err := os.ReadFile(filepath.Join(r.dir, "report", "summary.md"))
 		require.NoError(t, err)
 		assert.Contains(t, string(summary), "| rollback |", "and keeps the failed pass's rollback event")
-		assert.Equal(t, 100, r.end(t).Step)
 	})
 
 	fault(t, "every rank unhealthy in the first window -> rollback to the step-0 checkpoint", func(t *testing.T) {
 		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan_all=0")
-		require.NoError(t, r.err, r.stderr)
-		w0 := windowPasses(t, r, 0)
-		require.Len(t, w0, 2, "window 0 failed, then ran again from the start")
-		last := w0[0].Events[len(w0[0].Events)-1]
-		assert.Equal(t, metrics.EventRollback, last.Kind)
-		assert.Contains(t, last.Message, "rolled back to the checkpoint at step 0 with learning rates scaled by 0.5")
-		assert.InDelta(t, 0.5*float64(w0[0].Base["lr"]), float64(w0[1].Base["lr"]), 1e-12)
-		assert.Equal(t, 100, r.end(t).Step)
+		rolledBack(t, r, 0, "rolled back to the checkpoint at step 0 with learning rates scaled by 0.5")
 	})
 
 	fault(t, "all losses jump together (finite x100) -> rollback with halved lr", func(t *testing.T) {
 		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"blowup_all=4")
-		require.NoError(t, r.err, r.stderr)
-		w4 := windowPasses(t, r, 4)
-		require.Len(t, w4, 2, "window 4 blew up, then ran again")
+		failed, _ := rolledBack(t, r, 4, "rolled back to the checkpoint at step 40")
 		kinds := []string{}
-		for _, e := range w4[0].Events {
+		for _, e := range failed.Events {
 			kinds = append(kinds, e.Kind)
 		}
 		assert.Equal(t, []string{metrics.EventUnhealthy, metrics.EventRollback}, kinds)
-		assert.Contains(t, w4[0].Events[0].Message, "times the previous window's")
-		assert.Contains(t, w4[0].Events[0].Message, "training blew up everywhere")
-		assert.InDelta(t, 0.5*float64(w4[0].Base["lr"]), float64(w4[1].Base["lr"]), 1e-12)
-		assert.Equal(t, []bool{true, true, true, true}, w4[1].Healthy)
-		assert.Equal(t, 100, r.end(t).Step)
+		assert.Contains(t, failed.Events[0].Message, "times the previous window's")
+		assert.Contains(t, failed.Events[0].Message, "training blew up everywhere")
 	})
 
 	fault(t, "every rank unhealthy, no rollbacks left -> clear error", func(t *testing.T) {

@@ -29,10 +29,10 @@ type Run struct {
 	// Replaced is the window records a later pass of their window replaced,
 	// in file order: a window that failed everywhere and rolled back holds
 	// the events (unhealthy, rollback) the summary must still count.
-	Replaced []metrics.Record
-	End               *metrics.Record  // nil while the run is going or after a crash
-	Truncated         bool             // the last line was cut short
-	Resumes           int              // start records after the first
+	Replaced  []metrics.Record
+	End       *metrics.Record // nil while the run is going or after a crash
+	Truncated bool            // the last line was cut short
+	Resumes   int             // start records after the first
 
 	Ranks  int
 	Params []metrics.Param // the start record's hyperparameters, then any others the windows name

@@ -172,7 +172,7 @@ func finiteNumbers(n *yaml.Node, path string) error {
 		return finiteNumbers(n.Alias, path)
 	case yaml.ScalarNode:
 		var f float64
-		if n.Tag == "!!float" && n.Decode(&f) == nil && (math.IsInf(f, 0) || math.IsNaN(f)) {
+		if n.Tag == "!!float" && n.Decode(&f) == nil && !finite(f) {
 			return at(n, path, "want a finite number, got %s", short(n.Value))
 		}
 	}

@@ -568,3 +568,16 @@ func TestRolledBackWindowKeepsItsEvents(t *testing.T) {
 	assert.Equal(t, metrics.EventRollback, s.Events[0].Kind)
 	assert.Equal(t, []RankHealth{{Rank: 0, Windows: []int{0}}, {Rank: 1, Windows: []int{0}}}, s.Unhealthy)
 }
+
+// Events of replaced passes are tallied in step order with the rest: an
+// event group's first and last steps are those of the run.
+func TestReplacedPassesKeepStepOrder(t *testing.T) {
+	clamped := []metrics.Event{{Kind: metrics.EventClamped, Param: "lr", Message: "clamped"}}
+	r := &Run{
+		Windows:  []metrics.Record{{Window: 0, Step: 10, Events: clamped}, {Window: 1, Step: 20}, {Window: 2, Step: 30, Events: clamped}},
+		Replaced: []metrics.Record{{Window: 1, Step: 20, Events: clamped}},
+	}
+	s := Summarize(r)
+	require.Len(t, s.Events, 1)
+	assert.Equal(t, EventGroup{Kind: metrics.EventClamped, Param: "lr", Count: 3, FirstStep: 10, LastStep: 30, FirstMessage: "clamped"}, s.Events[0])
+}

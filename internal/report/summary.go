@@ -72,11 +72,15 @@ func Summarize(r *Run) Summary {
 		WallSeconds: r.WallSeconds(),
 	}
 	t := tally{unhealthy: map[int]map[int]bool{}, groups: map[[2]string]*EventGroup{}}
-	for _, w := range r.Replaced {
-		t.add(w) // a rolled-back window's events happened, though its numbers were redone
-	}
 	for _, w := range r.Windows {
 		s.addWindow(w)
+	}
+	// A rolled-back window's events happened, though its numbers were
+	// redone: the tally takes every pass, in step order (a replaced pass
+	// before its re-run), so first and last steps stay right.
+	all := append(slices.Clone(r.Replaced), r.Windows...)
+	slices.SortStableFunc(all, func(a, b metrics.Record) int { return a.Step - b.Step })
+	for _, w := range all {
 		t.add(w)
 	}
 	s.addEvals(r.Evals())

@@ -241,8 +241,9 @@ func runPlainDDP(t testing.TB, n int, script string, args ...string) (string, er
 	return out.String(), errors.Join(errs...)
 }
 
-// checkConvNet asserts what issue 17 promises for an ordinary script whose
-// only change is the import line, run without a config file.
+// checkConvNet asserts what issues 17 and 14 promise for an ordinary script
+// whose only changes are the import line and probe_dataset, run without a
+// config file: the controller compares the ranks by their probe losses.
 func checkConvNet(t *testing.T, script string, steps int, baseline []string, args ...string) {
 	save := filepath.Join(t.TempDir(), "convnet.pt")
 	args = append(append([]string{"--data", mnistDir(t), "--save", save}, convnetArgs...), args...)
@@ -254,14 +255,20 @@ func checkConvNet(t *testing.T, script string, steps int, baseline []string, arg
 	end := r.end(t)
 	assert.Equal(t, steps, end.Step, "the run is the script's schedule")
 	distinct := map[metrics.Float]bool{}
+	probed := 0
 	for _, rec := range r.records(t) {
 		if rec.Type == metrics.TypeWindow {
 			for _, v := range rec.Values["lr"] {
 				distinct[v] = true
 			}
+			if len(rec.Probe) == 4 {
+				probed++
+			}
 		}
 	}
 	assert.GreaterOrEqual(t, len(distinct), 4, "the ranks applied different learning rates")
+	assert.Positive(t, probed, "probe_dataset's losses reached the controller")
+	assert.NotContains(t, out, "cannot evaluate probe losses")
 	assert.Regexp(t, `\[rank 0\] \d+ steps in`, out, "worker lines carry their rank")
 	assert.NotContains(t, out, "NaN")
 
@@ -288,13 +295,14 @@ print("loaded", s.last_epoch, s.get_last_lr()[0], ck["scheduler"]["hdet"]["rank"
 	assert.Regexp(t, fmt.Sprintf(`^loaded %d [0-9.e-]+ 0\n$`, steps), string(got))
 }
 
-// convnet_hdet.py is convnet.py with one changed line: a single-process
-// script, so local mode; every rank trains on the whole data.
+// convnet_hdet.py is convnet.py with two changed lines (the import and
+// probe_dataset): a single-process script, so local mode; every rank
+// trains on the whole data.
 func TestPyTorchConvNet(t *testing.T) {
 	checkConvNet(t, "convnet_hdet.py", 200, nil, "--train-samples", "12800")
 }
 
-// convnet_ddp_hdet.py is convnet_ddp.py with one changed line: DDP, so
+// convnet_ddp_hdet.py is convnet_ddp.py with the same two lines: DDP, so
 // gradients mode; DistributedSampler shards the data by hdet's RANK. Two
 // epochs: 200 steps per rank, 4 windows (one epoch, 2 windows, ended at
 // 0.9190 against plain DDP's 0.9255).

@@ -2,9 +2,10 @@
 
     python3 convnet.py --data data/mnist
 
-convnet_hdet.py is this script with one line changed (the scheduler's
-import); `mpirun -np 4 bin/hdet run --worker -- python3 convnet_hdet.py`
-trains it as 4 replicas that explore the learning rate around this schedule.
+convnet_hdet.py is this script with two lines changed (the scheduler's
+import, and probe_dataset for the probe signal);
+`mpirun -np 4 bin/hdet run --worker -- python3 convnet_hdet.py` trains it
+as 4 replicas that explore the learning rate around this schedule.
 """
 
 import argparse

@@ -2,9 +2,9 @@
 
     torchrun --nproc_per_node 4 convnet_ddp.py --data data/mnist
 
-convnet_ddp_hdet.py is this script with one line changed (the scheduler's
-import); `mpirun -np 4 bin/hdet run --worker -- python3 convnet_ddp_hdet.py`
-runs it with every rank at its own learning rate around this schedule.
+convnet_ddp_hdet.py is this script with two lines changed (the scheduler's
+import, and probe_dataset for the probe signal);
+`mpirun -np 4 bin/hdet run --worker -- python3 convnet_ddp_hdet.py` runs it with every rank at its own learning rate around this schedule.
 """
 
 import argparse

@@ -2,9 +2,9 @@
 
     torchrun --nproc_per_node 4 convnet_ddp.py --data data/mnist
 
-convnet_ddp_hdet.py is this script with one line changed (the scheduler's
-import); `mpirun -np 4 bin/hdet run --worker -- python3 convnet_ddp_hdet.py`
-runs it with every rank at its own learning rate around this schedule.
+convnet_ddp_hdet.py is this script with two lines changed (the scheduler's
+import, and probe_dataset for the probe signal);
+`mpirun -np 4 bin/hdet run --worker -- python3 convnet_ddp_hdet.py` runs it with every rank at its own learning rate around this schedule.
 """
 
 import argparse
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from hdet import OneCycleLR
+from hdet import OneCycleLR, probe_dataset
 
 
 def read_idx(path):
@@ -89,6 +89,7 @@ def main():
     sampler = torch.utils.data.distributed.DistributedSampler(train, seed=args.seed, drop_last=True)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     model = ConvNet()
+    probe_dataset(model, train)  # hdet compares the replicas on 1024 fixed training examples
     net = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.max_lr, weight_decay=1e-2)
     sched = OneCycleLR(opt, max_lr=args.max_lr, epochs=args.epochs, steps_per_epoch=len(loader))

@@ -2,9 +2,10 @@
 
     python3 convnet.py --data data/mnist
 
-convnet_hdet.py is this script with one line changed (the scheduler's
-import); `mpirun -np 4 bin/hdet run --worker -- python3 convnet_hdet.py`
-trains it as 4 replicas that explore the learning rate around this schedule.
+convnet_hdet.py is this script with two lines changed (the scheduler's
+import, and probe_dataset for the probe signal);
+`mpirun -np 4 bin/hdet run --worker -- python3 convnet_hdet.py` trains it
+as 4 replicas that explore the learning rate around this schedule.
 """
 
 import argparse
@@ -16,7 +17,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from hdet import OneCycleLR
+from hdet import OneCycleLR, probe_dataset
 
 
 def read_idx(path):
@@ -85,6 +86,7 @@ def main():
     test = load_mnist(args.data, "t10k", args.test_samples)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, shuffle=True, drop_last=True)
     model = ConvNet()
+    probe_dataset(model, train)  # hdet compares the replicas on 1024 fixed training examples
     opt = torch.optim.AdamW(model.parameters(), lr=args.max_lr, weight_decay=1e-2)
     sched = OneCycleLR(opt, max_lr=args.max_lr, epochs=args.epochs, steps_per_epoch=len(loader))
 

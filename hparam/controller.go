@@ -316,7 +316,7 @@ func (c *Controller) askProbe(plan *Plan, p *param, asked bool) {
 		plan.Probe = true
 	case !c.noticed[p.name]:
 		c.noticed[p.name] = true
-		c.notices = append(c.notices, fmt.Sprintf("explorer %q asked for the probe signal, but the workload cannot evaluate probe losses: it compares the ranks by their training losses (auto.signal: train)", p.name))
+		c.notices = append(c.notices, fmt.Sprintf("explorer %q asked for the probe signal, but the workload cannot evaluate probe losses: it compares the ranks by their training losses (auto.signal: train), which lean to smaller learning rates; a PyTorch script gives hdet a probe with hdet.probe_dataset(model, dataset)", p.name))
 	}
 }
 

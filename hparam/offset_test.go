@@ -213,6 +213,7 @@ func TestControllerProbeNotice(t *testing.T) {
 			n := c.Notices()
 			require.Len(t, n, 1)
 			assert.Contains(t, n[0], "training losses")
+			assert.Contains(t, n[0], "hdet.probe_dataset(model, dataset)", "what to do about it")
 			assert.Empty(t, c.Notices(), "said once")
 		}
 	}

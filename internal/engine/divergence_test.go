@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -19,26 +20,34 @@ import (
 
 func TestMarkDiverged(t *testing.T) {
 	nan := math.NaN()
+	all := []bool{true, true, true, true}
 	for name, tc := range map[string]struct {
 		losses  []float64
 		healthy []bool
 		factor  float64
+		last    float64 // the previous window's median, 0: none
 		want    []int
 	}{
-		"one exploded":         {[]float64{1, 1.1, 50, 0.9}, []bool{true, true, true, true}, 10, []int{2}},
-		"just under the limit": {[]float64{1, 1, 9.9, 1}, []bool{true, true, true, true}, 10, nil},
-		"NaN rank ignored":     {[]float64{1, nan, 20, 1}, []bool{true, false, true, true}, 10, []int{2}},
-		"disabled":             {[]float64{1, 1, 500, 1}, []bool{true, true, true, true}, 0, nil},
-		"non-positive median":  {[]float64{0, 0, 5, 0}, []bool{true, true, true, true}, 10, nil},
-		"all equal":            {[]float64{2, 2, 2, 2}, []bool{true, true, true, true}, 10, nil},
+		"one exploded":         {[]float64{1, 1.1, 50, 0.9}, all, 10, 0, []int{2}},
+		"just under the limit": {[]float64{1, 1, 9.9, 1}, all, 10, 0, nil},
+		"NaN rank ignored":     {[]float64{1, nan, 20, 1}, []bool{true, false, true, true}, 10, 0, []int{2}},
+		"disabled":             {[]float64{1, 1, 500, 1}, all, 0, 0, nil},
+		"non-positive median":  {[]float64{0, 0, 5, 0}, all, 10, 0, nil},
+		"all equal":            {[]float64{2, 2, 2, 2}, all, 10, 0, nil},
+		// A replica at chance while another half blew up: 4x the median
+		// (0.58), 15x where the window started.
+		"against the previous window":           {[]float64{0.17, 2.3, 0.31, 0.86}, all, 10, 0.15, []int{1}},
+		"the same without it":                   {[]float64{0.17, 2.3, 0.31, 0.86}, all, 10, 0, nil},
+		"a previous median above this window's": {[]float64{1, 1, 9.9, 1}, all, 10, 5, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			losses, healthy := append([]float64(nil), tc.losses...), append([]bool(nil), tc.healthy...)
-			evs := markDiverged(Layout{World: len(losses), Size: 1}, losses, healthy, tc.factor, 4)
+			evs := markDiverged(Layout{World: len(losses), Size: 1}, divergence{losses, tc.last, "probe loss"}, healthy, tc.factor, 4)
 			var got []int
 			for _, e := range evs {
 				require.NotNil(t, e.Rank)
 				assert.Equal(t, metrics.EventUnhealthy, e.Kind)
+				assert.Contains(t, e.Message, "probe loss")
 				assert.Contains(t, e.Message, "diverged")
 				got = append(got, *e.Rank)
 			}
@@ -49,6 +58,54 @@ func TestMarkDiverged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A window that probed also checks the probe losses, and a replica whose
+// probe diverged loses its window loss too; the blow-up check takes the
+// median before diverged replicas were left out; the references carry to
+// the next window.
+func TestCheckDivergence(t *testing.T) {
+	l := &loop{o: Options{DivergenceFactor: 10, CheckpointDir: t.TempDir(), MaxRollbacks: 3}, lay: Layout{World: 4, Size: 1},
+		lastMedian: 0.24, lastProbe: 0.17} // a previous window's
+	window := func(losses, probes []float64) *window {
+		w := &window{index: 3, losses: losses, probes: probes, healthyRanks: []bool{true, true, true, true}, nHealthy: 4}
+		w.plan.Probe = probes != nil
+		return w
+	}
+	w := window([]float64{0.4, 1.9, 0.25, 0.7}, []float64{0.16, 2.3, 0.14, 0.38})
+	l.checkDivergence(w)
+	// Measured on a PyTorch ConvNet: rank 1's window loss is 3.5x the
+	// median, 7.9x the previous window's; its probe (chance) is 8.5x the
+	// median, 14x the previous window's.
+	assert.Equal(t, []bool{true, false, true, true}, w.healthyRanks, "rank 1's probe diverged")
+	assert.Equal(t, 3, w.nHealthy)
+	assert.True(t, math.IsNaN(w.losses[1]), "its window loss is left out too")
+	assert.InDelta(t, 0.4, l.lastMedian, 1e-12)
+	assert.InDelta(t, 0.16, l.lastProbe, 1e-12)
+
+	// 4.5 is 7.5x this window's median (0.6) but 11x the last one's (0.4).
+	w = window([]float64{0.3, 4.5, 0.2, 0.9}, nil)
+	l.checkDivergence(w)
+	assert.Equal(t, []bool{true, false, true, true}, w.healthyRanks)
+	assert.InDelta(t, 0.3, l.lastMedian, 1e-12)
+	assert.InDelta(t, 0.16, l.lastProbe, 1e-12, "a window that did not probe keeps the last probe median")
+
+	// Every replica blew up (the median is 71x the last one's): rolled back
+	// when a rollback is left, although the two left after the two far
+	// above the best are left out would not count as blown up (7.5x); with
+	// no rollback left those two are averaged.
+	blown := []float64{2, 40, 2.5, 50}
+	w = window(slices.Clone(blown), nil)
+	l.checkDivergence(w)
+	assert.Equal(t, []bool{false, false, false, false}, w.healthyRanks)
+	assert.Zero(t, w.nHealthy)
+	assert.Contains(t, w.events[len(w.events)-1].Message, "blew up everywhere")
+	assert.InDelta(t, 0.3, l.lastMedian, 1e-12, "a rolled-back window leaves the reference")
+	l.o.CheckpointDir = ""
+	w = window(slices.Clone(blown), nil)
+	l.checkDivergence(w)
+	assert.Equal(t, []bool{true, false, true, false}, w.healthyRanks)
+	assert.InDelta(t, 2.25, l.lastMedian, 1e-12)
 }
 
 func TestScaleLROnlyTouchesLearningRates(t *testing.T) {

@@ -27,10 +27,12 @@ type loop struct {
 	accepted  map[string]bool
 	watch     Watch
 	rollbacks int
-	// lastMedian is the healthy replicas' median window loss of the last
-	// converged window, 0 before the first one of this process (a resume
-	// starts without it).
+	// lastMedian and lastProbe are the healthy replicas' median window
+	// and probe losses of the last converged window (of the last that
+	// probed), 0 before the first one of this process (a resume starts
+	// without them).
 	lastMedian float64
+	lastProbe  float64
 	pending    []metrics.Event // rank 0: events for the next window record
 	res        Result
 }
@@ -237,19 +239,7 @@ func (l *loop) gather(w *window) error {
 		w.events = append(w.events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
 			Message: fmt.Sprintf("%s had a non-finite loss or parameters in window %d; left out of the average and reset to it", l.lay.Name(r), w.index)})
 	}
-	div := markDiverged(l.lay, w.losses, w.healthyRanks, l.o.DivergenceFactor, w.index)
-	w.events = append(w.events, div...)
-	w.nHealthy -= len(div)
-	// A blown-up window is only worth flagging when it can roll back: with
-	// no rollback left (or none at all, as with --worker) it would stop a
-	// run on a heuristic, so the window is averaged as before.
-	med := healthyMedian(w.losses, w.healthyRanks)
-	if ev, ok := blownUp(med, l.lastMedian, l.o.DivergenceFactor, w.index); ok && l.canRollBack() {
-		clear(w.healthyRanks)
-		w.events, w.nHealthy = append(w.events, ev), 0
-	} else if w.nHealthy > 0 {
-		l.lastMedian = med
-	}
+	l.checkDivergence(w)
 	return nil
 }
 

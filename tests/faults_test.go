@@ -310,7 +310,7 @@ func TestFaults(t *testing.T) {
 			}
 		}
 		assert.Equal(t, 6, diverged, "windows 4..9")
-		assert.Contains(t, r.stderr, "the healthy ranks' median or, when lower, the previous window's: diverged")
+		assert.Contains(t, r.stderr, "(the healthy ranks' median; the previous window's when lower, but not below the best one's): diverged")
 		assert.Greater(t, float64(r.end(t).Eval.Accuracy), 0.5)
 	})
 

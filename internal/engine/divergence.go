@@ -56,8 +56,9 @@ type divergence struct {
 // markDiverged makes unhealthy every healthy replica whose finite loss is
 // above factor times the lower of the healthy replicas' median and d.last
 // (but not below the best replica's loss: when every replica blew up, that
-// is blownUp's to judge), sets its loss to NaN as for a NaN replica, and returns one event per such
-// replica, naming it and its ranks as lay lays them out. The median
+// is blownUp's to judge), sets its loss to NaN as for a NaN replica, and
+// returns one event per such replica, naming it and its ranks as lay lays
+// them out. The median
 // catches a replica that blew up alone; the previous window's median, where
 // the window started from, one that blew up while another half did and
 // lifted the median (measured on a PyTorch ConvNet: a replica at chance,
@@ -81,7 +82,7 @@ func markDiverged(lay Layout, d divergence, healthy []bool, factor float64, wind
 		if h && d.losses[r] > factor*ref {
 			rr := r
 			events = append(events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
-				Message: fmt.Sprintf("%s's %s %.4g in window %d is over train.divergence_factor (%g) times %.4g, the healthy %s' median or, when lower, the previous window's: diverged; left out of the average and reset to it",
+				Message: fmt.Sprintf("%s's %s %.4g in window %d is over train.divergence_factor (%g) times %.4g (the healthy %s' median; the previous window's when lower, but not below the best one's): diverged; left out of the average and reset to it",
 					lay.Name(r), d.what, d.losses[r], window, factor, ref, lay.unit())})
 			healthy[r], d.losses[r] = false, math.NaN()
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -410,7 +411,22 @@ func (b *builtin) Init(_ context.Context, s Setup) error {
 	b.autoOn, b.autoStart, b.cfg, b.paper, b.off = p.autoOn, p.autoStart, p.auto, paper, off
 	b.windows = (s.TotalSteps + s.WindowSteps - 1) / s.WindowSteps
 	b.next = 0
+	if off != nil {
+		off.AverageOver(b.totalUpdates())
+	}
 	return nil
+}
+
+// totalUpdates is the number of boundaries at which the run's meta-update
+// learns.
+func (b *builtin) totalUpdates() int {
+	n := 0
+	for k := 1; k < b.windows; k++ {
+		if b.updates(k) {
+			n++
+		}
+	}
+	return n
 }
 
 // firstUpdate is the step of the first meta-update: the first window
@@ -570,6 +586,7 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 	}
 	b.off.Held = false
 	if !update {
+		b.off.Settle()
 		return Feedback{Offset: b.off.U}, nil
 	}
 	x := grow(b.x, len(o.Values))
@@ -623,7 +640,9 @@ func (b *builtin) guardAndClamp(k int, x []float64) error {
 	return nil
 }
 
-const builtinStateVersion = 2
+// builtinStateVersion 3 added the offset's average; version 2 still
+// resumes, its average starting empty.
+const builtinStateVersion = 3
 
 // SaveState is the version, the number of windows observed, the form and
 // its meta-update's state; the configuration comes again through Init.
@@ -656,12 +675,12 @@ func (b *builtin) LoadState(_ context.Context, state []byte) error {
 	if err := b.initialised(); err != nil {
 		return err
 	}
-	if len(state) < 1 || state[0] != builtinStateVersion {
+	if len(state) < 1 || (state[0] != builtinStateVersion && state[0] != 2) {
 		v := -1
 		if len(state) > 0 {
 			v = int(state[0])
 		}
-		return fmt.Errorf("%w: explorer state: version %d, this explorer reads version %d (revision 2 of the meta-update; a revision-1 checkpoint cannot resume)",
+		return fmt.Errorf("%w: explorer state: version %d, this explorer reads versions 2 and %d (revision 2 of the meta-update; a revision-1 checkpoint cannot resume)",
 			ErrDecode, v, builtinStateVersion)
 	}
 	next, n := binary.Uvarint(state[1:])
@@ -679,6 +698,9 @@ func (b *builtin) LoadState(_ context.Context, state []byte) error {
 		}
 		*b.paper = a
 	} else {
+		if state[0] == 2 { // no average yet: its sum and count are zero
+			rest = append(slices.Clip(rest), make([]byte, 16)...)
+		}
 		o := *b.off
 		if err := o.UnmarshalBinary(rest); err != nil {
 			return err

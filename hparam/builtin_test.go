@@ -152,8 +152,6 @@ func TestBuiltinStateRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	cfg := `{"schedule": {"max_lr": 0.05, "pct_start": 0.2}, "auto": {"sigma": 0.05}}`
 	s := Setup{Name: "lr", Ranks: 5, TotalSteps: 200, WindowSteps: 7}
-	a, err := initBuiltin(t, BuiltinLR, cfg, s)
-	require.NoError(t, err)
 	step := func(e Explorer, k int) (WindowPlan, Feedback) {
 		req := WindowRequest{Window: k, Start: 7 * k, Steps: min(7, 200-7*k)}
 		wp, err := e.Plan(ctx, req)
@@ -166,21 +164,34 @@ func TestBuiltinStateRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		return wp, fb
 	}
-	for k := range 12 {
-		step(a, k)
+	// Saved while u is being averaged (updates at boundaries 1-6, the
+	// average from the 4th), and after it settled; a version-2 state (no
+	// average) resumes too.
+	var st []byte
+	for _, saveAt := range []int{5, 12} {
+		a, err := initBuiltin(t, BuiltinLR, cfg, s)
+		require.NoError(t, err)
+		for k := range saveAt {
+			step(a, k)
+		}
+		st, err = a.SaveState(ctx)
+		require.NoError(t, err)
+		b, err := initBuiltin(t, BuiltinLR, cfg, s)
+		require.NoError(t, err)
+		require.NoError(t, b.LoadState(ctx, st))
+		for k := saveAt; k < 29; k++ {
+			pa, fa := step(a, k)
+			pb, fb := step(b, k)
+			require.Equal(t, pa, pb, "window %d", k)
+			require.Equal(t, math.Float64bits(fa.Base), math.Float64bits(fb.Base), "window %d", k)
+			require.Equal(t, fa.Weights, fb.Weights)
+		}
 	}
-	st, err := a.SaveState(ctx)
-	require.NoError(t, err)
 	b, err := initBuiltin(t, BuiltinLR, cfg, s)
 	require.NoError(t, err)
-	require.NoError(t, b.LoadState(ctx, st))
-	for k := 12; k < 29; k++ {
-		pa, fa := step(a, k)
-		pb, fb := step(b, k)
-		require.Equal(t, pa, pb, "window %d", k)
-		require.Equal(t, math.Float64bits(fa.Base), math.Float64bits(fb.Base), "window %d", k)
-		require.Equal(t, fa.Weights, fb.Weights)
-	}
+	v2 := append([]byte{2}, st[1:len(st)-16]...)
+	require.NoError(t, b.LoadState(ctx, v2), "version 2: the state before the average")
+	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{3}, st[1:len(st)-16]...)), ErrDecode, "version 3 without the average")
 	assert.ErrorIs(t, b.LoadState(ctx, []byte{1}), ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, nil), ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{2, 99}, st[2:]...)), ErrDecode, "window count past the run")

@@ -294,3 +294,48 @@ func TestOffsetDefaultUntil(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// Step sums u over the second half of the updates; Settle makes u their
+// mean, once.
+func TestOffsetPolyakAverage(t *testing.T) {
+	o, err := NewOffset(DefaultAutoConfig(FormOffset)) // beta 0, lambda 1: u moves by est
+	require.NoError(t, err)
+	o.AverageOver(5)
+	var us []float64
+	for _, est := range []float64{1, 1, -1, 0.5, 0.25} {
+		o.Step(est)
+		us = append(us, o.U)
+	}
+	assert.Equal(t, []float64{1, 2, 1, 1.5, 1.75}, us)
+	assert.Equal(t, 3, o.Count, "updates 3 to 5 of 5")
+	o.Settle()
+	assert.InDelta(t, (1+1.5+1.75)/3.0, o.U, 1e-15)
+	o.Settle()
+	assert.InDelta(t, (1+1.5+1.75)/3.0, o.U, 1e-15, "a second Settle keeps u")
+	o, err = NewOffset(o.cfg)
+	require.NoError(t, err)
+	o.AverageOver(1)
+	o.Step(0.5)
+	o.Settle()
+	assert.Equal(t, 0.5, o.U, "one update: its own u")
+	o.Settle()
+	o = &Offset{cfg: o.cfg}
+	o.Settle()
+	assert.Zero(t, o.U, "no update: u stays")
+}
+
+// At the first boundary after the learning updates, the explorer's offset
+// becomes the mean of u over the second half of them.
+func TestOffsetSettlesOnTheMean(t *testing.T) {
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}}`, lrSetup)
+	require.NoError(t, err)
+	var offsets []float64
+	for k := range 6 {
+		_, fb := window(t, e, k, func(x float64) float64 { return (x - 0.3 + 0.1*float64(k)) * (x - 0.3 + 0.1*float64(k)) })
+		offsets = append(offsets, fb.Offset)
+	}
+	// Updates at boundaries 1-3 (windows 0-2 probe); boundary 4 settles.
+	require.NotEqual(t, offsets[1], offsets[2])
+	assert.InDelta(t, (offsets[1]+offsets[2])/2, offsets[3], 1e-15)
+	assert.Equal(t, offsets[3], offsets[5], "settled once")
+}

@@ -586,7 +586,13 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 	}
 	b.off.Held = false
 	if !update {
-		b.off.Settle()
+		if b.off.Settle() {
+			s, err := b.sched.At(min((o.Window+1)*b.setup.WindowSteps, b.setup.TotalSteps-1))
+			if err != nil {
+				return Feedback{}, err
+			}
+			b.clamp(s)
+		}
 		return Feedback{Offset: b.off.U}, nil
 	}
 	x := grow(b.x, len(o.Values))
@@ -628,16 +634,22 @@ func (b *builtin) guardAndClamp(k int, x []float64) error {
 			s0 = s1
 		}
 	}
-	f := toScale(sc, s0)
+	b.clamp(s0)
+	return nil
+}
+
+// clamp keeps u so that the base on schedule value s stays within the bounds.
+func (b *builtin) clamp(s float64) {
+	sc := b.kind.desc.Scale
+	f := toScale(sc, s)
 	if !healthy(f) {
-		return nil // a log-scale schedule at 0: u does not change the base
+		return // a log-scale schedule at 0: u does not change the base
 	}
 	lo, hi := math.Inf(-1), toScale(sc, b.bounds.Upper)-f
 	if sc != Log || b.bounds.Lower > 0 {
 		lo = toScale(sc, b.bounds.Lower) - f
 	}
 	b.off.U = max(lo, min(hi, b.off.U))
-	return nil
 }
 
 // builtinStateVersion 3 added the offset's average; version 2 still

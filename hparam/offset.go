@@ -18,8 +18,8 @@ type Offset struct {
 	Updates int // meta-updates applied so far
 
 	// Polyak averaging: u after each of the meta-updates from number
-	// avgFrom on is summed, and Settle replaces u with their mean once the
-	// updates end. A single late u carries the last windows' reading noise;
+	// avgFrom on (as Step leaves it, before the warm-up guard's hold) is
+	// summed, and Settle replaces u with their mean once the updates end. A single late u carries the last windows' reading noise;
 	// the mean over the second half of the updates does not (measured on
 	// both workloads: every MPI median 1-2 points closer to the best sweep
 	// point). avgFrom is set from the configuration, Sum and Count are state.
@@ -257,13 +257,15 @@ func (o *Offset) Step(est float64) {
 func (o *Offset) AverageOver(total int) { o.avgFrom = total / 2 }
 
 // Settle ends the learning: u becomes the mean of the averaged updates'
-// u, once (the sum is cleared, so a later call or a resume keeps it).
-func (o *Offset) Settle() {
+// u, once (the sum is cleared, so a later call or a resume keeps it). It
+// reports whether it set u, which the caller then clamps to the bounds.
+func (o *Offset) Settle() bool {
 	if o.Count == 0 {
-		return
+		return false
 	}
 	o.U = o.Sum / float64(o.Count)
 	o.Sum, o.Count = 0, 0
+	return true
 }
 
 // offsetStateLen is the size of Offset's binary state: u, v, flags,

@@ -339,3 +339,18 @@ func TestOffsetSettlesOnTheMean(t *testing.T) {
 	assert.InDelta(t, (offsets[1]+offsets[2])/2, offsets[3], 1e-15)
 	assert.Equal(t, offsets[3], offsets[5], "settled once")
 }
+
+// A mean of u values the bounds clamped is clamped too when it settles.
+func TestOffsetSettleClamps(t *testing.T) {
+	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}, "bounds": {"upper": 0.012}}`, lrSetup)
+	require.NoError(t, err)
+	var bases []float64
+	for k := range 6 {
+		_, fb := window(t, e, k, func(x float64) float64 { return -x }) // always higher
+		bases = append(bases, fb.Base)
+	}
+	for k, b := range bases {
+		assert.LessOrEqual(t, b, 0.012*(1+1e-12), "base after window %d", k)
+	}
+	assert.InDelta(t, 0.012, bases[3], 1e-12, "settled at the bound")
+}

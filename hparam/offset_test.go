@@ -318,7 +318,6 @@ func TestOffsetPolyakAverage(t *testing.T) {
 	o.Step(0.5)
 	o.Settle()
 	assert.Equal(t, 0.5, o.U, "one update: its own u")
-	o.Settle()
 	o = &Offset{cfg: o.cfg}
 	o.Settle()
 	assert.Zero(t, o.U, "no update: u stays")

@@ -12,7 +12,7 @@ NP      ?= 4
 MPIRUN  ?= mpirun -np $(NP) --oversubscribe --bind-to none
 EXPLORERS := lr dropout weight-decay
 # staticcheck, pinned; `go run` fetches it through the module proxy.
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Packages that must build without cgo (the engine sees MPI only through
 # interfaces; hparam does no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/mpi/reduce ./internal/faults

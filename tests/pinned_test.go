@@ -41,7 +41,7 @@ explorers:
     config: {schedule: 0.01, spread: {kind: geometric, alpha: 2}, auto: {start: 0}}
 `
 
-const pinnedAutoSum = "fad9de79913948ee"
+const pinnedAutoSum = "f7250d94ddc12dfb"
 
 func pinnedCfg(sync, explorers string) string {
 	return strings.Replace(pinnedBase, "%s", sync, 1) + explorers
@@ -53,8 +53,8 @@ func pinnedCfg(sync, explorers string) string {
 // saying so in its commit.
 func TestPinnedChecksums(t *testing.T) {
 	cases := []struct{ name, cfg, want string }{
-		{"local", pinnedCfg("local", pinnedFixed), "12b73c369cb69527"},
-		{"gradients", pinnedCfg("gradients", pinnedFixed), "1403afbfda8b6459"},
+		{"local", pinnedCfg("local", pinnedFixed), "cff741d2d9bf5fdb"},
+		{"gradients", pinnedCfg("gradients", pinnedFixed), "8530ba3626c567bb"},
 		{"explorer plan", pinnedCfg("local", pinnedAuto), pinnedAutoSum},
 	}
 	for _, c := range cases {

@@ -60,6 +60,8 @@ type AutoConfig struct {
 	// Guard is the warm-up guard's threshold (offset form) as a fraction
 	// of the spread's half-width in scale space: while the schedule rises,
 	// v <= -Guard*max|x_r| holds the next window's base; 0 turns it off.
+	// The default is small: any clear "lower" reading holds (builtin.go,
+	// guardAndClamp, says why).
 	Guard float64
 	// LogSpace (paper form) takes hbar and htilde as geometric means (exp
 	// of the mean of log h). A geometric spread is symmetric in log h, not
@@ -92,7 +94,7 @@ func DefaultAutoConfig(form Form) AutoConfig {
 			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1}
 	}
 	return AutoConfig{Form: FormOffset, Signal: SignalProbe, Estimator: EstimatorQuadratic, Clip: 1.5,
-		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.5}
+		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.01}
 }
 
 func oneOf[T ~string](field string, v T, allowed ...T) error {

@@ -121,25 +121,25 @@ func TestOffsetBounds(t *testing.T) {
 	assert.InDelta(t, math.Log(0.5), fb.Offset, 1e-12, "and the lower one")
 }
 
-// The warm-up guard: while the schedule rises, a reading beyond the lowest
-// replica holds the next window at the value the rise would have reached
-// (u absorbs the rise); a "lower" reading inside the spread does not.
+// The warm-up guard: while the schedule rises, a reading that says "lower"
+// holds the next window at the value the rise would have reached (u
+// absorbs the rise); a "higher" reading lets the base rise with it.
 func TestOffsetWarmupGuard(t *testing.T) {
 	cfg := `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
 		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"}}`
 	e, err := initBuiltin(t, BuiltinLR, cfg, lrSetup)
 	require.NoError(t, err)
-	// Inside the spread: vertex at -0.2, the schedule keeps rising.
-	_, fb := window(t, e, 0, func(x float64) float64 { return (x + 0.2) * (x + 0.2) })
-	require.InDelta(t, -0.2, fb.Offset, 1e-12)
+	// Higher: vertex at +0.2, the schedule keeps rising.
+	_, fb := window(t, e, 0, func(x float64) float64 { return (x - 0.2) * (x - 0.2) })
+	require.InDelta(t, 0.2, fb.Offset, 1e-12)
 	wp, _ := window(t, e, 1, func(x float64) float64 { return 1 + x }) // straight: the lowest replica, log 0.5
 	assert.Greater(t, wp.Base[9], wp.Base[0], "window 1 rose with the schedule")
-	assert.InDelta(t, 0.003*math.Exp(-0.2), wp.Base[0], 1e-15)
+	assert.InDelta(t, 0.003*math.Exp(0.2), wp.Base[0], 1e-15)
 	wp, fb = window(t, e, 2, func(float64) float64 { return 1 })
 	for _, b := range wp.Base {
 		require.Equal(t, wp.Base[0], b, "window 2 is held")
 	}
-	u := -0.2 + math.Log(0.5) - math.Log(0.007/0.005) // the rise over window 2, 0.005 -> 0.007
+	u := 0.2 + math.Log(0.5) - math.Log(0.007/0.005) // the rise over window 2, 0.005 -> 0.007
 	assert.InDelta(t, 0.007*math.Exp(u), wp.Base[0], 1e-15)
 	assert.InDelta(t, u, fb.Offset, 1e-12)
 	wp, _ = window(t, e, 3, func(float64) float64 { return 1 })
@@ -245,22 +245,29 @@ func TestPaperFormPinned(t *testing.T) {
 	}
 }
 
-// auto.guard scales the guard's threshold; 0 turns it off.
+// auto.guard scales the guard's threshold, a fraction of the spread's
+// half-width (log 2 here); 0 turns it off. By default (0.01) a reading
+// lower by 0.002 is noise and only a clearer one holds.
 func TestOffsetGuardThreshold(t *testing.T) {
 	cfg := func(guard string) string {
+		g := ""
+		if guard != "" {
+			g = `, "guard": ` + guard
+		}
 		return `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
-		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train", "guard": ` + guard + `}}`
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"` + g + `}}`
 	}
-	vertex := func(x float64) float64 { return (x + 0.4) * (x + 0.4) } // inside the spread, below half its width
 	for _, tc := range []struct {
-		guard string
-		held  bool
-	}{{"1", false}, {"0.5", true}, {"0", false}} {
+		guard  string
+		vertex float64
+		held   bool
+	}{{"1", -0.4, false}, {"0.5", -0.4, true}, {"0", -0.4, false}, {"", -0.4, true}, {"", -0.02, true}, {"", -0.002, false}} {
 		e, err := initBuiltin(t, BuiltinLR, cfg(tc.guard), lrSetup)
 		require.NoError(t, err)
-		window(t, e, 0, vertex)
-		wp, _ := window(t, e, 1, vertex)
-		assert.Equal(t, tc.held, wp.Base[0] == wp.Base[9], "guard %s", tc.guard)
+		parabola := func(x float64) float64 { return (x - tc.vertex) * (x - tc.vertex) }
+		window(t, e, 0, parabola)
+		wp, _ := window(t, e, 1, parabola)
+		assert.Equal(t, tc.held, wp.Base[0] == wp.Base[9], "guard %q, vertex %v", tc.guard, tc.vertex)
 	}
 	_, err := initBuiltin(t, BuiltinLR, cfg("-1"), lrSetup)
 	assert.ErrorContains(t, err, "auto.guard")

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hdet-dev/hdet/internal/atomicfile"
+	"github.com/hdet-dev/hdet/plugins"
 )
 
 // keyFile, in a finished run's directory, holds the key the run was made
@@ -64,10 +65,10 @@ func reuse(dir, key string) (result, bool) {
 // on the auto phase leaves their canary, and with it the finished sweep,
 // valid; any change to the model, optimizer, data order or schedule changes
 // it. An HDET canary of a few windows also runs the controller (its phases
-// are fractions of the run, so a short run passes through them), so a
-// change to the update or the probe reruns the HDET runs. What a canary
-// cannot see is a change that only acts late in absolute steps; delete
-// runs/bench to be sure.
+// are fractions of the run, so a short run passes through them); it cannot
+// see a change that acts only in runs far from its start, which is why
+// the HDET runs' key also carries programFingerprint. Delete runs/bench to
+// be sure.
 func (b *bench) canaryFingerprint(ctx context.Context, s setup, name, config string, steps int, extra ...string) (string, error) {
 	sets := slices.Concat([]string{"train.epochs=0", fmt.Sprintf("train.steps=%d", steps), "train.seed=1"}, s.Sets,
 		[]string{maxLRSet(gridLR(s.GridFrom + 6))}, extra)
@@ -79,4 +80,27 @@ func (b *bench) canaryFingerprint(ctx context.Context, s setup, name, config str
 		return "", fmt.Errorf("canary: %s: the end record has no checksum", r.Dir)
 	}
 	return "canary " + r.Checksum, nil
+}
+
+// programFingerprint hashes the hdet binary and the explorer plugins beside
+// it (bin/plugins). An HDET run's key carries it besides its canary: a
+// canary of a few windows from one start cannot see every change to the
+// update (a new default that acts only far from the best rate left the
+// canary's checksum equal and stale HDET runs in the table), so a rebuilt
+// program remakes the HDET runs; the sweep's plain runs keep their canary
+// alone.
+func programFingerprint(hdet string) (string, error) {
+	explorers, err := filepath.Glob(filepath.Join(filepath.Dir(hdet), "plugins", "*"))
+	if err != nil {
+		return "", fmt.Errorf("program fingerprint: %w", err)
+	}
+	var sums strings.Builder
+	for _, path := range append([]string{hdet}, explorers...) {
+		sum, err := plugins.FileSHA256(path)
+		if err != nil {
+			return "", fmt.Errorf("program fingerprint: %w", err)
+		}
+		fmt.Fprintf(&sums, "%s %s\n", filepath.Base(path), sum)
+	}
+	return "program\n" + sums.String(), nil
 }

@@ -403,3 +403,24 @@ func TestStudy1PlotPerSetup(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(data, []byte("\x89PNG")))
 }
+
+// A rebuilt plugin changes the HDET runs' key; the same files keep it.
+func TestProgramFingerprintSeesThePlugins(t *testing.T) {
+	dir := t.TempDir()
+	hdet := filepath.Join(dir, "hdet")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "plugins"), 0o755))
+	require.NoError(t, os.WriteFile(hdet, []byte("hdet"), 0o755))
+	plugin := filepath.Join(dir, "plugins", "hdet-explorer-lr")
+	require.NoError(t, os.WriteFile(plugin, []byte("v1"), 0o755))
+	a, err := programFingerprint(hdet)
+	require.NoError(t, err)
+	b, err := programFingerprint(hdet)
+	require.NoError(t, err)
+	assert.Equal(t, a, b)
+	require.NoError(t, os.WriteFile(plugin, []byte("v2"), 0o755))
+	c, err := programFingerprint(hdet)
+	require.NoError(t, err)
+	assert.NotEqual(t, a, c)
+	_, err = programFingerprint(filepath.Join(dir, "missing", "hdet"))
+	assert.Error(t, err)
+}

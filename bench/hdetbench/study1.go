@@ -91,10 +91,16 @@ func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, 
 	if sr.plainCanary, err = b.canaryFingerprint(ctx, s, "plain", sweepConfig, 60); err != nil {
 		return nil, err
 	}
+	prog, err := programFingerprint(b.rn.hdet)
+	if err != nil {
+		return nil, err
+	}
 	for i, f := range forms {
 		if sr.canary[i], err = b.canaryFingerprint(ctx, s, f.Name, hdetConfig, 200, f.Sets...); err != nil {
 			b.rn.log("  %v: the %s runs are made afresh", firstLine(err), f.Label)
+			continue
 		}
+		sr.canary[i] += "\n" + prog
 	}
 	from := s.GridFrom
 	if b.p.Quick {
@@ -489,7 +495,7 @@ func (b *bench) study1Notes(t *table) {
 	t.note("bench/configs/hdet.yaml as run: %s.", configSummary(hdetConfig))
 	t.note("Cells: median over seeds (min..max). vs best sweep point: final test loss against the best point's run with the same seed. vs plain at start: against plain DP at the start's max_lr, same seed (\"-\" where plain DP diverged). gap closed: (plain at start - HDET) / (plain at start - best point), same seed; a diverged loss counts as ln 10; 100%% = as good as the best point, negative = worse than not exploring. final effective max_lr: the start times exp(u), u the learned offset after the last window (\"-\" for the paper form, whose absolute update has no offset). compute share: the HDET run's rank-seconds over the whole sweep's (every point of a fully swept seed), each run's rank-seconds taken at its calmest pace: %d ranks x its steps x the first quartile over its windows of the seconds per step (training, probe, converge, plan). The machine is shared with other work whose load varied over the study, so the same %d steps took %.0f s to %.0f s of wall time; the wall-time share (%d x the run's wall time from its end record, over the sweep's) is shown beside it but compares runs made under different loads.", b.p.NP, steps, lo, hi, b.p.NP)
 	if cached > 0 {
-		t.note("%d of the %d runs were reused from earlier invocations (key: the command, the config's bytes and the final parameter checksum of a short canary run per setup and variant, made fresh by this invocation; see cache.go); their timings are from when they ran, under that time's load.", cached, runs)
+		t.note("%d of the %d runs were reused from earlier invocations (key: the command, the config's bytes and the final parameter checksum of a short canary run per setup and variant, made fresh by this invocation, and for HDET runs the SHA-256 of bin/hdet and its plugins; see cache.go); their timings are from when they ran, under that time's load.", cached, runs)
 	}
 }
 

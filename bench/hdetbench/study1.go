@@ -81,11 +81,10 @@ func (b *bench) plainRun(ctx context.Context, s setup, seed, k int, canary strin
 	return b.rn.run(ctx, name, sweepConfig, canary, b.seedSets(seed, s, k)...)
 }
 
-// sweepSetup makes (or reuses) one setup's canaries, sweep and plain runs
-// at the starts. The first SweepSeeds seeds sweep every point; the others
-// run the points around the best (3 and 1 grid steps either side), enough
-// for the best point, the starts and the gaps with every seed.
-func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, error) {
+// canaries starts a setup's runs with their cache keys' fingerprints: the
+// plain canary, and per HDET form its canary with the program's hash (an
+// HDET form whose canary fails is made afresh).
+func (b *bench) canaries(ctx context.Context, s setup) (*setupRuns, error) {
 	sr := &setupRuns{s: s, canary: make([]string, len(forms))}
 	var err error
 	if sr.plainCanary, err = b.canaryFingerprint(ctx, s, "plain", sweepConfig, 60); err != nil {
@@ -101,6 +100,18 @@ func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, 
 			continue
 		}
 		sr.canary[i] += "\n" + prog
+	}
+	return sr, nil
+}
+
+// sweepSetup makes (or reuses) one setup's canaries, sweep and plain runs
+// at the starts. The first SweepSeeds seeds sweep every point; the others
+// run the points around the best (3 and 1 grid steps either side), enough
+// for the best point, the starts and the gaps with every seed.
+func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, error) {
+	sr, err := b.canaries(ctx, s)
+	if err != nil {
+		return nil, err
 	}
 	from := s.GridFrom
 	if b.p.Quick {

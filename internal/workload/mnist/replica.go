@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/workload/internal/blas"
 )
 
 // ErrUnknownHyperparameter marks a name in engine.Values the workload does not accept.
@@ -49,6 +50,9 @@ var _ engine.Replica = (*Replica)(nil)
 // parameters initialised from cfg.Seed alone, so identically on every rank.
 func New(cfg Config) (*Replica, error) {
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := blas.Ready(gemm); err != nil {
 		return nil, err
 	}
 	cfg.Hidden = append([]int(nil), cfg.Hidden...)

@@ -16,6 +16,16 @@ type Gemm interface {
 		b []float32, ldb int, beta float32, c []float32, ldc int)
 }
 
+// Ready is nil when g can compute; a backend that loads a library at run
+// time (OpenBLAS) says here, before training, what is missing, where
+// Sgemm, which returns nothing, could only panic.
+func Ready(g Gemm) error {
+	if l, ok := g.(interface{ Load() error }); ok {
+		return l.Load()
+	}
+	return nil
+}
+
 // Gonum is gonum's pure-Go Sgemm. It parallelises large products over
 // GOMAXPROCS goroutines; each element of C is still summed by one goroutine
 // in a fixed order, so results do not depend on scheduling.

@@ -1,6 +1,7 @@
 package blas
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -114,4 +115,14 @@ func BenchmarkSgemm(b *testing.B) {
 			})
 		}
 	}
+}
+
+type missingLib struct{ Gonum }
+
+func (missingLib) Load() error { return errors.New("no libopenblas.so.0") }
+
+// Ready passes a loader's error on and accepts a backend with nothing to load.
+func TestReady(t *testing.T) {
+	require.NoError(t, Ready(Gonum{}))
+	require.ErrorContains(t, Ready(missingLib{}), "libopenblas.so.0")
 }

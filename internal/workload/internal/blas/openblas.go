@@ -101,22 +101,24 @@ func load() {
 	}
 }
 
+// Load opens the library once and says whether it could (Ready).
+func (OpenBLAS) Load() error {
+	loadOnce.Do(load)
+	return loadErr
+}
+
 // coreName is the kernel set OpenBLAS runs ("" when it does not say), after loading it.
 func coreName() (string, error) {
-	loadOnce.Do(load)
-	if loadErr != nil {
-		return "", loadErr
+	if err := (OpenBLAS{}).Load(); err != nil {
+		return "", err
 	}
 	return C.GoString(C.hd_core()), nil
 }
 
 func (OpenBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	b []float32, ldb int, beta float32, c []float32, ldc int) {
-	loadOnce.Do(load)
-	if loadErr != nil {
-		// hdet was linked against OpenBLAS before and did not start without
-		// it; a missing library still stops the run, with what to install.
-		panic(loadErr)
+	if err := (OpenBLAS{}).Load(); err != nil {
+		panic(err) // a workload checks Ready before its first product
 	}
 	if m == 0 || n == 0 {
 		return

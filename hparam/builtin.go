@@ -614,10 +614,9 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 // high, and from 10x above the best rate the first one read only -0.02 to
 // -0.09 against a span of 0.69: letting the rise go on there trains at
 // damaging rates, while holding a well-placed base costs one window's
-// rise. Firing, u absorbs the rise, so window k holds the base
-// where the schedule's rise would have taken it. The span is taken only
-// while the schedule rises: a pass over the ranks the other windows need
-// not pay.
+// rise. Firing, u absorbs the rise, so window k holds the base where the
+// schedule's rise would have taken it. The span is taken only while the
+// schedule rises: a pass over the ranks the other windows need not pay.
 func (b *builtin) guardAndClamp(k int, x []float64) error {
 	sc, t, total := b.kind.desc.Scale, b.setup.WindowSteps, b.setup.TotalSteps
 	s0, err := b.sched.At(k * t)

@@ -612,7 +612,7 @@ func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (F
 // than Guard times the spread's half-width span (the largest |x_r| over the
 // ranks' offsets x). Measured on MNIST, the first warm-up readings lean
 // high, and from 10x above the best rate the first one read only -0.02 to
-// -0.09 against a span of 0.69: letting the rise go on there trains at
+// -0.11 against a span of 0.69: letting the rise go on there trains at
 // damaging rates, while holding a well-placed base costs one window's
 // rise. Firing, u absorbs the rise, so window k holds the base where the
 // schedule's rise would have taken it. The span is taken only while the

@@ -82,16 +82,12 @@ func (b *bench) plainRun(ctx context.Context, s setup, seed, k int, canary strin
 }
 
 // canaries starts a setup's runs with their cache keys' fingerprints: the
-// plain canary, and per HDET form its canary with the program's hash (an
-// HDET form whose canary fails is made afresh).
-func (b *bench) canaries(ctx context.Context, s setup) (*setupRuns, error) {
+// plain canary, and per HDET form its canary with prog, the program's hash
+// (an HDET form whose canary fails is made afresh).
+func (b *bench) canaries(ctx context.Context, s setup, prog string) (*setupRuns, error) {
 	sr := &setupRuns{s: s, canary: make([]string, len(forms))}
 	var err error
 	if sr.plainCanary, err = b.canaryFingerprint(ctx, s, "plain", sweepConfig, 60); err != nil {
-		return nil, err
-	}
-	prog, err := programFingerprint(b.rn.hdet)
-	if err != nil {
 		return nil, err
 	}
 	for i, f := range forms {
@@ -108,8 +104,8 @@ func (b *bench) canaries(ctx context.Context, s setup) (*setupRuns, error) {
 // at the starts. The first SweepSeeds seeds sweep every point; the others
 // run the points around the best (3 and 1 grid steps either side), enough
 // for the best point, the starts and the gaps with every seed.
-func (b *bench) sweepSetup(ctx context.Context, s setup, t *table) (*setupRuns, error) {
-	sr, err := b.canaries(ctx, s)
+func (b *bench) sweepSetup(ctx context.Context, s setup, prog string, t *table) (*setupRuns, error) {
+	sr, err := b.canaries(ctx, s, prog)
 	if err != nil {
 		return nil, err
 	}
@@ -334,8 +330,12 @@ func (b *bench) studySweep(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 1: finding max_lr, plain DP sweep vs HDET from three starts",
 		Header: []string{"setup", "run", "start", "max_lr", "vs best sweep point", "vs plain at start", "gap closed", "final effective max_lr", "compute share", "wall-time share"}}
 	b.study1 = nil
+	prog, err := programFingerprint(b.rn.hdet)
+	if err != nil {
+		return t, err
+	}
 	for _, s := range setups {
-		sr, err := b.sweepSetup(ctx, s, t)
+		sr, err := b.sweepSetup(ctx, s, prog, t)
 		if err != nil {
 			return t, err
 		}

@@ -173,11 +173,12 @@ func (s *session) makeMNIST() error {
 	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
 	mc.ProbeExamples = cfg.Train.ProbeExamples
 	r, err := mnist.New(mc)
-	var ce *mnist.ConfigError
-	if errors.As(err, &ce) {
-		return &UsageError{Err: fmt.Errorf("workload: %w", err)}
-	} else if err != nil {
-		return fmt.Errorf("workload: %w", err) // the machine, not the config: OpenBLAS missing
+	if err != nil {
+		err = fmt.Errorf("workload: %w", err)
+		if ce := (*mnist.ConfigError)(nil); errors.As(err, &ce) {
+			return &UsageError{Err: err}
+		}
+		return err // the machine, not the config: OpenBLAS missing
 	}
 	s.replica = r
 	s.steps = cfg.Train.Steps

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/workload/internal/blas"
 	"github.com/stretchr/testify/require"
 )
 
@@ -323,4 +324,20 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 	_, err := New(smallConfig(SGD))
 	require.NoError(t, err)
+}
+
+// unloadable is a BLAS backend whose library is missing.
+type unloadable struct{ blas.Gonum }
+
+func (unloadable) Load() error { return errors.New("blas: cannot load OpenBLAS (libopenblas.so.0)") }
+
+// A missing BLAS library stops New with the loader's message, not as a
+// config error and not with a panic at the first product.
+func TestNewWithoutBLAS(t *testing.T) {
+	old := gemm
+	gemm = unloadable{}
+	defer func() { gemm = old }()
+	_, err := New(smallConfig(AdamW))
+	require.ErrorContains(t, err, "libopenblas.so.0")
+	require.NotErrorIs(t, err, ErrInvalidConfig)
 }

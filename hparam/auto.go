@@ -85,8 +85,7 @@ const (
 )
 
 // DefaultAutoConfig returns the defaults of a form. Offset (revision 2):
-// probe signal, quadratic estimator clipped at 1.5 (SharedGradientsClip
-// under train.sync gradients, set by the explorer), beta 0, lambda 1,
+// probe signal, quadratic estimator clipped at 1.5, beta 0, lambda 1,
 // updates over the whole run. Paper: the paper's constants, sigma 0.1,
 // beta 0.9, lambda 0.5, softmax on the training loss.
 func DefaultAutoConfig(form Form) AutoConfig {
@@ -97,17 +96,6 @@ func DefaultAutoConfig(form Form) AutoConfig {
 	return AutoConfig{Form: FormOffset, Signal: SignalProbe, Estimator: EstimatorQuadratic, Clip: 1.5,
 		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.01}
 }
-
-// SharedGradientsClip is the offset form's default clip when the replicas
-// share every step's averaged gradient (Setup.SharedGradients). Their
-// probes then differ by the learning rate alone: from 10x below the best
-// MNIST rate the first window's vertex lies 1.8 to 2.4 out in log lr
-// (needed: 2.3), and clipped at 1.5 x 0.69 the climb took three of a
-// 3-epoch run's four updates. In local mode each replica trains on its own
-// data for T steps and a far vertex is mostly noise: a clip of 3.5 there
-// sent the PyTorch ConvNet to chance from its best rate (docs/benchmarks.md,
-// study 1, seventh pass).
-const SharedGradientsClip = 5
 
 func oneOf[T ~string](field string, v T, allowed ...T) error {
 	for _, a := range allowed {

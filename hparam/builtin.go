@@ -74,8 +74,7 @@ var builtinKinds = map[string]builtinKind{
 //	    "guard": 0.01,     // offset: warm-up guard threshold, a fraction of the spread's half-width; 0: off
 //	    "signal": "probe", // probe (train where the workload cannot probe) | train; paper default: train
 //	    "estimator": "quadratic", // quadratic | softmax; paper: softmax only
-//	    "clip":    1.5,    // quadratic: |x*| <= clip * the spread's half-width in scale space;
-//	                       // offset form under train.sync gradients: 5 (SharedGradientsClip)
+//	    "clip":    1.5,    // quadratic: |x*| <= clip * the spread's half-width in scale space
 //	    "sigma":   0.1,    // softmax temperature in loss units, > 0
 //	    "sigma_mode": "absolute", // absolute | relative: sigma times the std of the window's losses
 //	    "beta":    0,      // velocity momentum, [0, 1); paper default 0.9
@@ -285,7 +284,7 @@ func (b *builtin) parse(s Setup) (parsedConfig, error) {
 		}
 	}
 	d := b.kind.desc
-	if err := p.autoConfig(as, s.SharedGradients); err != nil {
+	if err := p.autoConfig(as); err != nil {
 		return p, err
 	}
 	// Narrowing is revision 2's: it spends the end of the run on the answer
@@ -353,7 +352,7 @@ func spreadConfig(def Spread, ss SpreadSpec, defNarrow Narrowing) (Spread, Narro
 }
 
 // autoConfig applies the "auto" block: the form's defaults, then the keys set.
-func (p *parsedConfig) autoConfig(as AutoSpec, shared bool) error {
+func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	if present(as.Decay) {
 		return fieldErr("auto.decay", "was removed in revision 2 of the meta-update: the base is now the schedule combined with a learned offset, "+
 			"so the schedule's own anneal replaces the decay; delete the key (auto.form: paper gives the paper's update, without decay)")
@@ -364,9 +363,6 @@ func (p *parsedConfig) autoConfig(as AutoSpec, shared bool) error {
 	}
 	c := DefaultAutoConfig(form)
 	c.Form = form
-	if form == FormOffset && shared {
-		c.Clip = SharedGradientsClip
-	}
 	p.autoOn = as.Enabled == nil || *as.Enabled
 	p.autoStart = 0
 	if form == FormPaper {

@@ -21,8 +21,6 @@ type RunShape struct {
 	WindowSteps int    // T
 	Seed        uint64 // seeds the permutations and, derived, each explorer
 	Probe       bool   // the workload can evaluate the probe signal (Setup.Probe)
-	// SharedGradients: train.sync is gradients (Setup.SharedGradients).
-	SharedGradients bool
 }
 
 // NamedExplorer is one explored hyperparameter: the instance name the
@@ -141,7 +139,6 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 		err = ne.Explorer.Init(ctx, Setup{
 			Name: ne.Name, Config: cfg, Ranks: shape.Ranks, TotalSteps: shape.TotalSteps,
 			WindowSteps: shape.WindowSteps, Seed: explorerSeed(shape.Seed, i), Probe: shape.Probe,
-			SharedGradients: shape.SharedGradients,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: init: %w", ErrExplorer, ne.Name, err)

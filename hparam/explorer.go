@@ -58,10 +58,6 @@ type Setup struct {
 	// Probe: the workload can evaluate the probe signal (DESIGN §1,
 	// revision 2), so a WindowPlan that asks for it gets Observation.Probe.
 	Probe bool
-	// SharedGradients: the replicas share every step's averaged gradient
-	// (train.sync: gradients), so their probe losses differ by the
-	// hyperparameter far more than by their data.
-	SharedGradients bool
 }
 
 // WindowRequest asks for the plan of window Window, covering steps [Start, Start+Steps).

@@ -2,7 +2,6 @@ package hparam
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"testing"
 
@@ -360,27 +359,4 @@ func TestOffsetSettleClamps(t *testing.T) {
 		assert.LessOrEqual(t, b, 0.012*(1+1e-12), "base after window %d", k)
 	}
 	assert.InDelta(t, 0.012, bases[3], 1e-12, "settled at the bound")
-}
-
-// The default clip follows the sync mode: a parabola with its vertex 4 out
-// in log lr is clipped at 1.5 x log 2 when each replica trains alone, at
-// SharedGradientsClip x log 2 when they share gradients; a config's clip
-// wins over either.
-func TestOffsetClipDefaultBySync(t *testing.T) {
-	span := math.Log(2)
-	far := func(x float64) float64 { return (x - 4) * (x - 4) }
-	cfg := `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
-		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"%s}}`
-	for _, tc := range []struct {
-		shared bool
-		clip   string
-		want   float64
-	}{{false, "", 1.5 * span}, {true, "", SharedGradientsClip * span}, {true, `, "clip": 1`, span}, {false, `, "clip": 6`, 4}} {
-		s := lrSetup
-		s.SharedGradients = tc.shared
-		e, err := initBuiltin(t, BuiltinLR, fmt.Sprintf(cfg, tc.clip), s)
-		require.NoError(t, err)
-		_, fb := window(t, e, 0, far)
-		assert.InDelta(t, tc.want, fb.Estimate, 1e-9, "shared %v, clip %q", tc.shared, tc.clip)
-	}
 }

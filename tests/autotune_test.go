@@ -29,7 +29,7 @@ explorers:
 	r := runHDET(t, 4, conf)
 	require.NoError(t, r.err, r.stderr)
 	var offsets []float64
-	probed, farthest := 0, 0.0
+	probed := 0
 	for _, rec := range r.records(t) {
 		if rec.Type != metrics.TypeWindow {
 			continue
@@ -37,7 +37,6 @@ explorers:
 		if u, ok := rec.Offset["lr"]; ok {
 			offsets = append(offsets, float64(u))
 		}
-		farthest = max(farthest, float64(rec.Estimate["lr"]))
 		if len(rec.Probe) == 4 {
 			probed++
 			for _, p := range rec.Probe {
@@ -50,9 +49,4 @@ explorers:
 	final := startLR * math.Exp(offsets[len(offsets)-1])
 	t.Logf("effective max_lr %.3g -> %.3g (offsets %.3f)", startLR, final, offsets)
 	require.Greater(t, final, 1.5*startLR, "the controller moved the learning rate up from 10x too low")
-	// Under sync gradients the default clip is hparam.SharedGradientsClip:
-	// one window may move u well past the 1.5 half-widths (of log 2) that
-	// bound it in local mode (here it goes 2.4), which shows the sync mode
-	// reached the explorer.
-	require.Greater(t, farthest, 1.25*1.5*math.Ln2, "a window's estimate went well past the local-mode clip")
 }

@@ -248,8 +248,7 @@ func (s *session) openExplorers(ctx context.Context) error {
 			named = append(named, ex)
 		}
 	}
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed,
-		Probe: s.replica.CanProbe(), SharedGradients: s.sync == engine.SyncGradients}, named)
+	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
 	if err != nil {
 		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
 			return Usagef("explorers: %v", err)

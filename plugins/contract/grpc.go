@@ -53,8 +53,6 @@ func (g *GRPCClient) Init(ctx context.Context, s hparam.Setup) error {
 		WindowSteps: int64(s.WindowSteps),
 		Seed:        s.Seed,
 		Probe:       s.Probe,
-
-		SharedGradients: s.SharedGradients,
 	})
 	return explorerError(err)
 }
@@ -159,8 +157,6 @@ func (s *GRPCServer) Init(ctx context.Context, in *proto.Setup) (*proto.InitResp
 		WindowSteps: int(in.GetWindowSteps()),
 		Seed:        in.GetSeed(),
 		Probe:       in.GetProbe(),
-
-		SharedGradients: in.GetSharedGradients(),
 	})
 	if err != nil {
 		return nil, serverError(err)

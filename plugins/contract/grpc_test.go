@@ -84,7 +84,7 @@ func TestGRPCRoundTripsEveryCall(t *testing.T) {
 		Bounds: hparam.Bounds{Lower: 1e-6, Upper: 3}, Spread: hparam.Spread{Kind: hparam.Geometric, Alpha: 0.5},
 		ExampleConfig: []byte(`{"x":1}`)}, d)
 
-	setup := hparam.Setup{Name: "lr/hidden", Config: []byte(`{"a":1}`), Ranks: 3, TotalSteps: 1 << 40, WindowSteps: 7, Seed: math.MaxUint64, Probe: true, SharedGradients: true}
+	setup := hparam.Setup{Name: "lr/hidden", Config: []byte(`{"a":1}`), Ranks: 3, TotalSteps: 1 << 40, WindowSteps: 7, Seed: math.MaxUint64, Probe: true}
 	require.NoError(t, x.Init(ctx, setup))
 	assert.Equal(t, setup, rec.setup)
 

@@ -276,13 +276,9 @@ type Setup struct {
 	Seed        uint64 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
 	// The workload can evaluate the probe signal (DESIGN §1, revision 2): a
 	// plan that asks for it gets Observation.probe.
-	Probe bool `protobuf:"varint,7,opt,name=probe,proto3" json:"probe,omitempty"`
-	// The replicas share every step's averaged gradient (train.sync
-	// gradients): the probe compares them with little noise, so the built-in
-	// explorers trust a farther vertex (auto.clip's default).
-	SharedGradients bool `protobuf:"varint,8,opt,name=shared_gradients,json=sharedGradients,proto3" json:"shared_gradients,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Probe         bool `protobuf:"varint,7,opt,name=probe,proto3" json:"probe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Setup) Reset() {
@@ -360,13 +356,6 @@ func (x *Setup) GetSeed() uint64 {
 func (x *Setup) GetProbe() bool {
 	if x != nil {
 		return x.Probe
-	}
-	return false
-}
-
-func (x *Setup) GetSharedGradients() bool {
-	if x != nil {
-		return x.SharedGradients
 	}
 	return false
 }
@@ -814,7 +803,7 @@ const file_explorer_proto_rawDesc = "" +
 	"\x05scale\x18\x04 \x01(\tR\x05scale\x120\n" +
 	"\x06bounds\x18\x05 \x01(\v2\x18.hdet.explorer.v1.BoundsR\x06bounds\x120\n" +
 	"\x06spread\x18\x06 \x01(\v2\x18.hdet.explorer.v1.SpreadR\x06spread\x12%\n" +
-	"\x0eexample_config\x18\a \x01(\fR\rexampleConfig\"\xe2\x01\n" +
+	"\x0eexample_config\x18\a \x01(\fR\rexampleConfig\"\xb7\x01\n" +
 	"\x05Setup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x14\n" +
@@ -823,8 +812,7 @@ const file_explorer_proto_rawDesc = "" +
 	"totalSteps\x12!\n" +
 	"\fwindow_steps\x18\x05 \x01(\x03R\vwindowSteps\x12\x12\n" +
 	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x14\n" +
-	"\x05probe\x18\a \x01(\bR\x05probe\x12)\n" +
-	"\x10shared_gradients\x18\b \x01(\bR\x0fsharedGradients\"\x0e\n" +
+	"\x05probe\x18\a \x01(\bR\x05probe\"\x0e\n" +
 	"\fInitResponse\"S\n" +
 	"\rWindowRequest\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\x03R\x06window\x12\x14\n" +

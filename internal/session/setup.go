@@ -175,7 +175,7 @@ func (s *session) makeMNIST() error {
 	r, err := mnist.New(mc)
 	if err != nil {
 		err = fmt.Errorf("workload: %w", err)
-		if ce := (*mnist.ConfigError)(nil); errors.As(err, &ce) {
+		if errors.Is(err, mnist.ErrInvalidConfig) {
 			return &UsageError{Err: err}
 		}
 		return err // the machine, not the config: OpenBLAS missing

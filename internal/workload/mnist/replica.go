@@ -46,8 +46,10 @@ type Replica struct {
 
 var _ engine.Replica = (*Replica)(nil)
 
-// New builds a replica from cfg, validated (errors are *ConfigError), with
-// parameters initialised from cfg.Seed alone, so identically on every rank.
+// New builds a replica from cfg, validated (a bad field is a *ConfigError,
+// wrapping ErrInvalidConfig; a BLAS library that does not load is returned
+// as its loader says), with parameters initialised from cfg.Seed alone, so
+// identically on every rank.
 func New(cfg Config) (*Replica, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -16,11 +16,15 @@ type Gemm interface {
 		b []float32, ldb int, beta float32, c []float32, ldc int)
 }
 
-// Ready is nil when g can compute; a backend that loads a library at run
-// time (OpenBLAS) says here, before training, what is missing, where
-// Sgemm, which returns nothing, could only panic.
+// Loader is a backend that loads its library at run time (OpenBLAS).
+type Loader interface {
+	Load() error
+}
+
+// Ready is nil when g can compute; a Loader says here, before training,
+// what is missing, where Sgemm, which returns nothing, could only panic.
 func Ready(g Gemm) error {
-	if l, ok := g.(interface{ Load() error }); ok {
+	if l, ok := g.(Loader); ok {
 		return l.Load()
 	}
 	return nil

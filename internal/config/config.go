@@ -61,9 +61,9 @@ type Train struct {
 	// long (a stuck or stopped rank); 0 disables it.
 	Watchdog Duration `yaml:"watchdog"`
 	// DivergenceFactor: a finite window loss above this multiple of the
-	// healthy ranks' median makes the rank unhealthy, and a median above
-	// this multiple of the previous window's makes every rank unhealthy;
-	// 0 disables both.
+	// healthy ranks' median (a probe loss above its square root) makes
+	// the rank unhealthy, and a median above this multiple of the
+	// previous window's makes every rank unhealthy; 0 disables both.
 	DivergenceFactor float64 `yaml:"divergence_factor"`
 	// MaxRollbacks bounds the rollbacks to the last checkpoint (learning
 	// rates halved each time) after a window where every rank is unhealthy.

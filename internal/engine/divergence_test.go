@@ -42,7 +42,7 @@ func TestMarkDiverged(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			losses, healthy := append([]float64(nil), tc.losses...), append([]bool(nil), tc.healthy...)
-			evs := markDiverged(Layout{World: len(losses), Size: 1}, divergence{losses, tc.last, "probe loss"}, healthy, tc.factor, 4)
+			evs := markDiverged(Layout{World: len(losses), Size: 1}, divergence{losses, tc.last, "probe loss", "train.divergence_factor"}, healthy, tc.factor, 4)
 			var got []int
 			for _, e := range evs {
 				require.NotNil(t, e.Rank)
@@ -106,6 +106,20 @@ func TestCheckDivergence(t *testing.T) {
 	l.checkDivergence(w)
 	assert.Equal(t, []bool{true, false, true, false}, w.healthyRanks)
 	assert.InDelta(t, 2.25, l.lastMedian, 1e-12)
+
+	// The probe's threshold is the square root of the factor (3.16 here).
+	// Measured on the PyTorch ConvNet (local mode, 1e-2, seed 0, window
+	// 3): two replicas' probes are 4.2x and 6.4x the reference (the
+	// previous window's median, 0.157), their window losses under 10x
+	// theirs. Averaged in, they ended the run at test loss 0.0724; left
+	// out, at 0.0440.
+	l.o.CheckpointDir, l.lastMedian, l.lastProbe = t.TempDir(), 0.24495, 0.15665
+	w = window([]float64{0.4003, 1.169, 0.2632, 1.6936}, []float64{0.1921, 0.6601, 0.1245, 1.0017})
+	l.checkDivergence(w)
+	assert.Equal(t, []bool{true, false, true, false}, w.healthyRanks, "ranks 1 and 3's probes diverged")
+	assert.Contains(t, w.events[0].Message, "the square root of train.divergence_factor (3.162)")
+	assert.InDelta(t, 0.33175, l.lastMedian, 1e-12)
+	assert.InDelta(t, 0.1583, l.lastProbe, 1e-12)
 }
 
 func TestScaleLROnlyTouchesLearningRates(t *testing.T) {

@@ -85,7 +85,8 @@ type Options struct {
 	// controller calls reported (an explorer frozen in the first plan).
 	Events []hparam.Event
 	// DivergenceFactor: a rank whose finite window loss exceeds this many
-	// times the healthy ranks' median is unhealthy, and so is every rank
+	// times the healthy ranks' median (whose probe loss exceeds its square
+	// root times theirs) is unhealthy, and so is every rank
 	// when that median exceeds this many times the previous window's (see
 	// blownUp); 0 disables both.
 	DivergenceFactor float64

@@ -26,9 +26,10 @@ import (
 // as before.
 func (l *loop) checkDivergence(w *window) {
 	before := healthyMedian(w.losses, w.healthyRanks)
-	div := markDiverged(l.lay, divergence{w.losses, l.lastMedian, "window loss", "train.divergence_factor"}, w.healthyRanks, l.o.DivergenceFactor, w.index)
+	f := l.o.DivergenceFactor
+	div := markDiverged(l.lay, divergence{w.losses, l.lastMedian, "window loss", f, "train.divergence_factor"}, w.healthyRanks, w.index)
 	if w.plan.Probe {
-		pd := markDiverged(l.lay, divergence{w.probes, l.lastProbe, "probe loss", "the square root of train.divergence_factor"}, w.healthyRanks, math.Sqrt(l.o.DivergenceFactor), w.index)
+		pd := markDiverged(l.lay, divergence{w.probes, l.lastProbe, "probe loss", math.Sqrt(f), "the square root of train.divergence_factor"}, w.healthyRanks, w.index)
 		for _, e := range pd {
 			w.losses[*e.Rank] = math.NaN()
 		}
@@ -38,7 +39,7 @@ func (l *loop) checkDivergence(w *window) {
 	w.nHealthy -= len(div)
 	// The median before the replicas that diverged were left out: with two
 	// of four replicas wrecked, the two left can be wrecked too.
-	if ev, ok := blownUp(before, l.lastMedian, l.o.DivergenceFactor, w.index); ok && l.canRollBack() {
+	if ev, ok := blownUp(before, l.lastMedian, f, w.index); ok && l.canRollBack() {
 		clear(w.healthyRanks)
 		w.events, w.nHealthy = append(w.events, ev), 0
 	} else if w.nHealthy > 0 {
@@ -50,17 +51,18 @@ func (l *loop) checkDivergence(w *window) {
 }
 
 // divergence is what markDiverged checks: one loss per replica, the
-// previous window's healthy median of the same loss (0: none), and for
-// messages the loss's name and what its factor is.
+// previous window's healthy median of the same loss (0: none), the loss's
+// name for messages, and the factor with the rule it comes from.
 type divergence struct {
 	losses []float64
 	last   float64
 	what   string
+	factor float64
 	rule   string
 }
 
 // markDiverged makes unhealthy every healthy replica whose finite loss is
-// above factor times the lower of the healthy replicas' median and d.last
+// above d.factor times the lower of the healthy replicas' median and d.last
 // (but not below the best replica's loss: when every replica blew up, that
 // is blownUp's to judge), sets its loss to NaN as for a NaN replica, and
 // returns one event per such replica, naming it and its ranks as lay lays
@@ -70,10 +72,10 @@ type divergence struct {
 // lifted the median (measured on a PyTorch ConvNet: a replica at chance,
 // 2.30, against 0.17 to 0.86 for the others, 4x their median and 15x the
 // previous window's). healthy is per replica. Every rank runs it on the
-// same gathered losses, so all reach the same verdict. factor 0, or a
+// same gathered losses, so all reach the same verdict. d.factor 0, or a
 // reference <= 0 (a loss that is not a positive cross-entropy), disables it.
-func markDiverged(lay Layout, d divergence, healthy []bool, factor float64, window int) []metrics.Event {
-	if factor == 0 {
+func markDiverged(lay Layout, d divergence, healthy []bool, window int) []metrics.Event {
+	if d.factor == 0 {
 		return nil
 	}
 	ref := healthyMedian(d.losses, healthy)
@@ -85,11 +87,11 @@ func markDiverged(lay Layout, d divergence, healthy []bool, factor float64, wind
 	}
 	var events []metrics.Event
 	for r, h := range healthy {
-		if h && d.losses[r] > factor*ref {
+		if h && d.losses[r] > d.factor*ref {
 			rr := r
 			events = append(events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
 				Message: fmt.Sprintf("%s's %s %.4g in window %d is over %s (%.4g) times %.4g (the healthy %s' median; the previous window's when lower, but not below the best one's): diverged; left out of the average and reset to it",
-					lay.Name(r), d.what, d.losses[r], window, d.rule, factor, ref, lay.unit())})
+					lay.Name(r), d.what, d.losses[r], window, d.rule, d.factor, ref, lay.unit())})
 			healthy[r], d.losses[r] = false, math.NaN()
 		}
 	}

@@ -42,7 +42,7 @@ func TestMarkDiverged(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			losses, healthy := append([]float64(nil), tc.losses...), append([]bool(nil), tc.healthy...)
-			evs := markDiverged(Layout{World: len(losses), Size: 1}, divergence{losses, tc.last, "probe loss", "train.divergence_factor"}, healthy, tc.factor, 4)
+			evs := markDiverged(Layout{World: len(losses), Size: 1}, divergence{losses, tc.last, "probe loss", tc.factor, "train.divergence_factor"}, healthy, 4)
 			var got []int
 			for _, e := range evs {
 				require.NotNil(t, e.Rank)

@@ -85,9 +85,9 @@ type Options struct {
 	// controller calls reported (an explorer frozen in the first plan).
 	Events []hparam.Event
 	// DivergenceFactor: a rank whose finite window loss exceeds this many
-	// times the healthy ranks' median (whose probe loss exceeds its square
-	// root times theirs) is unhealthy, and so is every rank
-	// when that median exceeds this many times the previous window's (see
+	// times the healthy ranks' median, or whose probe loss exceeds its
+	// square root times theirs, is unhealthy, and so is every rank when
+	// that median exceeds this many times the previous window's (see
 	// blownUp); 0 disables both.
 	DivergenceFactor float64
 	// A window where every rank is unhealthy rolls back to the newest

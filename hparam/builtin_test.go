@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -92,6 +93,19 @@ func TestBuiltinConfigErrors(t *testing.T) {
 func TestBuiltinUnknownKeyListsAllowed(t *testing.T) {
 	_, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.1}, "spread": {"alpah": 0.1}}`, setup4)
 	assert.ErrorContains(t, err, "spread.alpah: unknown key (allowed: kind, alpha, narrow_from, narrow_to, alpha_end)")
+}
+
+func TestBuiltinTypeErrorNamesTheValue(t *testing.T) {
+	for cfg, want := range map[string]string{
+		`{"schedule": {"max_lr": 0.1}, "spread": {"alpha": "NaN"}}`: `spread.alpha: must be a JSON number, got string "NaN"`,
+		`{"schedule": {"max_lr": 0.1}, "auto": {"estimator": 3}}`:   `auto.estimator: must be a JSON string, got number 3`,
+		`{"schedule": {"max_lr": 0.1}, "auto": {"clip": [1, 2]}}`:   `auto.clip: must be a JSON number, got array`,
+		`{"schedule": {"max_lr": "0.1,5"}}`:                         `schedule.max_lr: must be a JSON number, got string "0.1,5"`,
+	} {
+		_, err := initBuiltin(t, BuiltinLR, cfg, setup4)
+		require.ErrorContains(t, err, want, "%s", cfg)
+		assert.False(t, strings.HasSuffix(err.Error(), " "), "%q", err)
+	}
 }
 
 func TestBuiltinScheduleThenAuto(t *testing.T) {

@@ -264,7 +264,11 @@ func decodeStrict(data []byte, v any, prefix string) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fieldErr(field(te.Field), "must be a JSON %s, got %s", jsonKind(te.Type), te.Value)
+		got := te.Value
+		if v := valueBefore(data, te.Offset); v != "" {
+			got += " " + v
+		}
+		return fieldErr(field(te.Field), "must be a JSON %s, got %s", jsonKind(te.Type), got)
 	}
 	if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		key = strings.Trim(key, `"`)
@@ -275,6 +279,28 @@ func decodeStrict(data []byte, v any, prefix string) error {
 		where = "config"
 	}
 	return fieldErr(where, "invalid JSON: %v", err)
+}
+
+// valueBefore returns the JSON scalar that ends at offset in data (where
+// encoding/json reports a type error), cut to 40 bytes, or "" for an
+// array or object: the message then names what the user wrote ("NaN",
+// "0.5x"), not only its JSON kind.
+func valueBefore(data []byte, offset int64) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil || dec.InputOffset() > offset {
+			return ""
+		}
+		if _, delim := tok.(json.Delim); dec.InputOffset() == offset && !delim {
+			v, _ := json.Marshal(tok)
+			if len(v) > 40 {
+				v = append(v[:37:37], "..."...)
+			}
+			return string(v)
+		}
+	}
 }
 
 func jsonKind(t reflect.Type) string {

@@ -82,6 +82,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		"bad checksum":       {yaml: "train: {steps: 10, window: 5}\nexplorers: [{name: lr, plugin: p, sha256: xyz}]", want: "explorers[0].sha256"},
 		"malformed yaml":     {yaml: "train: [", want: "YAML"},
 		"bad set":            {yaml: sample, sets: []string{"train.window"}, want: "want key=value"},
+		"empty set":          {yaml: sample, sets: []string{"train.seed= "}, want: "--set train.seed: empty value (write train.seed=null for the default)"},
 		"set missing entry":  {yaml: sample, sets: []string{"explorers.wd.plugin=x"}, want: `no list entry named "wd"`},
 	}
 	for name, tc := range cases {

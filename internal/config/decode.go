@@ -270,6 +270,11 @@ func setPath(root *yaml.Node, path, value string) error {
 	if path == "" {
 		return fmt.Errorf("%w: --set needs key=value, got %q", ErrInvalid, short("="+value))
 	}
+	if strings.TrimSpace(value) == "" {
+		// An unset shell variable (--set train.seed=$SEED) would otherwise
+		// read as null and quietly keep the default.
+		return fmt.Errorf("%w: --set %s: empty value (write %s=null for the default)", ErrInvalid, short(path), short(path))
+	}
 	var val yaml.Node
 	if err := yaml.Unmarshal([]byte(value), &val); err != nil || len(val.Content) == 0 {
 		val = yaml.Node{Kind: yaml.ScalarNode, Value: value}

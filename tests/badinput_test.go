@@ -174,6 +174,8 @@ func TestBadInput(t *testing.T) {
 		{name: "run: bad allreduce path", args: runArgs("--allreduce-path", "warp"), cfg: badBase, want: "--allreduce-path"},
 		{name: "run: bad progress", args: runArgs("--progress", "fancy"), cfg: badBase, want: "run.progress: got fancy"},
 		{name: "run: --worker without command", args: []string{"run", "--worker"}, want: "--worker needs the worker's command"},
+		{name: "run: --worker command missing", args: []string{"run", "--worker", "--", "/nonexistent/train.py"}, want: `--worker command: exec: "/nonexistent/train.py": stat /nonexistent/train.py: no such file or directory`},
+		{name: "run: --worker command not on PATH", args: []string{"run", "--worker", "--", "pyhton3", "train.py"}, want: `--worker command: exec: "pyhton3": executable file not found in $PATH`},
 		{name: "schedule: unknown flag", args: []string{"schedule", "--frobnicate"}, want: "schedule"},
 		{name: "schedule: unknown kind", args: []string{"schedule", "sawtooth"}, want: "sawtooth"},
 		{name: "sbatch: unknown flag", args: []string{"sbatch", "--frobnicate"}, want: "flag provided but not defined: -frobnicate"},

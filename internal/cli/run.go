@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strings"
@@ -78,6 +79,11 @@ func parseRun(s Streams, args []string) (runFlags, error) {
 	}
 	if f.worker != (len(f.command) > 0) {
 		return f, Usagef("--worker needs the worker's command after --, and a command after -- needs --worker (hdet run [CONFIG] --worker -- python3 train.py ...)")
+	}
+	if f.worker {
+		if _, err := exec.LookPath(f.command[0]); err != nil {
+			return f, Usagef("--worker command: %v", err)
+		}
 	}
 	if len(pos) > 1 {
 		return f, Usagef("run takes at most one CONFIG.yaml, got %q", pos)

@@ -101,6 +101,8 @@ func TestBuiltinTypeErrorNamesTheValue(t *testing.T) {
 		`{"schedule": {"max_lr": 0.1}, "auto": {"estimator": 3}}`:   `auto.estimator: must be a JSON string, got number 3`,
 		`{"schedule": {"max_lr": 0.1}, "auto": {"clip": [1, 2]}}`:   `auto.clip: must be a JSON number, got array`,
 		`{"schedule": {"max_lr": "0.1,5"}}`:                         `schedule.max_lr: must be a JSON number, got string "0.1,5"`,
+		// Cut at 37 bytes, mid-character: the half character is dropped.
+		`{"schedule": {"max_lr": "a` + strings.Repeat("é", 30) + `"}}`: `got string "a` + strings.Repeat("é", 17) + `...`,
 	} {
 		_, err := initBuiltin(t, BuiltinLR, cfg, setup4)
 		require.ErrorContains(t, err, want, "%s", cfg)

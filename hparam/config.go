@@ -296,7 +296,7 @@ func valueBefore(data []byte, offset int64) string {
 		if _, delim := tok.(json.Delim); dec.InputOffset() == offset && !delim {
 			v, _ := json.Marshal(tok)
 			if len(v) > 40 {
-				v = append(v[:37:37], "..."...)
+				return strings.ToValidUTF8(string(v[:37]), "") + "..."
 			}
 			return string(v)
 		}

@@ -16,8 +16,12 @@ func epochsCase(name, v, want string) badCase {
 }
 
 // noRunDir is runArgs without --run-dir, which would override run.dir.
-func noRunDir(set string) []string {
-	return []string{"run", "{cfg}", "--plugin-dir", "{plugins}", "--set", "workload.data={data}", "--set", set}
+func noRunDir(sets ...string) []string {
+	args := []string{"run", "{cfg}", "--plugin-dir", "{plugins}", "--set", "workload.data={data}"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return args
 }
 
 func reportCase(name, metrics, want string) badCase {
@@ -159,7 +163,7 @@ func TestBadInputBounds(t *testing.T) {
 		{name: "run dir under a file", args: runArgs("--run-dir", filepath.Join(file, "run")), cfg: badBase, want: "not a directory"},
 		{name: "run dir name too long", args: runArgs("--run-dir", filepath.Join(tmp, strings.Repeat("n", 300))), cfg: badBase, want: "file name too long"},
 		{name: "run dir under /proc", args: runArgs("--run-dir", "/proc/hdet-run"), cfg: badBase, want: "not a usable run directory"},
-		{name: "empty run dir", args: noRunDir("train.seed=5"), cfg: strings.Replace(badBase, "run: {", `run: {dir: "", `, 1), want: "run.dir: got , want a directory path"},
+		{name: "empty run dir", args: noRunDir(), cfg: strings.Replace(badBase, "run: {", `run: {dir: "", `, 1), want: "run.dir: got , want a directory path"},
 		inRunDir("checkpoints is a file", touch("checkpoints"), "checkpoints is not a directory"),
 		inRunDir("metrics.jsonl is a directory", mkdir("metrics.jsonl"), "metrics.jsonl"),
 		inRunDir("config.yaml is a directory", mkdir("config.yaml"), "run.dir"),

@@ -28,7 +28,7 @@ step nvidia-smi nvidia-smi
 step devices "$bin" devices
 "$bin" devices --json >"$out/devices.json"
 gpus=$(grep -c '"uuid": "GPU-' "$out/devices.json")
-step gpu-tests go test -count=1 -v -run 'TestGPU|TestDiscover|TestSystemDriver' ./internal/device/... ./tests
+step gpu-tests go test -count=1 -v -run 'TestGPU|TestDiscover|TestSystemDriver' ./device/... ./tests
 
 np=${1:-$((gpus > 2 ? gpus : 2))}
 share=()

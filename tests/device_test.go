@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/device"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

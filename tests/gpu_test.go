@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/device"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/internal/slurm"
 	"github.com/hdet-dev/hdet/internal/watchdog"
+	"github.com/hdet-dev/hdet/slurm"
 )
 
 // hostPIDs lists the processes running on a test bed host, leaving out its

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hdet-dev/hdet/internal/mpi"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 func main() {

@@ -7,8 +7,8 @@ import (
 	"runtime"
 
 	"github.com/hdet-dev/hdet/internal/cli"
-	"github.com/hdet-dev/hdet/internal/mpi"
 	"github.com/hdet-dev/hdet/internal/signals"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 // MPI_Finalize must run on the thread that called MPI_Init: the main

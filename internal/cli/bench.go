@@ -12,10 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/internal/engine"
-	"github.com/hdet-dev/hdet/internal/mpi"
 	"github.com/hdet-dev/hdet/internal/stats"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 func runBench(s Streams, args []string) error {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/internal/mpi"
 	"github.com/hdet-dev/hdet/internal/stats"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 // planParams are the hyperparameters of the benchmark's plan: the default

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/device"
 )
 
 // discoverDevices is the node's NVML in production; tests swap in go-nvml's

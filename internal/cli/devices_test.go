@@ -10,7 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-	"github.com/hdet-dev/hdet/internal/device"
+	"github.com/hdet-dev/hdet/device"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -16,9 +16,9 @@ import (
 	"github.com/hdet-dev/hdet/examples"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/logging"
-	"github.com/hdet-dev/hdet/internal/mpi"
 	"github.com/hdet-dev/hdet/internal/session"
 	"github.com/hdet-dev/hdet/internal/signals"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 const runHelp = `usage: hdet run [CONFIG.yaml] [flags]

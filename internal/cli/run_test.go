@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/hdet-dev/hdet/internal/engine"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/session"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // Every way a run can end maps to one exit code and one way to end MPI.

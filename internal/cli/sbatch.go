@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hdet-dev/hdet/internal/slurm"
+	"github.com/hdet-dev/hdet/slurm"
 )
 
 func runSbatch(s Streams, args []string) error {

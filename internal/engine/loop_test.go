@@ -13,7 +13,7 @@ import (
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/metrics"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // Setup's explorer events (Options.Events) land in the first window's

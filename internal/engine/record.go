@@ -7,7 +7,7 @@ import (
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/metrics"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // ShardEvaluator is a replica that can evaluate a part of the test set: the

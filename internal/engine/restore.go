@@ -11,7 +11,7 @@ import (
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // RestoreOptions say where Restore finds a checkpoint and what it loads.

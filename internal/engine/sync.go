@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // SyncMode is how the ranks communicate inside a window (DESIGN §1).

@@ -12,15 +12,15 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
-	"github.com/hdet-dev/hdet/internal/device"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
-	"github.com/hdet-dev/hdet/internal/slurm"
 	"github.com/hdet-dev/hdet/internal/watchdog"
+	"github.com/hdet-dev/hdet/mpi/reduce"
+	"github.com/hdet-dev/hdet/slurm"
 )
 
 // World is the communicator a session runs on; *mpi.Comm has it.

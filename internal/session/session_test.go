@@ -18,8 +18,8 @@ import (
 
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/metrics"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/testenv"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // solo is a world of one rank.

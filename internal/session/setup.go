@@ -11,20 +11,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
-	"github.com/hdet-dev/hdet/internal/device"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/internal/memcheck"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/runlock"
 	"github.com/hdet-dev/hdet/internal/signals"
-	"github.com/hdet-dev/hdet/internal/slurm"
 	"github.com/hdet-dev/hdet/internal/watchdog"
 	"github.com/hdet-dev/hdet/internal/workload/mnist"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 	"github.com/hdet-dev/hdet/plugins"
+	"github.com/hdet-dev/hdet/slurm"
 )
 
 // setup runs the phases every rank enters together: after each one the

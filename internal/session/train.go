@@ -9,14 +9,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
-	"github.com/hdet-dev/hdet/internal/device"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/progress"
 	"github.com/hdet-dev/hdet/internal/report"
-	"github.com/hdet-dev/hdet/internal/slurm"
+	"github.com/hdet-dev/hdet/mpi/reduce"
+	"github.com/hdet-dev/hdet/slurm"
 )
 
 // train runs the window loop, then ends the run: on a stop, the requeue

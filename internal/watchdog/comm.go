@@ -2,7 +2,7 @@ package watchdog
 
 import (
 	"github.com/hdet-dev/hdet/internal/engine"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // Comm wraps c so that each collective is timed by the watchdog (and logged

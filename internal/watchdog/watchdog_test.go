@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/engine"
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
 	"github.com/hdet-dev/hdet/internal/testenv"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 func beatAt(rank, window int, phase, op string, age time.Duration, now time.Time) *Beat {

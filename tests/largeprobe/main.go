@@ -9,9 +9,9 @@ import (
 	"os"
 	"runtime/debug"
 
+	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
-	"github.com/hdet-dev/hdet/internal/device"
-	"github.com/hdet-dev/hdet/internal/mpi"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 // value is what rank puts at i; every sum over a few ranks is exact.

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/hdet-dev/hdet/internal/mpi"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 type result struct {

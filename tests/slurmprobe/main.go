@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hdet-dev/hdet/internal/mpi"
-	"github.com/hdet-dev/hdet/internal/slurm"
+	"github.com/hdet-dev/hdet/mpi"
+	"github.com/hdet-dev/hdet/slurm"
 )
 
 type report struct {

@@ -57,7 +57,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/hdet-dev/hdet/internal/mpi/reduce"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // Op and Datatype live in the pure package reduce; these aliases keep

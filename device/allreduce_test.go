@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/hdet-dev/hdet/internal/mpi"
+	"github.com/hdet-dev/hdet/mpi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

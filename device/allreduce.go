@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/hdet-dev/hdet/internal/mpi"
+	"github.com/hdet-dev/hdet/mpi"
 )
 
 // Path is how a buffer reaches MPI_Allreduce.

@@ -3,7 +3,7 @@ package device
 import (
 	"fmt"
 
-	"github.com/hdet-dev/hdet/internal/device/cuda"
+	"github.com/hdet-dev/hdet/device/cuda"
 )
 
 var _ Memory = (*cuda.Context)(nil)

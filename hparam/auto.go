@@ -55,8 +55,13 @@ type AutoConfig struct {
 	Beta      float64 // velocity momentum, in [0, 1)
 	Lambda    float64 // step size applied to the velocity, >= 0
 	// Until is the fraction of the run after which the offset stops
-	// moving (offset form), in (0, 1].
+	// moving (offset form), in (0, 1]: with Commit restart, the search
+	// pass's length.
 	Until float64
+	// Commit says whether the offset form's run restarts at the committed
+	// value after a search pass (restart) or carries on (continue); the
+	// paper form only continues.
+	Commit CommitMode
 	// Guard is the warm-up guard's threshold (offset form) as a fraction
 	// of the spread's half-width in scale space: while the schedule rises,
 	// v <= -Guard*max|x_r| holds the next window's base; 0 turns it off.
@@ -72,6 +77,20 @@ type AutoConfig struct {
 	LogSpace bool
 }
 
+// CommitMode says what the run does with what the search found (DESIGN
+// §1, revision 3).
+type CommitMode string
+
+const (
+	// CommitRestart: a search pass up to Until, then every explorer
+	// commits its value, the step-0 state is restored, and the main pass
+	// trains the whole schedule at the committed values with no spread.
+	CommitRestart CommitMode = "restart"
+	// CommitContinue is revision 2: one pass, the spread narrowing once
+	// the offset stops learning.
+	CommitContinue CommitMode = "continue"
+)
+
 // SigmaMode says what sigma is measured in.
 type SigmaMode string
 
@@ -84,17 +103,17 @@ const (
 	SigmaRelative SigmaMode = "relative"
 )
 
-// DefaultAutoConfig returns the defaults of a form. Offset (revision 2):
-// probe signal, quadratic estimator clipped at 1.5, beta 0, lambda 1,
-// updates over the whole run. Paper: the paper's constants, sigma 0.1,
+// DefaultAutoConfig returns the defaults of a form. Offset (revisions 2
+// and 3): probe signal, quadratic estimator clipped at 1.5, beta 0, lambda
+// 1, updates over the whole run, a search pass then a restart. Paper: the paper's constants, sigma 0.1,
 // beta 0.9, lambda 0.5, softmax on the training loss.
 func DefaultAutoConfig(form Form) AutoConfig {
 	if form == FormPaper {
 		return AutoConfig{Form: FormPaper, Signal: SignalTrain, Estimator: EstimatorSoftmax, Clip: 1.5,
-			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1}
+			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1, Commit: CommitContinue}
 	}
 	return AutoConfig{Form: FormOffset, Signal: SignalProbe, Estimator: EstimatorQuadratic, Clip: 1.5,
-		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.01}
+		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.01, Commit: CommitRestart}
 }
 
 func oneOf[T ~string](field string, v T, allowed ...T) error {
@@ -140,6 +159,12 @@ func (c AutoConfig) Validate() error {
 	}
 	if math.IsNaN(c.Until) || c.Until <= 0 || c.Until > 1 {
 		return fieldErr("auto.until", "must be a fraction of the run in (0, 1], got %v", c.Until)
+	}
+	if err := oneOf("auto.commit", c.Commit, CommitRestart, CommitContinue); err != nil {
+		return err
+	}
+	if c.Form == FormPaper && c.Commit != CommitContinue {
+		return fieldErr("auto.commit", "form paper only continues (its absolute base has no offset to commit), got %q", c.Commit)
 	}
 	return nil
 }

@@ -120,18 +120,19 @@ type BoundsSpec struct {
 
 // AutoSpec is the "auto" block; nil fields keep the defaults.
 type AutoSpec struct {
-	Enabled   *bool      `json:"enabled"`
-	Form      *Form      `json:"form"`
-	Start     *int       `json:"start"`
-	Until     *float64   `json:"until"`
-	Guard     *float64   `json:"guard"`
-	Signal    *Signal    `json:"signal"`
-	Estimator *Estimator `json:"estimator"`
-	Clip      *float64   `json:"clip"`
-	Sigma     *float64   `json:"sigma"`
-	SigmaMode *SigmaMode `json:"sigma_mode"`
-	Beta      *float64   `json:"beta"`
-	Lambda    *float64   `json:"lambda"`
+	Enabled   *bool       `json:"enabled"`
+	Form      *Form       `json:"form"`
+	Start     *int        `json:"start"`
+	Until     *float64    `json:"until"`
+	Guard     *float64    `json:"guard"`
+	Signal    *Signal     `json:"signal"`
+	Estimator *Estimator  `json:"estimator"`
+	Clip      *float64    `json:"clip"`
+	Sigma     *float64    `json:"sigma"`
+	SigmaMode *SigmaMode  `json:"sigma_mode"`
+	Beta      *float64    `json:"beta"`
+	Lambda    *float64    `json:"lambda"`
+	Commit    *CommitMode `json:"commit"`
 	// Decay is revision 1's; a config that sets it is refused with what replaced it.
 	Decay json.RawMessage `json:"decay"`
 }
@@ -199,6 +200,7 @@ type builtin struct {
 	off       *Offset // form offset
 	windows   int     // ceil(S/T)
 	next      int     // windows observed so far
+	committed bool    // Commit was called: the main pass plans schedule (+) u
 
 	// Scratch reused every window: each rank's offset in scale space, and
 	// the probe signal with unhealthy ranks masked.
@@ -383,6 +385,12 @@ func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	if as.Estimator != nil {
 		c.Estimator = *as.Estimator
 	}
+	switch {
+	case as.Commit != nil:
+		c.Commit = *as.Commit
+	case !p.autoOn: // nothing to search: no restart unless asked for
+		c.Commit = CommitContinue
+	}
 	p.auto = c
 	return c.Validate()
 }
@@ -410,7 +418,7 @@ func (b *builtin) Init(_ context.Context, s Setup) error {
 	b.setup, b.sched, b.spread, b.narrow, b.bounds = s, p.sched, p.spread, p.narrow, p.bounds
 	b.autoOn, b.autoStart, b.cfg, b.paper, b.off = p.autoOn, p.autoStart, p.auto, paper, off
 	b.windows = (s.TotalSteps + s.WindowSteps - 1) / s.WindowSteps
-	b.next = 0
+	b.next, b.committed = 0, false
 	if off != nil {
 		off.AverageOver(b.totalUpdates())
 	}
@@ -500,8 +508,8 @@ func (b *builtin) Plan(_ context.Context, r WindowRequest) (WindowPlan, error) {
 			ErrInvalid, r.Window, r.Start, r.Steps, b.windows, t, total)
 	}
 	// Past the first update the base depends on the state, so the window
-	// must be the one after the last observed.
-	if b.autoWindow(r.Window) && b.next != r.Window {
+	// must be the one after the last observed (a committed base does not).
+	if b.autoWindow(r.Window) && b.next != r.Window && !b.committed {
 		return WindowPlan{}, fmt.Errorf("%w: window %d is in the auto phase and needs window %d observed first; %d windows observed",
 			ErrOrder, r.Window, r.Window-1, b.next)
 	}
@@ -513,8 +521,65 @@ func (b *builtin) Plan(_ context.Context, r WindowRequest) (WindowPlan, error) {
 		}
 		base[i] = v
 	}
+	if b.committed {
+		return WindowPlan{Base: base, Spread: Spread{Kind: b.spread.Kind}, Bounds: b.bounds}, nil
+	}
 	probe := b.cfg.Signal == SignalProbe && b.updates(r.Window+1) && r.Window+1 < b.windows
 	return WindowPlan{Base: base, Spread: b.spreadAt(r.Start), Bounds: b.bounds, Probe: probe}, nil
+}
+
+// search is the explorer's part in the search pass at boundary k: with
+// auto.commit restart, searching until auto.until, then done.
+func (b *builtin) search(k int) SearchState {
+	switch {
+	case b.paper != nil || b.cfg.Commit != CommitRestart:
+		return SearchNone
+	case float64(k*b.setup.WindowSteps) < b.cfg.Until*float64(b.setup.TotalSteps):
+		return Searching
+	}
+	return SearchDone
+}
+
+// Commit ends the search: u settles (the average of its updates, if they
+// have not ended yet), and Plan answers the main pass's windows with the
+// schedule (+) u and no spread. A second call answers the same.
+func (b *builtin) Commit(context.Context) (Commitment, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.initialised(); err != nil {
+		return Commitment{}, err
+	}
+	if b.paper != nil {
+		return Commitment{}, fmt.Errorf("%w: auto.form paper has no offset to commit", ErrOrder)
+	}
+	if !b.committed {
+		if b.off.Settle() {
+			s, err := b.sched.At(min(b.next*b.setup.WindowSteps, b.setup.TotalSteps-1))
+			if err != nil {
+				return Commitment{}, err
+			}
+			b.clamp(s)
+		}
+		b.off.Held, b.committed, b.next = false, true, 0
+	}
+	peak, err := peakOf(b.sched)
+	if err != nil {
+		return Commitment{}, err
+	}
+	return Commitment{Offset: b.off.U, Value: b.bounds.Clamp(Combine(b.kind.desc.Scale, peak, b.off.U))}, nil
+}
+
+// peakOf is the schedule's value where its warm-up ends (OneCycle's
+// max_lr, one step before warmupEnd; a warm-up schedule's peak, at it),
+// or its first value.
+func peakOf(s Schedule) (float64, error) {
+	end := min(warmupEnd(s), s.Steps()-1)
+	v, err := s.At(end)
+	if err != nil || end == 0 {
+		return v, err
+	}
+	before, err := s.At(end - 1)
+	return max(v, before), err
 }
 
 func (b *builtin) Observe(_ context.Context, o Observation) (Feedback, error) {
@@ -522,6 +587,9 @@ func (b *builtin) Observe(_ context.Context, o Observation) (Feedback, error) {
 	defer b.mu.Unlock()
 	if err := b.initialised(); err != nil {
 		return Feedback{}, err
+	}
+	if b.committed { // the main pass learns nothing
+		return Feedback{Offset: b.off.U, Search: SearchDone}, nil
 	}
 	if o.Window != b.next || o.Window >= b.windows {
 		return Feedback{}, fmt.Errorf("%w: observation of window %d, expected window %d of %d", ErrOrder, o.Window, b.next, b.windows)
@@ -554,6 +622,7 @@ func (b *builtin) Observe(_ context.Context, o Observation) (Feedback, error) {
 			return Feedback{}, err
 		}
 	}
+	fb.Search = b.search(k)
 	return fb, nil
 }
 
@@ -652,12 +721,14 @@ func (b *builtin) clamp(s float64) {
 	b.off.U = max(lo, min(hi, b.off.U))
 }
 
-// builtinStateVersion 3 added the offset's average; version 2 still
-// resumes, its average starting empty.
-const builtinStateVersion = 3
+// builtinStateVersion 4 added the commit (revision 3), 3 the offset's
+// average; versions 2 and 3 still resume, uncommitted, a version-2
+// average starting empty.
+const builtinStateVersion = 4
 
-// SaveState is the version, the number of windows observed, the form and
-// its meta-update's state; the configuration comes again through Init.
+// SaveState is the version, the number of windows observed, the form,
+// whether the explorer committed and its meta-update's state; the
+// configuration comes again through Init.
 func (b *builtin) SaveState(context.Context) ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -669,10 +740,10 @@ func (b *builtin) SaveState(context.Context) ([]byte, error) {
 	var st []byte
 	var err error
 	if b.paper != nil {
-		out = append(out, 1)
+		out = append(out, 1, 0)
 		st, err = b.paper.MarshalBinary()
 	} else {
-		out = append(out, 0)
+		out = append(out, 0, boolByte(b.committed))
 		st, err = b.off.MarshalBinary()
 	}
 	if err != nil {
@@ -687,14 +758,15 @@ func (b *builtin) LoadState(_ context.Context, state []byte) error {
 	if err := b.initialised(); err != nil {
 		return err
 	}
-	if len(state) < 1 || (state[0] != builtinStateVersion && state[0] != 2) {
+	if len(state) < 1 || state[0] < 2 || state[0] > builtinStateVersion {
 		v := -1
 		if len(state) > 0 {
 			v = int(state[0])
 		}
-		return fmt.Errorf("%w: explorer state: version %d, this explorer reads versions 2 and %d (revision 2 of the meta-update; a revision-1 checkpoint cannot resume)",
+		return fmt.Errorf("%w: explorer state: version %d, this explorer reads versions 2 to %d (revision 2 of the meta-update on; a revision-1 checkpoint cannot resume)",
 			ErrDecode, v, builtinStateVersion)
 	}
+	version := state[0]
 	next, n := binary.Uvarint(state[1:])
 	if n <= 0 || next > uint64(b.windows) || len(state) < 2+n {
 		return fmt.Errorf("%w: explorer state: bad window count", ErrDecode)
@@ -703,22 +775,44 @@ func (b *builtin) LoadState(_ context.Context, state []byte) error {
 	if (form == 1) != (b.paper != nil) || form > 1 {
 		return fmt.Errorf("%w: explorer state: saved with another auto.form than %q", ErrDecode, b.cfg.Form)
 	}
+	committed := false
+	if version >= 4 {
+		if len(rest) < 1 || rest[0] > 1 || (rest[0] == 1 && form == 1) {
+			return fmt.Errorf("%w: explorer state: bad commit flag", ErrDecode)
+		}
+		committed, rest = rest[0] == 1, rest[1:]
+	}
+	if err := b.loadForm(version, rest); err != nil {
+		return err
+	}
+	b.next, b.committed = int(next), committed
+	return nil
+}
+
+// loadForm restores the paper form's or the offset's state.
+func (b *builtin) loadForm(version byte, rest []byte) error {
 	if b.paper != nil {
 		a := *b.paper
 		if err := a.UnmarshalBinary(rest); err != nil {
 			return err
 		}
 		*b.paper = a
-	} else {
-		if state[0] == 2 { // no average yet: its sum and count are zero
-			rest = append(slices.Clip(rest), make([]byte, 16)...)
-		}
-		o := *b.off
-		if err := o.UnmarshalBinary(rest); err != nil {
-			return err
-		}
-		*b.off = o
+		return nil
 	}
-	b.next = int(next)
+	if version == 2 { // no average yet: its sum and count are zero
+		rest = append(slices.Clip(rest), make([]byte, 16)...)
+	}
+	o := *b.off
+	if err := o.UnmarshalBinary(rest); err != nil {
+		return err
+	}
+	*b.off = o
 	return nil
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }

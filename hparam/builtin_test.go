@@ -205,9 +205,14 @@ func TestBuiltinStateRoundTrip(t *testing.T) {
 	}
 	b, err := initBuiltin(t, BuiltinLR, cfg, s)
 	require.NoError(t, err)
-	v2 := append([]byte{2}, st[1:len(st)-16]...)
+	// Version 4 added the commit flag after the form byte (the window
+	// count, 12, takes one byte).
+	v3 := append(append([]byte{3}, st[1:3]...), st[4:]...)
+	require.NoError(t, b.LoadState(ctx, v3), "version 3: the state before the commit")
+	v2 := append([]byte{2}, v3[1:len(v3)-16]...)
 	require.NoError(t, b.LoadState(ctx, v2), "version 2: the state before the average")
-	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{3}, st[1:len(st)-16]...)), ErrDecode, "version 3 without the average")
+	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{3}, v3[1:len(v3)-16]...)), ErrDecode, "version 3 without the average")
+	assert.ErrorIs(t, b.LoadState(ctx, append(append([]byte{4}, st[1:3]...), append([]byte{2}, st[4:]...)...)), ErrDecode, "a commit flag that is not 0 or 1")
 	assert.ErrorIs(t, b.LoadState(ctx, []byte{1}), ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, nil), ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{2, 99}, st[2:]...)), ErrDecode, "window count past the run")

@@ -60,6 +60,22 @@ func (e Event) String() string {
 		e.Window, e.Param, e.Op, e.Err, e.Base, e.Spread)
 }
 
+// Passes of a run (DESIGN §1, revision 3). A run whose explorers all
+// settle before its last window commits and restarts: the search pass,
+// then the main pass. Any other run is one pass, PassSearch.
+const (
+	PassSearch = 0
+	PassMain   = 1
+)
+
+// ParamCommit is one hyperparameter's committed value, for metrics and the
+// report. A frozen explorer commits its frozen base.
+type ParamCommit struct {
+	Name string
+	Commitment
+	Frozen bool
+}
+
 // ParamFeedback is one hyperparameter's answer to a window, for metrics.
 type ParamFeedback struct {
 	Name string
@@ -76,6 +92,8 @@ type param struct {
 	base    float64 // the current base: the last plan's base at its last step
 	spread  Spread
 	bounds  Bounds
+	search  SearchState // what its last feedback said of the search
+	commit  Commitment  // what it committed (main pass)
 	// violations counts the windows whose plan was clamped (admissible.go);
 	// not checkpointed.
 	violations int
@@ -99,7 +117,9 @@ type Controller struct {
 	params    []*param
 	perm      *Permuter
 	windows   int
-	next      int    // the window to plan next
+	pass      int    // PassSearch or PassMain
+	searchEnd int    // main pass: the step the search pass ended at
+	next      int    // the window to plan next (in the pass)
 	plan      *Plan  // the plan of window next, once drawn
 	genBefore []byte // the permuter's state before plan's draws
 	ahead     *draws // window next's permutations, drawn before its plan
@@ -173,8 +193,28 @@ func explorerSeed(seed uint64, i int) uint64 {
 // Windows is the number of windows in the run, ceil(S/T).
 func (c *Controller) Windows() int { return c.windows }
 
-// Next is the window the next Plan is for.
+// Next is the window the next Plan is for, in the pass Pass says.
 func (c *Controller) Next() int { return c.next }
+
+// Pass is the pass the next Plan is for: PassMain once the explorers
+// committed.
+func (c *Controller) Pass() int { return c.pass }
+
+// SearchEnd is the step the search pass ended at, 0 before the commit.
+func (c *Controller) SearchEnd() int { return c.searchEnd }
+
+// Commitments lists each hyperparameter's committed value in plan order;
+// nil before the commit.
+func (c *Controller) Commitments() []ParamCommit {
+	if c.pass != PassMain {
+		return nil
+	}
+	out := make([]ParamCommit, len(c.params))
+	for i, p := range c.params {
+		out[i] = ParamCommit{Name: p.name, Commitment: p.commit, Frozen: p.frozen}
+	}
+	return out
+}
 
 // Names lists the hyperparameters in plan order.
 func (c *Controller) Names() []string {
@@ -224,10 +264,11 @@ func checkWindowPlan(wp WindowPlan, steps int) error {
 	return wp.Bounds.Validate()
 }
 
-// Plan returns the plan of window Next(), asking every live explorer, with
-// the permutations the Observe before drew (drawing them itself for the
-// first window); asked again before Observe, it returns the same plan.
-// Events report explorers frozen on the way.
+// Plan returns the plan of window Next() of pass Pass(), asking every
+// live explorer, with the permutations the Observe before drew (drawing
+// them itself for the first window); asked again before Observe, it
+// returns the same plan. A main-pass plan has no spread and no probe, and
+// every rank in its own slot. Events report explorers frozen on the way.
 func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 	if c.plan != nil {
 		return c.plan, nil, nil
@@ -238,11 +279,14 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 	t, s := c.shape.WindowSteps, c.shape.TotalSteps
 	req := WindowRequest{Window: c.next, Start: c.next * t}
 	req.Steps = min(t, s-req.Start)
-	plan := &Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Params: make([]ParamPlan, len(c.params))}
 	for _, p := range c.params {
 		if p.frozen && !p.hasBase {
 			return nil, nil, fmt.Errorf("%w: %s was frozen before it planned a window, so it has no base", ErrExplorer, p.name)
 		}
+	}
+	var draw func()
+	if c.pass == PassSearch {
+		draw = c.drawer(c.next)
 	}
 	wps := make([]WindowPlan, len(c.params))
 	errs := c.each(func(i int, p *param) error {
@@ -252,12 +296,28 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 		}
 		wps[i] = wp
 		return err
-	}, c.drawer(c.next))
+	}, draw)
+	plan := &Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Pass: c.pass, Params: make([]ParamPlan, len(c.params))}
+	events, err := c.assemble(plan, wps, errs)
+	if err != nil {
+		return nil, events, err
+	}
+	c.genBefore = nil
+	if c.pass == PassSearch {
+		c.genBefore = c.ahead.gen
+	}
+	c.plan, c.ahead = plan, nil
+	return plan, events, nil
+}
+
+// assemble fills plan with each explorer's answer (errs[i] its failure):
+// a failing explorer with a base is frozen, one without fails the plan.
+func (c *Controller) assemble(plan *Plan, wps []WindowPlan, errs []error) ([]Event, error) {
 	var events []Event
 	for i, p := range c.params {
 		if err := errs[i]; err != nil {
 			if !p.hasBase {
-				return nil, events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, req.Window, err)
+				return events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, plan.Window, err)
 			}
 			events = append(events, c.freeze(p, "plan", err))
 		} else if !p.frozen {
@@ -265,17 +325,33 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 		}
 		wp := wps[i]
 		if p.frozen {
-			wp = WindowPlan{Base: make([]float64, req.Steps), Spread: p.spread, Bounds: p.bounds}
+			wp = WindowPlan{Base: make([]float64, plan.Steps), Spread: p.spread, Bounds: p.bounds}
 			for j := range wp.Base {
 				wp.Base[j] = p.base
 			}
 		}
+		if c.pass == PassMain { // plain training at the committed values
+			wp.Spread.Alpha, wp.Probe = 0, false
+		}
 		p.base, p.spread, p.bounds, p.hasBase = wp.Base[len(wp.Base)-1], wp.Spread, wp.Bounds, true
-		plan.Params[i] = ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: c.ahead.slots[i], Frozen: p.frozen}
+		plan.Params[i] = ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: c.slots(i), Frozen: p.frozen}
 		c.askProbe(plan, p, wp.Probe && !p.frozen)
 	}
-	c.plan, c.genBefore, c.ahead = plan, c.ahead.gen, nil
-	return plan, events, nil
+	return events, nil
+}
+
+// slots is hyperparameter i's slot per rank in the plan being made: the
+// drawn permutation in the search pass, rank r in slot r in the main pass
+// (no spread, so nothing to draw).
+func (c *Controller) slots(i int) []uint32 {
+	if c.pass == PassSearch {
+		return c.ahead.slots[i]
+	}
+	out := make([]uint32, c.shape.Ranks)
+	for r := range out {
+		out[r] = uint32(r)
+	}
+	return out
 }
 
 // draws is a window's permutations, one per hyperparameter in plan order,
@@ -325,7 +401,9 @@ func (c *Controller) askProbe(plan *Plan, p *param, asked bool) {
 // was unhealthy), probes[r] its probe loss (nil when the window did not
 // probe). Each explorer gets the values every rank used at the
 // window's last step, computed from the plan. It returns each
-// hyperparameter's feedback in plan order, and moves on to the next window.
+// hyperparameter's feedback in plan order, and moves on to the next window:
+// window 0 of the main pass when every explorer has settled (Commit). The
+// main pass asks the explorers nothing: they learn no more.
 func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]ParamFeedback, []Event, error) {
 	plan := c.plan
 	if plan == nil {
@@ -339,6 +417,27 @@ func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]P
 		return nil, nil, fmt.Errorf("%w: %d probe losses for %d ranks", ErrInvalid, len(probes), n)
 	}
 	out := make([]ParamFeedback, len(c.params))
+	var events []Event
+	if c.pass == PassSearch {
+		events = c.observeSearch(ctx, plan, out, losses, probes)
+	}
+	for i, p := range c.params {
+		out[i].Name = p.name
+		if p.frozen || c.pass == PassMain {
+			out[i].Base, out[i].Frozen = p.base, p.frozen
+		}
+	}
+	c.plan, c.genBefore = nil, nil
+	c.next++
+	if c.pass == PassSearch && c.searchOver() {
+		events = append(events, c.commit(ctx, plan.Start+plan.Steps)...)
+	}
+	return out, events, nil
+}
+
+// observeSearch hands a search window to the explorers, filling out.
+func (c *Controller) observeSearch(ctx context.Context, plan *Plan, out []ParamFeedback, losses, probes []float64) []Event {
+	n := len(losses)
 	errs := c.each(func(i int, p *param) error {
 		fb, err := p.ex.Observe(ctx, Observation{Window: plan.Window, Values: p.lastValues(&plan.Params[i]), Losses: losses, Probe: probes})
 		if err == nil && len(fb.Weights) != 0 && len(fb.Weights) != n {
@@ -349,18 +448,56 @@ func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]P
 	}, c.drawer(c.next+1))
 	var events []Event
 	for i, p := range c.params {
-		out[i].Name = p.name
+		p.search = out[i].Search
 		if errs[i] != nil {
 			out[i].Feedback = Feedback{}
 			events = append(events, c.freeze(p, "observe", errs[i]))
 		}
+	}
+	return events
+}
+
+// searchOver reports whether the search pass is over with windows left
+// to train: some live explorer's search is done and none is searching. A
+// search that lasts the whole run keeps its model (one pass).
+func (c *Controller) searchOver() bool {
+	done := false
+	for _, p := range c.params {
 		if p.frozen {
-			out[i].Base, out[i].Frozen = p.base, true
+			continue
+		}
+		switch p.search {
+		case Searching:
+			return false
+		case SearchDone:
+			done = true
 		}
 	}
-	c.plan, c.genBefore = nil, nil
-	c.next++
-	return out, events, nil
+	return done && c.next < c.windows
+}
+
+// commit ends the search pass at step end: every live explorer commits
+// (one that fails is frozen at its base, which it then commits), and the
+// next plan is window 0 of the main pass.
+func (c *Controller) commit(ctx context.Context, end int) []Event {
+	commits := make([]Commitment, len(c.params))
+	errs := c.each(func(i int, p *param) error {
+		var err error
+		commits[i], err = p.ex.Commit(ctx)
+		return err
+	}, nil)
+	var events []Event
+	for i, p := range c.params {
+		if errs[i] != nil {
+			events = append(events, c.freeze(p, "commit", errs[i]))
+		}
+		p.commit = commits[i]
+		if p.frozen {
+			p.commit = Commitment{Value: p.base}
+		}
+	}
+	c.pass, c.searchEnd, c.next, c.ahead = PassMain, end, 0, nil
+	return events
 }
 
 // each calls fn for every live (not frozen) explorer, concurrently: the
@@ -408,16 +545,20 @@ func (p *param) lastValues(pp *ParamPlan) []float64 {
 //
 //	version byte
 //	uvarint next window
+//	byte pass, uvarint the step the search ended at (version 3)
 //	uvarint length, permuter state (before the pending plan's draws, if any)
 //	uvarint number of hyperparameters, then for each:
 //	  uvarint length, name
-//	  byte flags (bit 0 frozen, bit 1 has a base)
+//	  byte flags (bit 0 frozen, bit 1 has a base, bits 2-3 the search state)
 //	  float64 base, byte spread kind, float64 alpha, lower, upper
+//	  float64 committed offset and value (version 3)
 //	  uvarint length, the explorer's SaveState bytes (empty when frozen)
 //
 // Version 2 is revision 2 of the meta-update: the explorers' states it
-// holds changed meaning, so a version-1 checkpoint cannot resume.
-const controllerStateVersion = 2
+// holds changed meaning, so a version-1 checkpoint cannot resume. Version
+// 3 (revision 3) adds the pass and the commitments; a version-2 state
+// resumes in the search pass.
+const controllerStateVersion = 3
 
 // SaveState serialises the controller for a checkpoint: the window to plan
 // next, the generator, the frozen set and every live explorer's SaveState.
@@ -435,6 +576,8 @@ func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
 	}
 	b := []byte{controllerStateVersion}
 	b = binary.AppendUvarint(b, uint64(c.next))
+	b = append(b, byte(c.pass))
+	b = binary.AppendUvarint(b, uint64(c.searchEnd))
 	b = appendBytes(b, gen)
 	b = binary.AppendUvarint(b, uint64(len(c.params)))
 	var events []Event
@@ -455,10 +598,10 @@ func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
 		if p.hasBase {
 			flags |= 2
 		}
-		b = append(b, flags)
+		b = append(b, flags|byte(p.search)<<2)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.base))
 		b = append(b, spreadCode(p.spread.Kind))
-		for _, f := range []float64{p.spread.Alpha, p.bounds.Lower, p.bounds.Upper} {
+		for _, f := range []float64{p.spread.Alpha, p.bounds.Lower, p.bounds.Upper, p.commit.Offset, p.commit.Value} {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 		}
 		b = appendBytes(b, st)
@@ -477,10 +620,19 @@ func appendBytes(b, v []byte) []byte {
 // saved controller would have drawn.
 func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error) {
 	d := &planDecoder{b: data}
-	if v := d.byte1("version"); d.err == nil && v != controllerStateVersion {
-		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads version %d (written before revision 2 of the meta-update; start the run afresh)", ErrDecode, v, controllerStateVersion)
+	version := d.byte1("version")
+	if d.err == nil && version != controllerStateVersion && version != 2 {
+		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads versions 2 and %d (written before revision 2 of the meta-update; start the run afresh)", ErrDecode, version, controllerStateVersion)
 	}
 	next := d.uvarint("next window", uint64(c.windows))
+	pass, searchEnd := PassSearch, 0
+	if version >= 3 {
+		pass = int(d.byte1("pass"))
+		searchEnd = d.uvarint("search end", uint64(c.shape.TotalSteps))
+		if d.err == nil && pass != PassSearch && pass != PassMain {
+			d.fail(fmt.Sprintf("unknown pass %d", pass))
+		}
+	}
 	gen := d.bytes("generator state")
 	np := d.uvarint("hyperparameter count", uint64(len(d.b)))
 	if d.err == nil && np != len(c.params) {
@@ -498,7 +650,7 @@ func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error
 			d.fail(fmt.Sprintf("hyperparameter %d is %q, configured %q", i, s.p.name, c.params[i].name))
 		}
 		flags := d.byte1("flags")
-		s.p.frozen, s.p.hasBase = flags&1 != 0, flags&2 != 0
+		s.p.frozen, s.p.hasBase, s.p.search = flags&1 != 0, flags&2 != 0, SearchState(flags>>2&3)
 		s.p.base = d.float("base")
 		code := d.byte1("spread kind")
 		if d.err == nil && (int(code) >= len(spreadCodes) || code == 0) {
@@ -507,6 +659,9 @@ func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error
 		}
 		s.p.spread = Spread{Kind: spreadCodes[code], Alpha: d.float("alpha")}
 		s.p.bounds = Bounds{Lower: d.float("lower bound"), Upper: d.float("upper bound")}
+		if version >= 3 {
+			s.p.commit = Commitment{Offset: d.float("committed offset"), Value: d.float("committed value")}
+		}
 		s.state = d.bytes("explorer state")
 		ps = append(ps, s)
 	}
@@ -521,10 +676,12 @@ func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error
 		return nil, err
 	}
 	c.perm, c.next, c.plan, c.genBefore, c.ahead = perm, next, nil, nil, nil
+	c.pass, c.searchEnd = pass, searchEnd
 	var events []Event
 	for i, s := range ps {
 		p := c.params[i]
 		p.frozen, p.hasBase, p.base, p.spread, p.bounds = s.p.frozen, s.p.hasBase, s.p.base, s.p.spread, s.p.bounds
+		p.search, p.commit = s.p.search, s.p.commit
 		if !p.frozen {
 			if err := p.ex.LoadState(ctx, s.state); err != nil {
 				events = append(events, c.freeze(p, "load_state", err))

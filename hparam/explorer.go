@@ -103,6 +103,37 @@ type Feedback struct {
 	// the auto phase.
 	Estimate float64
 	Offset   float64
+	// Search says whether the explorer asks for a search pass (auto.commit
+	// restart) and whether its search is over. Once some explorer's search
+	// is done and none is still searching, the controller commits every
+	// explorer and starts the main pass.
+	Search SearchState
+}
+
+// SearchState is an explorer's part in the run's search pass (DESIGN §1,
+// revision 3).
+type SearchState int
+
+const (
+	// SearchNone: the explorer asks for no restart (it continues, or has
+	// nothing to search); it commits when the others do.
+	SearchNone SearchState = iota
+	// Searching: its value is still moving; the search pass goes on.
+	Searching
+	// SearchDone: its value has settled; commit it and restart.
+	SearchDone
+)
+
+// Commitment is an explorer's answer to Commit: the value it settled on,
+// which the main pass trains at.
+type Commitment struct {
+	// Offset is the committed offset u in the hyperparameter's scale (0
+	// for an explorer that learns none).
+	Offset float64
+	// Value is what a user would write in a config to train at the
+	// committed value: the base at the schedule's peak (OneCycle's max_lr
+	// times exp(u)) or the constant.
+	Value float64
 }
 
 // Explorer drives one hyperparameter. Built-in explorers implement it in
@@ -110,11 +141,18 @@ type Feedback struct {
 // asked for the same window more than once before its Observe (the
 // controller plans window 0 at setup to check it, a restart replays a
 // plan) and must answer the same.
+//
+// A run with a search pass (revision 3) calls Commit once the explorers'
+// Feedback.Search says the search is over: from then on Plan is asked for the main
+// pass's windows, from window 0 again, in order but without Observe, and
+// must answer the committed base (the controller drops the spread and the
+// probe of main-pass plans itself).
 type Explorer interface {
 	Describe(ctx context.Context) (Descriptor, error)
 	Init(ctx context.Context, s Setup) error
 	Plan(ctx context.Context, r WindowRequest) (WindowPlan, error)
 	Observe(ctx context.Context, o Observation) (Feedback, error)
+	Commit(ctx context.Context) (Commitment, error)
 	SaveState(ctx context.Context) ([]byte, error)
 	LoadState(ctx context.Context, state []byte) error
 }

@@ -21,6 +21,9 @@ type Plan struct {
 	Params []ParamPlan
 	// Probe: some explorer asked for probe losses at the end of this window.
 	Probe bool
+	// Pass is PassSearch or PassMain: the first main-pass plan tells every
+	// rank to restore the step-0 state (DESIGN §1, revision 3).
+	Pass int
 }
 
 // ParamPlan is one hyperparameter's part of a Plan.
@@ -136,7 +139,7 @@ func (p *Plan) validate(perms bool) error {
 //
 //	version byte
 //	uvarint window, start, steps, ranks, number of hyperparameters
-//	byte plan flags (bit 0 probe)
+//	byte plan flags (bit 0 probe, bit 1 main pass)
 //	per hyperparameter:
 //	  uvarint name length, name bytes
 //	  byte spread kind (1 multiplicative, 2 additive, 3 geometric)
@@ -149,6 +152,12 @@ const planVersion = 2
 const (
 	flagFrozen    = 1
 	flagConstBase = 2
+)
+
+// Plan flags.
+const (
+	planProbe = 1
+	planMain  = 2
 )
 
 var spreadCodes = []SpreadKind{1: Multiplicative, 2: Additive, 3: Geometric}
@@ -179,7 +188,10 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 	}
 	var pflags byte
 	if p.Probe {
-		pflags = 1
+		pflags |= planProbe
+	}
+	if p.Pass == PassMain {
+		pflags |= planMain
 	}
 	b = append(b, pflags)
 	for _, pp := range p.Params {
@@ -355,13 +367,16 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 	n := d.uvarint("ranks", uint64(len(d.b))) // each rank needs >= 1 byte per hyperparameter
 	np := d.uvarint("hyperparameter count", uint64(len(d.b))/(1+1+24+1+8))
 	pflags := d.byte1("plan flags")
-	if pflags > 1 {
+	if pflags&^(planProbe|planMain) != 0 {
 		d.fail(fmt.Sprintf("unknown plan flags %#x", pflags))
 	}
 	if d.err != nil {
 		return d.err
 	}
-	q.Probe = pflags == 1
+	q.Probe = pflags&planProbe != 0
+	if pflags&planMain != 0 {
+		q.Pass = PassMain
+	}
 	q.Params = make([]ParamPlan, np)
 	for i := range q.Params {
 		pp := &q.Params[i]

@@ -188,6 +188,23 @@ func (e *Explorer) Observe(ctx context.Context, o hparam.Observation) (f hparam.
 	return f, err
 }
 
+// Commit also saves the explorer's state, which the commit changed.
+func (e *Explorer) Commit(ctx context.Context) (c hparam.Commitment, err error) {
+	err = e.do(ctx, "commit", func(ctx context.Context, x hparam.Explorer) error {
+		cm, err := x.Commit(ctx)
+		if err != nil {
+			return err
+		}
+		st, err := x.SaveState(ctx)
+		if err != nil {
+			return fmt.Errorf("save state after commit: %w", err)
+		}
+		c, e.state, e.pending = cm, st, nil
+		return nil
+	})
+	return c, err
+}
+
 func (e *Explorer) SaveState(ctx context.Context) (st []byte, err error) {
 	err = e.do(ctx, "save-state", func(ctx context.Context, x hparam.Explorer) (err error) {
 		if st, err = x.SaveState(ctx); err == nil {

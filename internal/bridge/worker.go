@@ -508,6 +508,43 @@ func (w *Worker) kill() {
 	}
 }
 
+// Restart ends the script and starts it again, with torch.distributed's
+// rendezvous on masterPort and HDET_PASS=main in its environment: the
+// start of a run's main pass (DESIGN §1, revision 3), where the script's
+// own initialisation is the step-0 state. The engine keeps this Worker:
+// only the process, its connection and its buffer are new. The script must
+// announce the same model as the first time (else ErrConflict).
+func (w *Worker) Restart(ctx context.Context, masterPort int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return err
+	}
+	before := w.hello
+	w.kill() // it waits between windows: nothing of its state is needed
+	<-w.exited
+	w.cleanup()
+	w.opts.MasterPort = masterPort
+	w.opts.Env = append(slices.Clip(w.opts.Env), "HDET_PASS=main")
+	w.frames, w.exited, w.done = make(chan frame), make(chan struct{}), make(chan struct{})
+	w.cmd, w.conn, w.ln, w.shm, w.exitState = nil, nil, nil, nil, nil
+	w.window, w.next, w.idle, w.applied = 0, 0, false, nil
+	if err := w.start(ctx); err != nil { // as Start: nothing of it is left
+		if w.cmd != nil {
+			w.kill()
+			<-w.exited
+		}
+		w.cleanup()
+		w.closed, w.failed = true, err
+		return err
+	}
+	if w.hello.ParamCount != before.ParamCount || w.hello.StateCount != before.StateCount || w.mode != before.SyncMode {
+		return w.fail("starting again for the main pass", fmt.Errorf("%w: the script announced %d parameters and %d floats of optimizer state in %s mode, the first time %d and %d in %s mode",
+			ErrConflict, w.hello.ParamCount, w.hello.StateCount, w.mode, before.ParamCount, before.StateCount, before.SyncMode))
+	}
+	return nil
+}
+
 // Hello returns what the worker announced: its hyperparameters, parameter
 // groups, OneCycleLR settings and hdet settings.
 func (w *Worker) Hello() Hello { return w.hello }

@@ -29,7 +29,12 @@ var ErrCorrupt = errors.New("corrupt checkpoint")
 // ErrNone: the directory holds no valid checkpoint.
 var ErrNone = errors.New("no checkpoint")
 
-const magic = "HDETCKP1"
+// magic starts every checkpoint; version 2 added the pass. Version 1
+// files (one-pass runs before revision 3) still read, as pass 0.
+const (
+	magic   = "HDETCKP2"
+	magicV1 = "HDETCKP1"
+)
 
 // maxCount bounds the step, window, rank and size fields: far beyond any
 // real run, and small enough that no arithmetic on them overflows.
@@ -38,8 +43,9 @@ const maxCount = 1 << 40
 // State is what a checkpoint holds.
 type State struct {
 	Config     []byte    // the resolved config.yaml of the run that wrote it
-	Step       int       // steps done
-	Window     int       // windows done
+	Pass       int       // hparam.PassSearch or PassMain (revision 3's two passes)
+	Step       int       // steps done in the pass
+	Window     int       // windows done in the pass
 	Ranks      int       // N when written
 	ParamCount int       // parameters at the start of Buffer (the model's shape)
 	Buffer     []float32 // parameters then optimizer state, as all ranks hold them after a converge
@@ -51,7 +57,7 @@ func Encode(s *State) []byte {
 	b := make([]byte, 0, len(magic)+len(s.Config)+len(s.Controller)+4*len(s.Buffer)+96)
 	b = append(b, magic...)
 	b = appendBytes(b, s.Config)
-	for _, v := range []int{s.Step, s.Window, s.Ranks, s.ParamCount, len(s.Buffer)} {
+	for _, v := range []int{s.Pass, s.Step, s.Window, s.Ranks, s.ParamCount, len(s.Buffer)} {
 		b = binary.AppendUvarint(b, uint64(v))
 	}
 	for _, f := range s.Buffer {
@@ -70,7 +76,7 @@ func appendBytes(b, v []byte) []byte {
 // Decode parses a checkpoint, checking its checksum first. It never panics
 // on garbage.
 func Decode(data []byte) (*State, error) {
-	if len(data) < len(magic)+sha256.Size || string(data[:len(magic)]) != magic {
+	if len(data) < len(magic)+sha256.Size || (string(data[:len(magic)]) != magic && string(data[:len(magic)]) != magicV1) {
 		return nil, fmt.Errorf("%w: not an hdet checkpoint (bad header)", ErrCorrupt)
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
@@ -79,6 +85,9 @@ func Decode(data []byte) (*State, error) {
 	}
 	r := binread.New(body[len(magic):], ErrCorrupt)
 	s := &State{Config: r.Bytes("config")}
+	if string(data[:len(magic)]) == magic {
+		s.Pass = r.Int("pass", 1)
+	}
 	s.Step, s.Window, s.Ranks = r.Int("step", maxCount), r.Int("window", maxCount), r.Int("ranks", maxCount)
 	s.ParamCount = r.Int("parameter count", maxCount)
 	n := r.Int("buffer length", maxCount)
@@ -93,15 +102,24 @@ func Decode(data []byte) (*State, error) {
 	return s, nil
 }
 
-// fileName orders checkpoints by step.
-func fileName(step int) string { return fmt.Sprintf("ckpt-%012d.hdet", step) }
+// mainPrefix names the main pass's checkpoints, which come after every
+// checkpoint of the search pass (or of a one-pass run).
+const mainPrefix = "ckpt-main-"
+
+// fileName orders checkpoints by step within a pass.
+func fileName(pass, step int) string {
+	if pass > 0 {
+		return fmt.Sprintf(mainPrefix+"%012d.hdet", step)
+	}
+	return fmt.Sprintf("ckpt-%012d.hdet", step)
+}
 
 // Write stores s in dir atomically and keeps the newest keep checkpoints.
 func Write(dir string, s *State, keep int) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, fileName(s.Step))
+	path := filepath.Join(dir, fileName(s.Pass, s.Step))
 	if err := atomicfile.Write(path, Encode(s)); err != nil {
 		return "", err
 	}
@@ -133,7 +151,13 @@ func list(dir string) ([]string, error) {
 			names = append(names, e.Name())
 		}
 	}
-	sort.Strings(names)
+	sort.Slice(names, func(i, j int) bool {
+		mi, mj := strings.HasPrefix(names[i], mainPrefix), strings.HasPrefix(names[j], mainPrefix)
+		if mi != mj {
+			return mj
+		}
+		return names[i] < names[j]
+	})
 	return names, nil
 }
 

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"testing"
@@ -42,22 +43,52 @@ func TestWriteKeepsNewestAndLatestSkipsCorrupt(t *testing.T) {
 	}
 	names, err := list(dir)
 	require.NoError(t, err)
-	assert.Equal(t, []string{fileName(10), fileName(15), fileName(20)}, names)
+	assert.Equal(t, []string{fileName(0, 10), fileName(0, 15), fileName(0, 20)}, names)
 
 	// A torn newest checkpoint falls back to the one before.
-	newest := filepath.Join(dir, fileName(20))
+	newest := filepath.Join(dir, fileName(0, 20))
 	data, err := os.ReadFile(newest)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(newest, data[:len(data)/2], 0o644))
 	s, path, skipped, err := Latest(dir)
 	require.NoError(t, err)
 	assert.Equal(t, 15, s.Step)
-	assert.Equal(t, filepath.Join(dir, fileName(15)), path)
+	assert.Equal(t, filepath.Join(dir, fileName(0, 15)), path)
 	require.Len(t, skipped, 1)
 	assert.ErrorIs(t, skipped[0].Err, ErrCorrupt)
 
 	_, _, _, err = Latest(t.TempDir())
 	assert.ErrorIs(t, err, ErrNone)
+}
+
+// The main pass's checkpoints come after the search pass's whatever their
+// steps, and Latest picks the main pass's newest; a version-1 file (before
+// the pass existed) reads as pass 0.
+func TestMainPassCheckpointsComeLast(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ pass, step int }{{0, 0}, {0, 50}, {0, 100}, {1, 0}, {1, 50}} {
+		s := sample(c.step)
+		s.Pass = c.pass
+		_, err := Write(dir, s, 4)
+		require.NoError(t, err)
+	}
+	names, err := list(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{fileName(0, 50), fileName(0, 100), fileName(1, 0), fileName(1, 50)}, names)
+	s, _, _, err := Latest(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 50}, []int{s.Pass, s.Step})
+
+	v1 := sample(30)
+	b := Encode(v1)
+	// Version 1 had no pass field: drop its varint (0, one byte after the
+	// config) and seal the file again.
+	at := len(magic) + 1 + len(v1.Config)
+	body := append(append([]byte(magicV1), b[len(magic):at]...), b[at+1:len(b)-32]...)
+	sum := sha256.Sum256(body)
+	got, err := Decode(append(body, sum[:]...))
+	require.NoError(t, err)
+	assert.Equal(t, v1, got)
 }
 
 func TestModelRoundTripAndSizeCheck(t *testing.T) {

@@ -35,15 +35,16 @@ type Saver struct {
 	failingAt time.Time // first failure since the last success
 }
 
-// AtStart writes a fresh run's step-0 checkpoint, the state every rank
-// starts from, so that a learning rate that diverges in the first window
-// rolls back to the start (halved) instead of stopping the run. A failed
-// write only warns; the first converge's checkpoint stays due.
-func (s *Saver) AtStart(ctx context.Context) {
+// AtStart writes a pass's step-0 checkpoint (a fresh run's, or the main
+// pass's after the commit), the state every rank starts from, so that a
+// learning rate that diverges in the first window rolls back to the start
+// (halved) instead of stopping the run. A failed write only warns; the
+// first converge's checkpoint stays due.
+func (s *Saver) AtStart(ctx context.Context, pass int) {
 	if s.Rank != 0 || s.StartsApart {
 		return
 	}
-	path, err := s.write(ctx, -1, 0)
+	path, err := s.write(ctx, pass, -1, 0)
 	if err != nil {
 		s.Log.Warn().Err(err).Msg("the step-0 checkpoint failed: a run that diverges in its first window will stop")
 		return
@@ -59,7 +60,7 @@ func (s *Saver) AtStart(ctx context.Context) {
 // session's first converge is always due: a run that diverges before its
 // first cadence (a learning rate too high in the warm-up) then has a
 // checkpoint to roll back to instead of stopping.
-func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool) error {
+func (s *Saver) AfterConverge(ctx context.Context, pass, window, step int, force bool) error {
 	if s.Rank != 0 {
 		return nil
 	}
@@ -71,7 +72,7 @@ func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool)
 	if !due {
 		return nil
 	}
-	path, err := s.write(ctx, window, step)
+	path, err := s.write(ctx, pass, window, step)
 	if err == nil {
 		s.last, s.failingAt = time.Now(), time.Time{}
 		s.Log.Info().Int("step", step).Str("path", path).Msg("checkpoint written")
@@ -88,7 +89,7 @@ func (s *Saver) AfterConverge(ctx context.Context, window, step int, force bool)
 	return nil
 }
 
-func (s *Saver) write(ctx context.Context, window, step int) (string, error) {
+func (s *Saver) write(ctx context.Context, pass, window, step int) (string, error) {
 	if s.BeforeWrite != nil {
 		if err := s.BeforeWrite(); err != nil {
 			return "", err
@@ -98,6 +99,6 @@ func (s *Saver) write(ctx context.Context, window, step int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("controller state: %w", err)
 	}
-	return Write(s.Dir, &State{Config: s.Config, Step: step, Window: window + 1, Ranks: s.Ranks,
+	return Write(s.Dir, &State{Config: s.Config, Pass: pass, Step: step, Window: window + 1, Ranks: s.Ranks,
 		ParamCount: s.ParamCount, Buffer: s.Buffer(), Controller: ctrl}, s.Keep)
 }

@@ -186,6 +186,9 @@ func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w; rollback: %w", what, err)
 	}
+	if got.State.Pass != l.pass { // the main pass's step-0 checkpoint failed to write
+		return 0, fmt.Errorf("%w; rollback: the newest checkpoint (%s) is of the search pass, and the main pass has none", what, got.Path)
+	}
 	l.rollbacks++
 	to := got.State.Step
 	if l.rank == 0 {

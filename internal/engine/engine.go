@@ -41,16 +41,17 @@ var ErrStopped = errors.New("run stopped by a signal after checkpointing")
 
 // Progress shows rank 0's progress once per window.
 type Progress interface {
-	Update(step, total int, loss, baseLR float64)
+	Update(pass, step, total int, loss, baseLR float64)
 	Done()
 }
 
-// Checkpointer writes a checkpoint after a converge, when due, and a fresh
-// run's step-0 checkpoint where a rollback could use it. The engine calls
-// it on every rank; implementations write from rank 0 only.
+// Checkpointer writes a checkpoint after a converge, when due, and a
+// pass's step-0 checkpoint where a rollback could use it (pass is
+// hparam.PassSearch or PassMain). The engine calls it on every rank;
+// implementations write from rank 0 only.
 type Checkpointer interface {
-	AtStart(ctx context.Context)
-	AfterConverge(ctx context.Context, window, step int, force bool) error
+	AtStart(ctx context.Context, pass int)
+	AfterConverge(ctx context.Context, pass, window, step int, force bool) error
 }
 
 // Options configure a run of the window loop.
@@ -70,11 +71,17 @@ type Options struct {
 	Sync       SyncMode
 	EvalEvery  int             // windows between evaluations; 0: at the end only
 	StartStep  int             // > 0 when resuming
+	StartPass  int             // hparam.PassMain when resuming in the main pass
 	Metrics    *metrics.Writer // rank 0 only
 	Progress   Progress        // rank 0 only; may be nil
 	Checkpoint Checkpointer    // may be nil
 	// Converge all-reduces the sync buffer; nil means Comm on the host slice.
 	Converge Converger
+	// Restart restores every rank's step-0 state (parameters, optimizer
+	// state, data order, random streams) when the explorers commit and
+	// the main pass begins (DESIGN §1, revision 3); the replica's sync
+	// buffer may be a new one afterwards. nil: a run cannot commit.
+	Restart func(ctx context.Context) error
 	// Stop is polled at each converge; when any rank's Stop returns true the
 	// ranks checkpoint together and Run returns ErrStopped.
 	Stop func() bool
@@ -99,6 +106,7 @@ type Options struct {
 
 // Result summarises a finished run.
 type Result struct {
+	Pass         int // the pass it ended in: hparam.PassMain after a commit
 	Steps        int
 	TestLoss     float64
 	TestAccuracy float64

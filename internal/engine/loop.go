@@ -27,6 +27,7 @@ type loop struct {
 	accepted  map[string]bool
 	watch     Watch
 	rollbacks int
+	pass      int // hparam.PassSearch, or PassMain once the explorers committed
 	// lastMedian and lastProbe are the healthy replicas' median window
 	// and probe losses of the last converged window (of the last that
 	// probed), 0 before the first one of this process (a resume starts
@@ -41,6 +42,7 @@ type loop struct {
 type window struct {
 	index, start, steps int
 	plan                hparam.Plan
+	committed           bool // rank 0: the controller committed after this window
 	lrScale             float64
 	values              Values
 	events              []metrics.Event
@@ -66,7 +68,7 @@ func newLoop(o Options) (*loop, error) {
 		return nil, err
 	}
 	l := &loop{o: o, rank: o.Comm.Rank(), n: o.Comm.Size(), conv: o.Converge, watch: watchOrNop(o.Watch),
-		accepted: map[string]bool{}, pending: frozenEvents(o.Events), lay: groupOf(o)}
+		accepted: map[string]bool{}, pending: frozenEvents(o.Events), lay: groupOf(o), pass: o.StartPass}
 	if err := checkGroups(o, l.lay); err != nil {
 		return nil, err
 	}
@@ -96,7 +98,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	start := time.Now()
 	if l.o.StartStep == 0 && l.o.Checkpoint != nil && l.canRollBack() {
 		l.watch.Enter(0, 0, PhaseCheckpoint)
-		l.o.Checkpoint.AtStart(ctx)
+		l.o.Checkpoint.AtStart(ctx, l.pass)
 	}
 	for step := l.o.StartStep; step < l.o.Steps; {
 		next, err := l.window(ctx, step)
@@ -108,7 +110,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	if l.o.Progress != nil && l.rank == 0 {
 		l.o.Progress.Done()
 	}
-	l.res.Steps = l.o.Steps
+	l.res.Pass, l.res.Steps = l.pass, l.o.Steps
 	l.res.Checksum = Checksum(l.params)
 	l.o.Log.Info().Dur("wall", time.Since(start)).Str("checksum", l.res.Checksum).Msg("run finished")
 	return l.res, nil
@@ -136,7 +138,7 @@ func (l *loop) window(ctx context.Context, step int) (int, error) {
 		}
 	}
 	if w.stop && w.end() < l.o.Steps {
-		l.res.Steps = w.end()
+		l.res.Pass, l.res.Steps = l.pass, w.end()
 		return 0, ErrStopped
 	}
 	return w.end(), nil
@@ -170,8 +172,13 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 	if err := w.plan.UnmarshalBinary(msg); err != nil {
 		return nil, fmt.Errorf("decode plan of window %d: %w", w.index, err)
 	}
-	if w.plan.Start != step || w.plan.Steps != w.steps {
-		return nil, fmt.Errorf("plan of window %d covers steps [%d, %d), want [%d, %d)", w.index, w.plan.Start, w.plan.Start+w.plan.Steps, step, w.end())
+	if w.plan.Pass != l.pass {
+		if err := l.restart(ctx, w); err != nil {
+			return nil, err
+		}
+	}
+	if w.plan.Start != w.start || w.plan.Steps != w.steps {
+		return nil, fmt.Errorf("plan of window %d covers steps [%d, %d), want [%d, %d)", w.index, w.plan.Start, w.plan.Start+w.plan.Steps, w.start, w.end())
 	}
 	w.lrScale = math.Pow(0.5, float64(l.rollbacks))
 	scaleLR(&w.plan, w.lrScale)
@@ -185,6 +192,33 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 	}
 	w.planSeconds = time.Since(t).Seconds()
 	return w, nil
+}
+
+// restart begins the main pass when the plan is its first (DESIGN §1,
+// revision 3): every rank restores its step-0 state, the divergence
+// guards start afresh, and the main pass gets a step-0 checkpoint of its
+// own to roll back to.
+func (l *loop) restart(ctx context.Context, w *window) error {
+	if w.plan.Pass != hparam.PassMain || l.pass != hparam.PassSearch || w.plan.Start != 0 {
+		return fmt.Errorf("plan of window %d is for pass %d from step %d, but the run is in pass %d at step %d", w.plan.Window, w.plan.Pass, w.plan.Start, l.pass, w.start)
+	}
+	l.watch.Enter(0, 0, PhaseRestart)
+	if l.o.Restart == nil {
+		return fmt.Errorf("the explorers committed, but this workload cannot restore its step-0 state for the main pass")
+	}
+	if err := l.o.Restart(ctx); err != nil {
+		return fmt.Errorf("restoring the step-0 state for the main pass: %w", err)
+	}
+	l.buf = l.o.Replica.SyncBuffer(l.o.Sync == SyncLocal)
+	l.params = l.buf[:l.o.Replica.ParamCount()]
+	l.pass, l.rollbacks, l.lastMedian, l.lastProbe = hparam.PassMain, 0, 0, 0
+	w.index, w.start, w.steps = 0, 0, min(l.o.Window, l.o.Steps)
+	l.o.Log.Info().Msg("search pass over: the main pass trains from step 0 at the committed values, without spread")
+	if l.o.Checkpoint != nil && l.canRollBack() {
+		l.watch.Enter(0, 0, PhaseCheckpoint)
+		l.o.Checkpoint.AtStart(ctx, l.pass)
+	}
+	return nil
 }
 
 // fanOut trains this rank's replica for the window.
@@ -313,9 +347,25 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 	scaleNextLR(&rec, w.lrScale)
 	l.record(rec)
 	if l.o.Progress != nil {
-		l.o.Progress.Update(w.end(), l.o.Steps, meanHealthy(w.losses), hparam.BaseLR(&w.plan))
+		l.o.Progress.Update(w.plan.Pass, w.end(), l.o.Steps, meanHealthy(w.losses), hparam.BaseLR(&w.plan))
+	}
+	if w.plan.Pass == hparam.PassSearch && l.o.Controller.Pass() == hparam.PassMain {
+		l.recordCommit(w.end())
 	}
 	return nil
+}
+
+// recordCommit (rank 0) logs and records the values the explorers
+// committed when the search pass ended at step end.
+func (l *loop) recordCommit(end int) {
+	rec := metrics.Record{Type: metrics.TypeCommit, Time: now(), Step: end, Committed: map[string]metrics.Commit{}}
+	e := l.o.Log.Info().Int("search_steps", end)
+	for _, c := range l.o.Controller.Commitments() {
+		rec.Committed[c.Name] = metrics.Commit{Offset: metrics.Float(c.Offset), Value: metrics.Float(c.Value), Frozen: c.Frozen}
+		e = e.Float64(c.Name, c.Value)
+	}
+	e.Msg("committed")
+	l.record(rec)
 }
 
 // record logs a window record's events and writes it (rank 0); a write
@@ -338,5 +388,5 @@ func (l *loop) checkpoint(ctx context.Context, w *window) error {
 		return nil
 	}
 	l.watch.Enter(w.index, w.end(), PhaseCheckpoint)
-	return l.o.Checkpoint.AfterConverge(ctx, w.index, w.end(), w.stop || w.end() == l.o.Steps)
+	return l.o.Checkpoint.AfterConverge(ctx, l.pass, w.index, w.end(), w.stop || w.end() == l.o.Steps)
 }

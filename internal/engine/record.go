@@ -79,10 +79,12 @@ func frozenEvents(evs []hparam.Event) []metrics.Event {
 	return out
 }
 
+func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }
+
 func windowRecord(p *hparam.Plan, fb []hparam.ParamFeedback, losses []float64, healthy []bool,
 	fanout, converge float64, sum string, eval *metrics.Eval, events []metrics.Event) metrics.Record {
 	rec := metrics.Record{
-		Type: metrics.TypeWindow, Time: float64(time.Now().UnixMilli()) / 1e3, Window: p.Window,
+		Type: metrics.TypeWindow, Time: now(), Pass: p.Pass, Window: p.Window,
 		Losses: floats(losses), Healthy: healthy, FanoutSeconds: fanout, ConvergeSeconds: converge,
 		Checksum: sum, Eval: eval, Events: events,
 		Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{},

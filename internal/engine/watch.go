@@ -10,6 +10,7 @@ type Watch interface {
 // The window loop's phases, in the order a window goes through them.
 const (
 	PhasePlan       = "plan"
+	PhaseRestart    = "restart" // the commit: the step-0 state restored for the main pass
 	PhaseTrain      = "train"
 	PhaseGather     = "gather"
 	PhaseRollback   = "rollback"

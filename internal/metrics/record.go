@@ -12,6 +12,7 @@ import (
 const (
 	TypeStart  = "start"
 	TypeWindow = "window"
+	TypeCommit = "commit" // the search pass is over: the committed values
 	TypeEnd    = "end"
 )
 
@@ -60,6 +61,15 @@ type Record struct {
 	ReplicaSize int `json:"replica_size,omitempty"`
 	WorldSize   int `json:"world_size,omitempty"`
 
+	// window, commit
+	// Pass is 1 for the main pass of a run that committed (DESIGN §1,
+	// revision 3): windows and steps count from 0 again. 0 (absent) is the
+	// search pass, or the one pass of a run that never commits.
+	Pass int `json:"pass,omitempty"`
+	// Committed (commit) is each hyperparameter's committed value; Step
+	// is where the search pass ended.
+	Committed map[string]Commit `json:"committed,omitempty"`
+
 	// window
 	Window          int                `json:"window"`
 	Step            int                `json:"step"`                   // steps done at the end of this window
@@ -81,6 +91,14 @@ type Record struct {
 
 	// end
 	WallSeconds float64 `json:"wall_seconds,omitempty"`
+}
+
+// Commit is one hyperparameter's committed value: the offset u in its
+// scale and what a config would say to train at it (OneCycle's max_lr).
+type Commit struct {
+	Offset Float `json:"offset"`
+	Value  Float `json:"value"`
+	Frozen bool  `json:"frozen,omitempty"` // its explorer had failed: its frozen base
 }
 
 // Param describes an explored hyperparameter in the start record.

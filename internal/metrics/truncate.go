@@ -10,10 +10,11 @@ import (
 )
 
 // TruncateAfter rewrites the metrics file at path keeping only what a run
-// resumed at step holds: its start records and the windows up to step. The
-// windows after it will run again, and the end record is gone. A missing
-// file is not an error. The file is replaced atomically.
-func TruncateAfter(path string, step int) error {
+// resumed at step of pass holds: its start records, the windows up to
+// there and, resumed in the main pass, the commit. The windows after it
+// will run again, and the end record is gone. A missing file is not an
+// error. The file is replaced atomically.
+func TruncateAfter(path string, pass, step int) error {
 	recs, _, err := ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -24,7 +25,9 @@ func TruncateAfter(path string, step int) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, r := range recs {
-		if r.Type == TypeStart || (r.Type == TypeWindow && r.Step <= step) {
+		keep := r.Type == TypeStart || (r.Type == TypeCommit && pass > 0) ||
+			(r.Type == TypeWindow && (r.Pass < pass || (r.Pass == pass && r.Step <= step)))
+		if keep {
 			if err := enc.Encode(r); err != nil {
 				return err
 			}

@@ -70,6 +70,7 @@ type Reporter struct {
 	mode      Mode // Plain or None; Auto becomes Plain, or terminal when w is one
 	terminal  bool
 	startStep int
+	pass      int // the pass of the last update: the ETA restarts with the main pass
 	now       func() time.Time
 	started   time.Time
 	lastLine  time.Time
@@ -78,12 +79,12 @@ type Reporter struct {
 	last      string
 }
 
-// New returns a reporter writing to w. startStep is the step training
-// starts from (non-zero when resumed), so the ETA counts only this
-// process's speed.
-func New(w io.Writer, mode Mode, startStep int) *Reporter {
+// New returns a reporter writing to w. pass and startStep are where
+// training starts (a resume's), so the ETA counts only this process's
+// speed.
+func New(w io.Writer, mode Mode, pass, startStep int) *Reporter {
 	r := &Reporter{Every: DefaultEvery, Interval: DefaultInterval, w: w, mode: mode,
-		startStep: startStep, now: time.Now}
+		pass: pass, startStep: startStep, now: time.Now}
 	if mode == Auto {
 		r.terminal = isTerminal(w)
 		r.mode = Plain
@@ -115,13 +116,18 @@ func writesToTerminal(pid int) bool {
 	return err == nil && (strings.HasPrefix(target, "/dev/pts/") || strings.HasPrefix(target, "/dev/tty"))
 }
 
-// Update reports that step of total steps are done, with the mean window
-// loss and the base learning rate (NaN when the run explores none).
-func (r *Reporter) Update(step, total int, loss, lr float64) {
+// Update reports that step of total steps of pass are done (the search
+// pass, or the one pass of a run that does not commit, is 0; the main pass
+// is 1), with the mean window loss and the base learning rate (NaN when
+// the run explores none).
+func (r *Reporter) Update(pass, step, total int, loss, lr float64) {
 	if r.mode == None {
 		return
 	}
 	now := r.now()
+	if pass != r.pass {
+		r.pass, r.startStep, r.started = pass, 0, now
+	}
 	r.last = r.line(step, total, loss, lr, now)
 	if r.terminal {
 		// \r and erase-line redraw the same line.
@@ -151,6 +157,9 @@ func (r *Reporter) Done() {
 
 func (r *Reporter) line(step, total int, loss, lr float64, now time.Time) string {
 	var b strings.Builder
+	if r.pass > 0 {
+		b.WriteString("main pass: ")
+	}
 	fmt.Fprintf(&b, "step %d/%d", step, total)
 	if total > 0 {
 		fmt.Fprintf(&b, " (%.1f%%)", 100*float64(step)/float64(total))

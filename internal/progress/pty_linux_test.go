@@ -36,11 +36,11 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 func TestAutoOnTerminalRedrawsInPlace(t *testing.T) {
 	master, slave := openPTY(t)
 	t.Setenv("OMPI_COMM_WORLD_RANK", "") // not launched by mpirun
-	r := New(slave, Auto, 0)
+	r := New(slave, Auto, 0, 0)
 	require.True(t, r.terminal)
-	r.Update(100, 300, 1.5, 0.01)
-	r.Update(200, 300, 1.2, 0.01)
-	r.Update(300, 300, 1.0, 0.01)
+	r.Update(0, 100, 300, 1.5, 0.01)
+	r.Update(0, 200, 300, 1.2, 0.01)
+	r.Update(0, 300, 300, 1.0, 0.01)
 	r.Done()
 
 	var got strings.Builder
@@ -87,5 +87,5 @@ func TestAutoUnderMPIFollowsTheLauncher(t *testing.T) {
 	if writesToTerminal(os.Getppid()) {
 		t.Skip("the test runner's parent writes to a terminal")
 	}
-	assert.False(t, New(slave, Auto, 0).terminal)
+	assert.False(t, New(slave, Auto, 0, 0).terminal)
 }

@@ -40,12 +40,12 @@ func (s *session) resume(ctx context.Context) error {
 	}
 	ck := got.State
 	s.events = append(s.events, evs...)
-	s.resumeAt, s.resumed = ck.Step, true
+	s.resumeAt, s.resumePass, s.resumed = ck.Step, ck.Pass, true
 	if s.rank == 0 {
 		if ck.Ranks != s.replicas() { // replicas: ranks when train.replica_size is 1
 			log.Warn().Int("checkpoint_ranks", ck.Ranks).Int("ranks", s.replicas()).Msg("resuming with a different number of ranks (replicas): parameters are shared, the spread is recomputed")
 		}
-		log.Info().Str("path", got.Path).Int("step", ck.Step).Msg("resuming from checkpoint")
+		log.Info().Str("path", got.Path).Int("pass", ck.Pass).Int("step", ck.Step).Msg("resuming from checkpoint")
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/watchdog"
+	"github.com/hdet-dev/hdet/internal/workload/mnist"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 	"github.com/hdet-dev/hdet/slurm"
 )
@@ -97,26 +98,28 @@ func (e agreedError) Unwrap() error { return e.error }
 
 // session is one rank's run, built up by the setup phases.
 type session struct {
-	o        Options
-	rank     int
-	cfg      *config.Config
-	slurm    slurm.Env
-	sync     engine.SyncMode
-	replica  engine.Replica
-	worker   *bridge.Worker  // --worker mode
-	gpu      *device.Binding // nil in CPU mode
-	converge device.Allreducer
-	lay      engine.Layout // replica groups (G = 1: a rank per replica)
-	inside   World         // G > 1: this rank's replica
-	cross    World         // G > 1: the same position in every replica
-	steps    int
-	ctrl     *hparam.Controller // rank 0
-	mw       *metrics.Writer    // rank 0
-	resumeAt int                // the step a resume starts from; 0 for a fresh run
-	resumed  bool               // a checkpoint was loaded (resumeAt 0: the step-0 one)
-	events   []hparam.Event     // rank 0: setup's explorer events, for the first record
-	wd       *watchdog.Watchdog
-	closers  []func()
+	o          Options
+	rank       int
+	cfg        *config.Config
+	slurm      slurm.Env
+	sync       engine.SyncMode
+	replica    engine.Replica
+	worker     *bridge.Worker  // --worker mode
+	model      *mnist.Replica  // the built-in workload, unwrapped
+	gpu        *device.Binding // nil in CPU mode
+	converge   device.Allreducer
+	lay        engine.Layout // replica groups (G = 1: a rank per replica)
+	inside     World         // G > 1: this rank's replica
+	cross      World         // G > 1: the same position in every replica
+	steps      int
+	ctrl       *hparam.Controller // rank 0
+	mw         *metrics.Writer    // rank 0
+	resumeAt   int                // the step a resume starts from; 0 for a fresh run
+	resumePass int                // the pass it is in (hparam.PassMain after a commit)
+	resumed    bool               // a checkpoint was loaded (resumeAt 0: the step-0 one)
+	events     []hparam.Event     // rank 0: setup's explorer events, for the first record
+	wd         *watchdog.Watchdog
+	closers    []func()
 }
 
 // Run sets up this rank, trains, and writes the end of the run.

@@ -180,7 +180,7 @@ func (s *session) makeMNIST() error {
 		}
 		return err // the machine, not the config: OpenBLAS missing
 	}
-	s.replica = r
+	s.replica, s.model = r, r
 	s.steps = cfg.Train.Steps
 	if s.steps == 0 {
 		s.steps = cfg.Train.Epochs * r.StepsPerEpoch()

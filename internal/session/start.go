@@ -16,21 +16,44 @@ import (
 // start applies a warm start (every rank, fresh runs) and opens the run
 // directory with its start record (rank 0).
 func (s *session) start(ctx context.Context) error {
-	cfg := s.cfg
-	if !s.resumed && cfg.Train.WarmStart != "" {
-		theta0, err := checkpoint.ReadModel(cfg.Train.WarmStart, s.replica.ParamCount())
-		if err != nil {
-			return Usagef("train.warm_start: %v", err)
-		}
-		engine.WarmStart(s.replica.SyncBuffer(false)[:s.replica.ParamCount()], theta0, cfg.Train.WarmNoise, cfg.Train.Seed, s.lay.Replica(s.rank)) // a replica's ranks start alike
-		if s.rank == 0 {
-			s.o.Log.Info().Str("model", cfg.Train.WarmStart).Float64("nu", cfg.Train.WarmNoise).Msg("warm noisy start")
+	if !s.resumed {
+		if err := s.warmStart(); err != nil {
+			return err
 		}
 	}
 	if s.rank != 0 {
 		return nil
 	}
 	return s.openRunDir(ctx)
+}
+
+// warmStart puts train.warm_start's model, with this replica's noise, into
+// the parameters, when the config names one.
+func (s *session) warmStart() error {
+	cfg := s.cfg
+	if cfg.Train.WarmStart == "" {
+		return nil
+	}
+	theta0, err := checkpoint.ReadModel(cfg.Train.WarmStart, s.replica.ParamCount())
+	if err != nil {
+		return Usagef("train.warm_start: %v", err)
+	}
+	engine.WarmStart(s.replica.SyncBuffer(false)[:s.replica.ParamCount()], theta0, cfg.Train.WarmNoise, cfg.Train.Seed, s.lay.Replica(s.rank)) // a replica's ranks start alike
+	if s.rank == 0 {
+		s.o.Log.Info().Str("model", cfg.Train.WarmStart).Float64("nu", cfg.Train.WarmNoise).Msg("warm noisy start")
+	}
+	return nil
+}
+
+// restoreStart puts every rank back at its step-0 state for the main pass
+// (engine.Options.Restart): the built-in model drawn from the seed again
+// and warm-started again, or the worker's script started again.
+func (s *session) restoreStart(ctx context.Context) error {
+	if s.worker != nil {
+		return s.restartWorker(ctx)
+	}
+	s.model.Reset()
+	return s.warmStart()
 }
 
 func (s *session) openRunDir(ctx context.Context) error {
@@ -48,7 +71,7 @@ func (s *session) openRunDir(ctx context.Context) error {
 	mpath := filepath.Join(cfg.Run.Dir, "metrics.jsonl")
 	if s.resumed {
 		// Windows after the checkpoint will run again: drop their records.
-		if err := metrics.TruncateAfter(mpath, s.resumeAt); err != nil {
+		if err := metrics.TruncateAfter(mpath, s.resumePass, s.resumeAt); err != nil {
 			return fmt.Errorf("metrics.jsonl: %w", err)
 		}
 	}

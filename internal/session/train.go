@@ -7,9 +7,11 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hdet-dev/hdet/device"
+	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
@@ -61,7 +63,7 @@ func (s *session) engineOptions() (engine.Options, error) {
 		if err != nil {
 			return engine.Options{}, err
 		}
-		prog = progress.New(s.o.Out, mode, s.resumeAt) // under mpirun a rank's stdout is a pty when mpirun's is
+		prog = progress.New(s.o.Out, mode, s.resumePass, s.resumeAt) // under mpirun a rank's stdout is a pty when mpirun's is
 	}
 	rollbackDir := saver.Dir
 	if s.worker != nil {
@@ -69,7 +71,8 @@ func (s *session) engineOptions() (engine.Options, error) {
 	}
 	return engine.Options{
 		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl, Groups: s.groups(),
-		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt,
+		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt, StartPass: s.resumePass,
+		Restart:  s.restoreStart,
 		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: saver, Stop: s.o.Stop,
 		Log: s.o.Log, Watch: s.wd, Events: s.events,
 		DivergenceFactor: tc.DivergenceFactor, MaxRollbacks: tc.MaxRollbacks, CheckpointDir: rollbackDir,
@@ -138,6 +141,7 @@ func (s *session) finish(res engine.Result, params []float32, wall time.Duration
 		Checksum: res.Checksum, WallSeconds: wall.Seconds()}); err != nil {
 		return Outcome{Result: res}, err
 	}
+	s.printCommitted()
 	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
 		fmt.Fprintf(s.o.Out, "finished %d steps on %d ranks\nrun directory: %s\n", res.Steps, s.o.World.Size(), dir)
 	} else {
@@ -155,6 +159,28 @@ func (s *session) finish(res engine.Result, params []float32, wall time.Duration
 		fmt.Fprintf(out, "report: %s\n", index)
 		return nil
 	}}, nil
+}
+
+// printCommitted (rank 0) says what a run that committed trained its main
+// pass at: each value, and how far the search moved it from the config's.
+func (s *session) printCommitted() {
+	cs := s.ctrl.Commitments()
+	if cs == nil {
+		return
+	}
+	descs := s.ctrl.Descriptors()
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		moved := fmt.Sprintf("x%.3g", math.Exp(c.Offset))
+		if descs[i].Scale != hparam.Log {
+			moved = fmt.Sprintf("%+.3g", c.Offset)
+		}
+		parts[i] = fmt.Sprintf("%s %.3g (%s the config's)", c.Name, c.Value, moved)
+		if c.Frozen {
+			parts[i] = fmt.Sprintf("%s %.3g (frozen)", c.Name, c.Value)
+		}
+	}
+	fmt.Fprintf(s.o.Out, "committed after a search pass of %d steps: %s\n", s.ctrl.SearchEnd(), strings.Join(parts, ", "))
 }
 
 // hostBuffer is the converge on the host slice through one of device's

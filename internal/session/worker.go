@@ -82,6 +82,16 @@ func (s *session) startWorker(ctx context.Context) error {
 	return nil
 }
 
+// restartWorker starts every rank's script again for the main pass, with a
+// new rendezvous port (rank 0's pick, as at the start).
+func (s *session) restartWorker(ctx context.Context) error {
+	_, port, err := s.rendezvous()
+	if err != nil {
+		return err
+	}
+	return usageIf(s.worker.Restart(ctx, port))
+}
+
 // usageIf makes a disagreement between the script and the configuration
 // (or between ranks' scripts) a usage error: exit 2.
 func usageIf(err error) error {

@@ -76,7 +76,19 @@ func (g *GRPCClient) Observe(ctx context.Context, o hparam.Observation) (hparam.
 	if w := f.GetWeights(); len(w) != 0 && len(w) != len(o.Values) {
 		return hparam.Feedback{}, fmt.Errorf("%w: %d weights for %d ranks in window %d", ErrBadAnswer, len(w), len(o.Values), o.Window)
 	}
-	return hparam.Feedback{Weights: f.GetWeights(), Base: f.GetBase(), Estimate: f.GetEstimate(), Offset: f.GetOffset()}, nil
+	search := hparam.SearchState(f.GetSearch())
+	if search < hparam.SearchNone || search > hparam.SearchDone {
+		return hparam.Feedback{}, fmt.Errorf("%w: search state %d in window %d", ErrBadAnswer, f.GetSearch(), o.Window)
+	}
+	return hparam.Feedback{Weights: f.GetWeights(), Base: f.GetBase(), Estimate: f.GetEstimate(), Offset: f.GetOffset(), Search: search}, nil
+}
+
+func (g *GRPCClient) Commit(ctx context.Context) (hparam.Commitment, error) {
+	c, err := g.c.Commit(ctx, &proto.CommitRequest{})
+	if err != nil {
+		return hparam.Commitment{}, explorerError(err)
+	}
+	return hparam.Commitment{Offset: c.GetOffset(), Value: c.GetValue()}, nil
 }
 
 func (g *GRPCClient) SaveState(ctx context.Context) ([]byte, error) {
@@ -95,14 +107,17 @@ func (g *GRPCClient) LoadState(ctx context.Context, state []byte) error {
 // explorerError turns an error the explorer returned back into its plain
 // message, so a config error reads as the explorer wrote it: gRPC's
 // InvalidArgument (an explorer refusing its input: its config, a window)
-// wraps hparam.ErrInvalid again, Unknown is any other error; transport
+// wraps hparam.ErrInvalid again, and so does Unimplemented; Unknown is
+// any other error; transport
 // errors (deadline, connection) keep their gRPC status.
 func explorerError(err error) error {
 	s, ok := status.FromError(err)
 	switch {
 	case !ok:
 		return err
-	case s.Code() == codes.InvalidArgument:
+	case s.Code() == codes.InvalidArgument || s.Code() == codes.Unimplemented:
+		// Unimplemented: an explorer built before a call existed (Commit)
+		// would refuse it again after a restart.
 		return refusal(s.Message())
 	case s.Code() == codes.Unknown:
 		return errors.New(s.Message())
@@ -177,7 +192,15 @@ func (s *GRPCServer) Observe(ctx context.Context, in *proto.Observation) (*proto
 	if err != nil {
 		return nil, serverError(err)
 	}
-	return &proto.Feedback{Weights: f.Weights, Base: f.Base, Estimate: f.Estimate, Offset: f.Offset}, nil
+	return &proto.Feedback{Weights: f.Weights, Base: f.Base, Estimate: f.Estimate, Offset: f.Offset, Search: proto.SearchState(f.Search)}, nil
+}
+
+func (s *GRPCServer) Commit(ctx context.Context, _ *proto.CommitRequest) (*proto.Commitment, error) {
+	c, err := s.Impl.Commit(ctx)
+	if err != nil {
+		return nil, serverError(err)
+	}
+	return &proto.Commitment{Offset: c.Offset, Value: c.Value}, nil
 }
 
 func (s *GRPCServer) SaveState(ctx context.Context, _ *proto.SaveStateRequest) (*proto.State, error) {

@@ -50,7 +50,11 @@ func (r *recorder) Plan(_ context.Context, w hparam.WindowRequest) (hparam.Windo
 
 func (r *recorder) Observe(_ context.Context, o hparam.Observation) (hparam.Feedback, error) {
 	r.obs = o
-	return hparam.Feedback{Weights: r.weights, Base: math.Pi, Estimate: -0.25, Offset: math.Ln2}, r.failWith
+	return hparam.Feedback{Weights: r.weights, Base: math.Pi, Estimate: -0.25, Offset: math.Ln2, Search: hparam.SearchDone}, r.failWith
+}
+
+func (r *recorder) Commit(context.Context) (hparam.Commitment, error) {
+	return hparam.Commitment{Offset: -math.Ln2, Value: 0.0046}, r.failWith
 }
 
 func (r *recorder) SaveState(context.Context) ([]byte, error) {
@@ -106,7 +110,10 @@ func TestGRPCRoundTripsEveryCall(t *testing.T) {
 	assert.True(t, math.IsInf(rec.obs.Probe[0], -1))
 	assert.Equal(t, 0.25, rec.obs.Probe[1])
 	assert.True(t, math.IsNaN(rec.obs.Probe[2]), "an unhealthy rank's probe loss arrives as NaN")
-	assert.Equal(t, hparam.Feedback{Weights: []float64{0.1, 0.2, 0.7}, Base: math.Pi, Estimate: -0.25, Offset: math.Ln2}, f)
+	assert.Equal(t, hparam.Feedback{Weights: []float64{0.1, 0.2, 0.7}, Base: math.Pi, Estimate: -0.25, Offset: math.Ln2, Search: hparam.SearchDone}, f)
+	c, err := x.Commit(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, hparam.Commitment{Offset: -math.Ln2, Value: 0.0046}, c)
 
 	_, err = x.Observe(ctx, hparam.Observation{Window: 3, Values: []float64{1, 2, 3}, Losses: []float64{1, 1, 1}})
 	require.NoError(t, err)

@@ -89,6 +89,17 @@ func (x *ruleExplorer) Observe(_ context.Context, o hparam.Observation) (hparam.
 	return hparam.Feedback{Weights: w, Base: x.base}, nil
 }
 
+// Commit keeps the rule's current base for the main pass: the rule asks
+// for no search pass of its own (SearchNone), but commits when others do.
+func (x *ruleExplorer) Commit(context.Context) (hparam.Commitment, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.init {
+		return hparam.Commitment{}, fmt.Errorf("commit before init")
+	}
+	return hparam.Commitment{Value: x.base}, nil
+}
+
 func (x *ruleExplorer) SaveState(context.Context) ([]byte, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()

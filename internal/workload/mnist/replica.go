@@ -91,6 +91,15 @@ func New(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
+// Reset returns the replica to its state at step 0: the parameters drawn
+// from the seed again and the optimizer state zero. Every other state is
+// keyed by (seed, rank, step), so a run from step 0 after Reset trains
+// exactly as a fresh replica would (revision 3's main pass).
+func (r *Replica) Reset() {
+	r.initParams()
+	clear(r.slab[r.nParam:])
+}
+
 // initParams draws He-uniform weights (bound sqrt(6/fan_in), suited to ReLU)
 // from a stream of (seed, layer); biases start at zero.
 func (r *Replica) initParams() {

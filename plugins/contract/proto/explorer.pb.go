@@ -28,6 +28,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SearchState int32
+
+const (
+	// It asks for no restart; it commits when the others do.
+	SearchState_SEARCH_STATE_NONE SearchState = 0
+	// Its value is still moving: the search pass goes on.
+	SearchState_SEARCH_STATE_SEARCHING SearchState = 1
+	// Its value has settled: commit it and restart.
+	SearchState_SEARCH_STATE_DONE SearchState = 2
+)
+
+// Enum value maps for SearchState.
+var (
+	SearchState_name = map[int32]string{
+		0: "SEARCH_STATE_NONE",
+		1: "SEARCH_STATE_SEARCHING",
+		2: "SEARCH_STATE_DONE",
+	}
+	SearchState_value = map[string]int32{
+		"SEARCH_STATE_NONE":      0,
+		"SEARCH_STATE_SEARCHING": 1,
+		"SEARCH_STATE_DONE":      2,
+	}
+)
+
+func (x SearchState) Enum() *SearchState {
+	p := new(SearchState)
+	*p = x
+	return p
+}
+
+func (x SearchState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SearchState) Descriptor() protoreflect.EnumDescriptor {
+	return file_explorer_proto_enumTypes[0].Descriptor()
+}
+
+func (SearchState) Type() protoreflect.EnumType {
+	return &file_explorer_proto_enumTypes[0]
+}
+
+func (x SearchState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SearchState.Descriptor instead.
+func (SearchState) EnumDescriptor() ([]byte, []int) {
+	return file_explorer_proto_rawDescGZIP(), []int{0}
+}
+
 type DescribeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -603,8 +655,10 @@ type Feedback struct {
 	// x*, the estimated best offset from the window's centre, and the learned
 	// offset u after this update, in the hyperparameter's scale; 0 outside
 	// the auto phase.
-	Estimate      float64 `protobuf:"fixed64,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
-	Offset        float64 `protobuf:"fixed64,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Estimate float64 `protobuf:"fixed64,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	Offset   float64 `protobuf:"fixed64,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The explorer's part in the run's search pass (DESIGN §1, revision 3).
+	Search        SearchState `protobuf:"varint,5,opt,name=search,proto3,enum=hdet.explorer.v1.SearchState" json:"search,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +721,103 @@ func (x *Feedback) GetOffset() float64 {
 	return 0
 }
 
+func (x *Feedback) GetSearch() SearchState {
+	if x != nil {
+		return x.Search
+	}
+	return SearchState_SEARCH_STATE_NONE
+}
+
+type CommitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitRequest) Reset() {
+	*x = CommitRequest{}
+	mi := &file_explorer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitRequest) ProtoMessage() {}
+
+func (x *CommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_explorer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
+func (*CommitRequest) Descriptor() ([]byte, []int) {
+	return file_explorer_proto_rawDescGZIP(), []int{10}
+}
+
+type Commitment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The committed offset u in the hyperparameter's scale, and what a user
+	// would write in a config to train at it (OneCycle's max_lr times exp(u)).
+	Offset        float64 `protobuf:"fixed64,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Value         float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Commitment) Reset() {
+	*x = Commitment{}
+	mi := &file_explorer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Commitment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Commitment) ProtoMessage() {}
+
+func (x *Commitment) ProtoReflect() protoreflect.Message {
+	mi := &file_explorer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Commitment.ProtoReflect.Descriptor instead.
+func (*Commitment) Descriptor() ([]byte, []int) {
+	return file_explorer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Commitment) GetOffset() float64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Commitment) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 type SaveStateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -675,7 +826,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_explorer_proto_msgTypes[10]
+	mi := &file_explorer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +838,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_explorer_proto_msgTypes[10]
+	mi := &file_explorer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +851,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_explorer_proto_rawDescGZIP(), []int{10}
+	return file_explorer_proto_rawDescGZIP(), []int{12}
 }
 
 type State struct {
@@ -712,7 +863,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_explorer_proto_msgTypes[11]
+	mi := &file_explorer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +875,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_explorer_proto_msgTypes[11]
+	mi := &file_explorer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +888,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_explorer_proto_rawDescGZIP(), []int{11}
+	return file_explorer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *State) GetState() []byte {
@@ -755,7 +906,7 @@ type LoadStateResponse struct {
 
 func (x *LoadStateResponse) Reset() {
 	*x = LoadStateResponse{}
-	mi := &file_explorer_proto_msgTypes[12]
+	mi := &file_explorer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +918,7 @@ func (x *LoadStateResponse) String() string {
 func (*LoadStateResponse) ProtoMessage() {}
 
 func (x *LoadStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_explorer_proto_msgTypes[12]
+	mi := &file_explorer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +931,7 @@ func (x *LoadStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadStateResponse.ProtoReflect.Descriptor instead.
 func (*LoadStateResponse) Descriptor() ([]byte, []int) {
-	return file_explorer_proto_rawDescGZIP(), []int{12}
+	return file_explorer_proto_rawDescGZIP(), []int{14}
 }
 
 var File_explorer_proto protoreflect.FileDescriptor
@@ -828,21 +979,32 @@ const file_explorer_proto_rawDesc = "" +
 	"\x06window\x18\x01 \x01(\x03R\x06window\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\x01R\x06values\x12\x16\n" +
 	"\x06losses\x18\x03 \x03(\x01R\x06losses\x12\x14\n" +
-	"\x05probe\x18\x04 \x03(\x01R\x05probe\"l\n" +
+	"\x05probe\x18\x04 \x03(\x01R\x05probe\"\xa3\x01\n" +
 	"\bFeedback\x12\x18\n" +
 	"\aweights\x18\x01 \x03(\x01R\aweights\x12\x12\n" +
 	"\x04base\x18\x02 \x01(\x01R\x04base\x12\x1a\n" +
 	"\bestimate\x18\x03 \x01(\x01R\bestimate\x12\x16\n" +
-	"\x06offset\x18\x04 \x01(\x01R\x06offset\"\x12\n" +
+	"\x06offset\x18\x04 \x01(\x01R\x06offset\x125\n" +
+	"\x06search\x18\x05 \x01(\x0e2\x1d.hdet.explorer.v1.SearchStateR\x06search\"\x0f\n" +
+	"\rCommitRequest\":\n" +
+	"\n" +
+	"Commitment\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x01R\x06offset\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\x12\n" +
 	"\x10SaveStateRequest\"\x1d\n" +
 	"\x05State\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\fR\x05state\"\x13\n" +
-	"\x11LoadStateResponse2\xba\x03\n" +
+	"\x11LoadStateResponse*W\n" +
+	"\vSearchState\x12\x15\n" +
+	"\x11SEARCH_STATE_NONE\x10\x00\x12\x1a\n" +
+	"\x16SEARCH_STATE_SEARCHING\x10\x01\x12\x15\n" +
+	"\x11SEARCH_STATE_DONE\x10\x022\x83\x04\n" +
 	"\bExplorer\x12K\n" +
 	"\bDescribe\x12!.hdet.explorer.v1.DescribeRequest\x1a\x1c.hdet.explorer.v1.Descriptor\x12?\n" +
 	"\x04Init\x12\x17.hdet.explorer.v1.Setup\x1a\x1e.hdet.explorer.v1.InitResponse\x12E\n" +
 	"\x04Plan\x12\x1f.hdet.explorer.v1.WindowRequest\x1a\x1c.hdet.explorer.v1.WindowPlan\x12D\n" +
-	"\aObserve\x12\x1d.hdet.explorer.v1.Observation\x1a\x1a.hdet.explorer.v1.Feedback\x12H\n" +
+	"\aObserve\x12\x1d.hdet.explorer.v1.Observation\x1a\x1a.hdet.explorer.v1.Feedback\x12G\n" +
+	"\x06Commit\x12\x1f.hdet.explorer.v1.CommitRequest\x1a\x1c.hdet.explorer.v1.Commitment\x12H\n" +
 	"\tSaveState\x12\".hdet.explorer.v1.SaveStateRequest\x1a\x17.hdet.explorer.v1.State\x12I\n" +
 	"\tLoadState\x12\x17.hdet.explorer.v1.State\x1a#.hdet.explorer.v1.LoadStateResponseB1Z/github.com/hdet-dev/hdet/plugins/contract/protob\x06proto3"
 
@@ -858,44 +1020,51 @@ func file_explorer_proto_rawDescGZIP() []byte {
 	return file_explorer_proto_rawDescData
 }
 
-var file_explorer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_explorer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_explorer_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_explorer_proto_goTypes = []any{
-	(*DescribeRequest)(nil),   // 0: hdet.explorer.v1.DescribeRequest
-	(*Bounds)(nil),            // 1: hdet.explorer.v1.Bounds
-	(*Spread)(nil),            // 2: hdet.explorer.v1.Spread
-	(*Descriptor)(nil),        // 3: hdet.explorer.v1.Descriptor
-	(*Setup)(nil),             // 4: hdet.explorer.v1.Setup
-	(*InitResponse)(nil),      // 5: hdet.explorer.v1.InitResponse
-	(*WindowRequest)(nil),     // 6: hdet.explorer.v1.WindowRequest
-	(*WindowPlan)(nil),        // 7: hdet.explorer.v1.WindowPlan
-	(*Observation)(nil),       // 8: hdet.explorer.v1.Observation
-	(*Feedback)(nil),          // 9: hdet.explorer.v1.Feedback
-	(*SaveStateRequest)(nil),  // 10: hdet.explorer.v1.SaveStateRequest
-	(*State)(nil),             // 11: hdet.explorer.v1.State
-	(*LoadStateResponse)(nil), // 12: hdet.explorer.v1.LoadStateResponse
+	(SearchState)(0),          // 0: hdet.explorer.v1.SearchState
+	(*DescribeRequest)(nil),   // 1: hdet.explorer.v1.DescribeRequest
+	(*Bounds)(nil),            // 2: hdet.explorer.v1.Bounds
+	(*Spread)(nil),            // 3: hdet.explorer.v1.Spread
+	(*Descriptor)(nil),        // 4: hdet.explorer.v1.Descriptor
+	(*Setup)(nil),             // 5: hdet.explorer.v1.Setup
+	(*InitResponse)(nil),      // 6: hdet.explorer.v1.InitResponse
+	(*WindowRequest)(nil),     // 7: hdet.explorer.v1.WindowRequest
+	(*WindowPlan)(nil),        // 8: hdet.explorer.v1.WindowPlan
+	(*Observation)(nil),       // 9: hdet.explorer.v1.Observation
+	(*Feedback)(nil),          // 10: hdet.explorer.v1.Feedback
+	(*CommitRequest)(nil),     // 11: hdet.explorer.v1.CommitRequest
+	(*Commitment)(nil),        // 12: hdet.explorer.v1.Commitment
+	(*SaveStateRequest)(nil),  // 13: hdet.explorer.v1.SaveStateRequest
+	(*State)(nil),             // 14: hdet.explorer.v1.State
+	(*LoadStateResponse)(nil), // 15: hdet.explorer.v1.LoadStateResponse
 }
 var file_explorer_proto_depIdxs = []int32{
-	1,  // 0: hdet.explorer.v1.Descriptor.bounds:type_name -> hdet.explorer.v1.Bounds
-	2,  // 1: hdet.explorer.v1.Descriptor.spread:type_name -> hdet.explorer.v1.Spread
-	2,  // 2: hdet.explorer.v1.WindowPlan.spread:type_name -> hdet.explorer.v1.Spread
-	1,  // 3: hdet.explorer.v1.WindowPlan.bounds:type_name -> hdet.explorer.v1.Bounds
-	0,  // 4: hdet.explorer.v1.Explorer.Describe:input_type -> hdet.explorer.v1.DescribeRequest
-	4,  // 5: hdet.explorer.v1.Explorer.Init:input_type -> hdet.explorer.v1.Setup
-	6,  // 6: hdet.explorer.v1.Explorer.Plan:input_type -> hdet.explorer.v1.WindowRequest
-	8,  // 7: hdet.explorer.v1.Explorer.Observe:input_type -> hdet.explorer.v1.Observation
-	10, // 8: hdet.explorer.v1.Explorer.SaveState:input_type -> hdet.explorer.v1.SaveStateRequest
-	11, // 9: hdet.explorer.v1.Explorer.LoadState:input_type -> hdet.explorer.v1.State
-	3,  // 10: hdet.explorer.v1.Explorer.Describe:output_type -> hdet.explorer.v1.Descriptor
-	5,  // 11: hdet.explorer.v1.Explorer.Init:output_type -> hdet.explorer.v1.InitResponse
-	7,  // 12: hdet.explorer.v1.Explorer.Plan:output_type -> hdet.explorer.v1.WindowPlan
-	9,  // 13: hdet.explorer.v1.Explorer.Observe:output_type -> hdet.explorer.v1.Feedback
-	11, // 14: hdet.explorer.v1.Explorer.SaveState:output_type -> hdet.explorer.v1.State
-	12, // 15: hdet.explorer.v1.Explorer.LoadState:output_type -> hdet.explorer.v1.LoadStateResponse
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	2,  // 0: hdet.explorer.v1.Descriptor.bounds:type_name -> hdet.explorer.v1.Bounds
+	3,  // 1: hdet.explorer.v1.Descriptor.spread:type_name -> hdet.explorer.v1.Spread
+	3,  // 2: hdet.explorer.v1.WindowPlan.spread:type_name -> hdet.explorer.v1.Spread
+	2,  // 3: hdet.explorer.v1.WindowPlan.bounds:type_name -> hdet.explorer.v1.Bounds
+	0,  // 4: hdet.explorer.v1.Feedback.search:type_name -> hdet.explorer.v1.SearchState
+	1,  // 5: hdet.explorer.v1.Explorer.Describe:input_type -> hdet.explorer.v1.DescribeRequest
+	5,  // 6: hdet.explorer.v1.Explorer.Init:input_type -> hdet.explorer.v1.Setup
+	7,  // 7: hdet.explorer.v1.Explorer.Plan:input_type -> hdet.explorer.v1.WindowRequest
+	9,  // 8: hdet.explorer.v1.Explorer.Observe:input_type -> hdet.explorer.v1.Observation
+	11, // 9: hdet.explorer.v1.Explorer.Commit:input_type -> hdet.explorer.v1.CommitRequest
+	13, // 10: hdet.explorer.v1.Explorer.SaveState:input_type -> hdet.explorer.v1.SaveStateRequest
+	14, // 11: hdet.explorer.v1.Explorer.LoadState:input_type -> hdet.explorer.v1.State
+	4,  // 12: hdet.explorer.v1.Explorer.Describe:output_type -> hdet.explorer.v1.Descriptor
+	6,  // 13: hdet.explorer.v1.Explorer.Init:output_type -> hdet.explorer.v1.InitResponse
+	8,  // 14: hdet.explorer.v1.Explorer.Plan:output_type -> hdet.explorer.v1.WindowPlan
+	10, // 15: hdet.explorer.v1.Explorer.Observe:output_type -> hdet.explorer.v1.Feedback
+	12, // 16: hdet.explorer.v1.Explorer.Commit:output_type -> hdet.explorer.v1.Commitment
+	14, // 17: hdet.explorer.v1.Explorer.SaveState:output_type -> hdet.explorer.v1.State
+	15, // 18: hdet.explorer.v1.Explorer.LoadState:output_type -> hdet.explorer.v1.LoadStateResponse
+	12, // [12:19] is the sub-list for method output_type
+	5,  // [5:12] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_explorer_proto_init() }
@@ -908,13 +1077,14 @@ func file_explorer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_explorer_proto_rawDesc), len(file_explorer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   13,
+			NumEnums:      1,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_explorer_proto_goTypes,
 		DependencyIndexes: file_explorer_proto_depIdxs,
+		EnumInfos:         file_explorer_proto_enumTypes,
 		MessageInfos:      file_explorer_proto_msgTypes,
 	}.Build()
 	File_explorer_proto = out.File

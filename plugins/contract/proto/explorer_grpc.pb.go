@@ -30,6 +30,7 @@ const (
 	Explorer_Init_FullMethodName      = "/hdet.explorer.v1.Explorer/Init"
 	Explorer_Plan_FullMethodName      = "/hdet.explorer.v1.Explorer/Plan"
 	Explorer_Observe_FullMethodName   = "/hdet.explorer.v1.Explorer/Observe"
+	Explorer_Commit_FullMethodName    = "/hdet.explorer.v1.Explorer/Commit"
 	Explorer_SaveState_FullMethodName = "/hdet.explorer.v1.Explorer/SaveState"
 	Explorer_LoadState_FullMethodName = "/hdet.explorer.v1.Explorer/LoadState"
 )
@@ -46,6 +47,10 @@ type ExplorerClient interface {
 	Plan(ctx context.Context, in *WindowRequest, opts ...grpc.CallOption) (*WindowPlan, error)
 	// Observe hands over what the replicas did in a window.
 	Observe(ctx context.Context, in *Observation, opts ...grpc.CallOption) (*Feedback, error)
+	// Commit ends the search pass (Feedback.search said it is over): from
+	// then on Plan answers the main pass's windows, from window 0 again, at
+	// the committed value. An explorer without it keeps runs to one pass.
+	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*Commitment, error)
 	// SaveState returns opaque bytes that hdet keeps in its checkpoints.
 	SaveState(ctx context.Context, in *SaveStateRequest, opts ...grpc.CallOption) (*State, error)
 	// LoadState restores what SaveState returned, after Init.
@@ -100,6 +105,16 @@ func (c *explorerClient) Observe(ctx context.Context, in *Observation, opts ...g
 	return out, nil
 }
 
+func (c *explorerClient) Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*Commitment, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Commitment)
+	err := c.cc.Invoke(ctx, Explorer_Commit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *explorerClient) SaveState(ctx context.Context, in *SaveStateRequest, opts ...grpc.CallOption) (*State, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(State)
@@ -132,6 +147,10 @@ type ExplorerServer interface {
 	Plan(context.Context, *WindowRequest) (*WindowPlan, error)
 	// Observe hands over what the replicas did in a window.
 	Observe(context.Context, *Observation) (*Feedback, error)
+	// Commit ends the search pass (Feedback.search said it is over): from
+	// then on Plan answers the main pass's windows, from window 0 again, at
+	// the committed value. An explorer without it keeps runs to one pass.
+	Commit(context.Context, *CommitRequest) (*Commitment, error)
 	// SaveState returns opaque bytes that hdet keeps in its checkpoints.
 	SaveState(context.Context, *SaveStateRequest) (*State, error)
 	// LoadState restores what SaveState returned, after Init.
@@ -157,6 +176,9 @@ func (UnimplementedExplorerServer) Plan(context.Context, *WindowRequest) (*Windo
 }
 func (UnimplementedExplorerServer) Observe(context.Context, *Observation) (*Feedback, error) {
 	return nil, status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedExplorerServer) Commit(context.Context, *CommitRequest) (*Commitment, error) {
+	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
 }
 func (UnimplementedExplorerServer) SaveState(context.Context, *SaveStateRequest) (*State, error) {
 	return nil, status.Error(codes.Unimplemented, "method SaveState not implemented")
@@ -257,6 +279,24 @@ func _Explorer_Observe_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Explorer_Commit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExplorerServer).Commit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Explorer_Commit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExplorerServer).Commit(ctx, req.(*CommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Explorer_SaveState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SaveStateRequest)
 	if err := dec(in); err != nil {
@@ -315,6 +355,10 @@ var Explorer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Observe",
 			Handler:    _Explorer_Observe_Handler,
+		},
+		{
+			MethodName: "Commit",
+			Handler:    _Explorer_Commit_Handler,
 		},
 		{
 			MethodName: "SaveState",

@@ -155,6 +155,11 @@ func (x *explorer) Observe(ctx context.Context, o hparam.Observation) (hparam.Fe
 	return fb, nil
 }
 
+// Commit keeps what it plans: it asks for no search pass of its own.
+func (x *explorer) Commit(context.Context) (hparam.Commitment, error) {
+	return hparam.Commitment{Value: float64(x.st.Observed)}, nil
+}
+
 func (x *explorer) SaveState(context.Context) ([]byte, error) { return json.Marshal(x.st) }
 
 func (x *explorer) LoadState(_ context.Context, b []byte) error { return json.Unmarshal(b, &x.st) }

@@ -87,7 +87,7 @@ func windowRecord(p *hparam.Plan, fb []hparam.ParamFeedback, losses []float64, h
 		Type: metrics.TypeWindow, Time: now(), Pass: p.Pass, Window: p.Window,
 		Losses: floats(losses), Healthy: healthy, FanoutSeconds: fanout, ConvergeSeconds: converge,
 		Checksum: sum, Eval: eval, Events: events,
-		Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{},
+		Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{}, BaseSteps: map[string][]metrics.Float{},
 		NextBase: map[string]metrics.Float{}, Weights: map[string][]metrics.Float{},
 		Estimate: map[string]metrics.Float{}, Offset: map[string]metrics.Float{},
 	}
@@ -101,6 +101,7 @@ func windowRecord(p *hparam.Plan, fb []hparam.ParamFeedback, losses []float64, h
 		}
 		rec.Values[pp.Name] = floats(vals)
 		rec.Base[pp.Name] = metrics.Float(pp.Base[last])
+		rec.BaseSteps[pp.Name] = floats(pp.Base)
 	}
 	for _, f := range fb {
 		rec.NextBase[f.Name] = metrics.Float(f.Base)

@@ -77,6 +77,7 @@ type Record struct {
 	Healthy         []bool             `json:"healthy,omitempty"`      // per rank
 	Values          map[string][]Float `json:"values,omitempty"`       // per hyperparameter, per rank, at the window's last step
 	Base            map[string]Float   `json:"base,omitempty"`         // per hyperparameter, base at the window's last step
+	BaseSteps       map[string][]Float `json:"base_steps,omitempty"`   // per hyperparameter, the base at each step of the window (a rank's value: its slot's spread of it, clamped)
 	NextBase        map[string]Float   `json:"next_base,omitempty"`    // per hyperparameter, base for the next window
 	Weights         map[string][]Float `json:"weights,omitempty"`      // per hyperparameter, softmax weight per rank (auto phase)
 	Probe           []Float            `json:"probe,omitempty"`        // per rank, the probe loss (DESIGN §1 rev. 2); absent when the window did not probe

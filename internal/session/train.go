@@ -175,7 +175,7 @@ func (s *session) printCommitted() {
 		if descs[i].Scale != hparam.Log {
 			moved = fmt.Sprintf("%+.3g", c.Offset)
 		}
-		parts[i] = fmt.Sprintf("%s %.3g (%s the config's)", c.Name, c.Value, moved)
+		parts[i] = fmt.Sprintf("%s %.3g (%s the schedule's)", c.Name, c.Value, moved)
 		if c.Frozen {
 			parts[i] = fmt.Sprintf("%s %.3g (frozen)", c.Name, c.Value)
 		}

@@ -123,19 +123,22 @@ func readTrace(t testing.TB, dir string, rank int) []traceRecord {
 	return recs
 }
 
-// checkWorkerRun asserts what every mode must give: windows recorded, loss
-// falling, the same parameters on every rank after each converge, and each
-// rank applying the values metrics.jsonl says it got.
-func checkWorkerRun(t *testing.T, r hdetRun, n, windows int, traceDir string) {
+// checkWorkerRun asserts what every mode must give: windows recorded (the
+// search pass's, then mainWindows of the main pass, the script started
+// again for it), loss falling, the same parameters on every rank after
+// each converge, and each rank applying the values metrics.jsonl says it
+// got, in each pass.
+func checkWorkerRun(t *testing.T, r hdetRun, n, mainWindows int, traceDir string) {
 	t.Helper()
 	require.NoError(t, r.err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	var wins []metrics.Record
+	passes := make([][]metrics.Record, 2)
 	for _, rec := range r.records(t) {
 		if rec.Type == metrics.TypeWindow {
-			wins = append(wins, rec)
+			passes[rec.Pass] = append(passes[rec.Pass], rec)
 		}
 	}
-	require.Len(t, wins, windows)
+	require.NotEmpty(t, passes[0], "search windows")
+	require.Len(t, passes[1], mainWindows, "main-pass windows")
 	mean := func(rec metrics.Record) float64 {
 		s := 0.0
 		for _, l := range rec.Losses {
@@ -143,35 +146,99 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, windows int, traceDir string) {
 		}
 		return s / float64(len(rec.Losses))
 	}
-	assert.Less(t, mean(wins[windows-1]), mean(wins[0]), "the loss falls")
+	assert.Less(t, mean(passes[1][mainWindows-1]), mean(passes[0][0]), "the loss falls")
+	procs := make([][]workerTrace, n)
+	for rank := range n {
+		procs[rank] = workerProcesses(readTrace(t, traceDir, rank))
+		require.Len(t, procs[rank], 2, "rank %d: the script ran the search pass, then again the main pass", rank)
+		for p, tr := range procs[rank] {
+			checkWorkerPass(t, rank, tr, passes[p], p == 1)
+		}
+	}
+	for p := range passes {
+		for rank := 1; rank < n; rank++ {
+			for k := 1; k < len(procs[0][p].loads); k++ {
+				assert.Equal(t, procs[0][p].loads[k], procs[rank][p].loads[k], "rank %d parameters after converge %d of pass %d", rank, k-1, p)
+			}
+		}
+	}
+}
 
-	loads := make([][]string, n)        // per rank: the parameters' hash at each load
-	applied := make([][]traceRecord, n) // per rank: DONE records
-	for rank := range n {
-		for _, rec := range readTrace(t, traceDir, rank) {
-			switch {
-			case rec.Event == "load" && rec.Before != "eval":
-				loads[rank] = append(loads[rank], rec.SHA)
-			case rec.Event == "done":
-				applied[rank] = append(applied[rank], rec)
-			}
+// workerTrace is one worker process's trace: the parameters' hash at each
+// load (before a PLAN or at STOP) and its DONE records.
+type workerTrace struct {
+	loads   []string
+	applied []traceRecord
+}
+
+// workerProcesses splits a rank's trace by process (a "start" record each).
+func workerProcesses(recs []traceRecord) []workerTrace {
+	var out []workerTrace
+	for _, rec := range recs {
+		switch {
+		case rec.Event == "start":
+			out = append(out, workerTrace{})
+		case len(out) == 0:
+		case rec.Event == "load" && rec.Before != "eval":
+			out[len(out)-1].loads = append(out[len(out)-1].loads, rec.SHA)
+		case rec.Event == "done":
+			out[len(out)-1].applied = append(out[len(out)-1].applied, rec)
 		}
 	}
-	for rank := range n {
-		// A load before every PLAN and one at STOP.
-		require.Len(t, loads[rank], windows+1, "rank %d loads", rank)
-		require.Len(t, applied[rank], windows, "rank %d windows", rank)
-		for k := 1; k <= windows; k++ {
-			assert.Equal(t, loads[0][k], loads[rank][k], "rank %d parameters after converge %d", rank, k-1)
-		}
-		for k, w := range wins {
-			for name, perRank := range w.Values {
-				got := applied[rank][k].Applied[name]
-				require.NotEmpty(t, got, "rank %d window %d applied no %s", rank, k, name)
-				assert.Equal(t, float64(perRank[rank]), got[len(got)-1], "rank %d window %d: %s at the last step", rank, k, name)
-			}
+	return out
+}
+
+// checkWorkerPass compares one process's trace with its pass's windows: a
+// load before every PLAN (and one at STOP for the last process, which
+// finishes the run), and the values applied at each window's last step.
+func checkWorkerPass(t *testing.T, rank int, tr workerTrace, wins []metrics.Record, last bool) {
+	t.Helper()
+	loads := len(wins)
+	if last {
+		loads++
+	}
+	require.Len(t, tr.loads, loads, "rank %d loads", rank)
+	require.Len(t, tr.applied, len(wins), "rank %d windows", rank)
+	for k, w := range wins {
+		for name, perRank := range w.Values {
+			got := tr.applied[k].Applied[name]
+			require.NotEmpty(t, got, "rank %d window %d applied no %s", rank, k, name)
+			assert.Equal(t, float64(perRank[rank]), got[len(got)-1], "rank %d window %d: %s at the last step", rank, k, name)
 		}
 	}
+}
+
+// assertMainPassAtCommitted checks a restart run's main pass against its
+// commit record: every rank at the same learning rate at every window, and
+// the schedule's peak at the committed max_lr.
+func assertMainPassAtCommitted(t *testing.T, r hdetRun) {
+	t.Helper()
+	recs := r.records(t)
+	commits := typed(recs, metrics.TypeCommit)
+	require.Len(t, commits, 1, "one commit")
+	want := float64(commits[0].Committed["lr"].Value)
+	peak := 0.0
+	for _, rec := range typed(recs, metrics.TypeWindow) {
+		if rec.Pass != 1 {
+			continue
+		}
+		assert.Zero(t, spreadOf(rec.Values["lr"]), "main window %d: no spread", rec.Window)
+		for _, b := range rec.BaseSteps["lr"] {
+			peak = max(peak, float64(b))
+		}
+	}
+	assert.InDelta(t, want, peak, 1e-12*want, "the main pass peaks at the committed max_lr")
+}
+
+// A worker run under auto.commit restart: the script is started a second
+// time for the main pass, which trains at the committed max_lr.
+func TestPyTorchWorkerRestart(t *testing.T) {
+	var traceDir string
+	r := runWorker(t, 2, "", func(d string, _ *exec.Cmd) { traceDir = d }, workerScript(t), "--steps", "300", "--explore", "lr")
+	checkWorkerRun(t, r, 2, 6, traceDir)
+	assertMainPassAtCommitted(t, r)
+	assert.Equal(t, 150, typed(r.records(t), metrics.TypeCommit)[0].Step, "the search pass ends at the first boundary after the warm-up's (steps 90 and 100)")
+	assert.Contains(t, r.stdout, "committed after a search pass of 150 steps: lr ")
 }
 
 // convnetArgs: 25600 training images, batch 64, one epoch: 100 steps per
@@ -250,6 +317,7 @@ func checkConvNet(t *testing.T, script string, steps int, baseline []string, arg
 	var traceDir string
 	r := runWorker(t, 4, "", func(d string, _ *exec.Cmd) { traceDir = d }, examplePath(t, script), args...)
 	checkWorkerRun(t, r, 4, steps/50, traceDir)
+	assertMainPassAtCommitted(t, r)
 	out := r.stdout + r.stderr
 
 	end := r.end(t)

@@ -5,6 +5,7 @@ package hparam
 import (
 	"context"
 	"fmt"
+	"math"
 	"syscall"
 	"testing"
 	"time"
@@ -112,5 +113,22 @@ func BenchmarkPlanDecode(b *testing.B) {
 			}
 			b.ReportMetric(float64((cpuTime()-t0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
+	}
+}
+
+// BenchmarkCos is Cos's fast path on OneCycle's arguments, beside
+// BenchmarkMathCos (Go's math.Cos, not correctly rounded).
+func BenchmarkCos(b *testing.B)     { benchCos(b, Cos) }
+func BenchmarkMathCos(b *testing.B) { benchCos(b, math.Cos) }
+
+func benchCos(b *testing.B, cos func(float64) float64) {
+	sum := 0.0
+	t0 := cpuTime()
+	for i := range b.N {
+		sum += cos(math.Pi * (float64(i%1000) / 999))
+	}
+	b.ReportMetric(float64((cpuTime()-t0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if math.IsNaN(sum) {
+		b.Fatal(sum)
 	}
 }

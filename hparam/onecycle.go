@@ -49,9 +49,10 @@ type ocPhase struct {
 	startLR, endLR, startMom, endMom float64
 }
 
-// OneCycle is PyTorch's OneCycleLR: the same phases, the same float
-// operations in the same order and the C library's cosine (Cos), so the
-// learning rates and momenta are PyTorch's to the bit.
+// OneCycle is PyTorch's OneCycleLR: the same phases and the same float
+// operations in the same order, with a correctly rounded cosine (Cos), so
+// the learning rates and momenta are PyTorch's to the bit wherever the C
+// library's cos that PyTorch calls is correctly rounded too.
 type OneCycle struct {
 	c      OneCycleConfig
 	total  int

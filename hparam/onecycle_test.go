@@ -71,9 +71,8 @@ func loadTorchCases(t testing.TB) []torchCase {
 	return ref.Cases
 }
 
-// The schedule is PyTorch's to the bit: Cos is the C library's cos that
-// Python's math.cos calls (Go's math.Cos was 1.2e-12 off near the end of a
-// cosine anneal).
+// The schedule is PyTorch's to the bit but at glibcMisrounded's steps. Go's
+// math.Cos was 1.2e-12 off near the end of a cosine anneal.
 func TestOneCycleParityWithPyTorch(t *testing.T) {
 	for i, tc := range loadTorchCases(t) {
 		oc, err := NewOneCycle(tc.oneCycleConfig())
@@ -82,13 +81,25 @@ func TestOneCycleParityWithPyTorch(t *testing.T) {
 		for s := range tc.LR {
 			lr, m, err := oc.AtBoth(s)
 			require.NoError(t, err)
-			require.Equal(t, tc.LR[s], lr, "case %d step %d lr", i, s)
+			want := tc.LR[s]
+			if ulps, ok := glibcMisrounded[[2]int{i, s}]; ok {
+				require.NotEqual(t, want, lr, "case %d step %d lr: on the list but equal", i, s)
+				want = math.Float64frombits(uint64(int64(math.Float64bits(want)) + ulps))
+			}
+			require.Equal(t, want, lr, "case %d step %d lr", i, s)
 			require.Equal(t, tc.Momentum[s], m, "case %d step %d momentum", i, s)
 		}
 		_, err = oc.At(oc.Steps())
 		require.ErrorIs(t, err, ErrStepRange, "case %d", i)
 	}
 }
+
+// glibcMisrounded are the reference steps whose learning rate differs from
+// PyTorch's, by this many ulps: PyTorch called glibc 2.36's cos (Python's
+// math.cos), which rounds the cosine of these steps' arguments the wrong
+// way (0.5001 to 0.5004 ulp off), and Cos rounds it correctly.
+// internal/cref's TestTorchReferenceUsedTheCLibrarysCos checks the cause.
+var glibcMisrounded = map[[2]int]int64{{0, 76}: -1, {2, 84}: 5, {21, 460}: 1}
 
 func TestOneCycleValidation(t *testing.T) {
 	base := DefaultOneCycleConfig(0.1, 100)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package cref
+
+const raceEnabled = false

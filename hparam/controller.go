@@ -117,12 +117,13 @@ type Controller struct {
 	params    []*param
 	perm      *Permuter
 	windows   int
-	pass      int    // PassSearch or PassMain
-	searchEnd int    // main pass: the step the search pass ended at
-	next      int    // the window to plan next (in the pass)
-	plan      *Plan  // the plan of window next, once drawn
-	genBefore []byte // the permuter's state before plan's draws
-	ahead     *draws // window next's permutations, drawn before its plan
+	pass      int           // PassSearch or PassMain
+	searchEnd int           // main pass: the step the search pass ended at
+	next      int           // the window to plan next (in the pass)
+	plan      *Plan         // the plan of window next, once drawn
+	genBefore []byte        // the permuter's state before plan's draws
+	ahead     *draws        // window next's permutations, drawn before its plan
+	fetching  chan *answers // main pass: the next window's plan, asked for while this one trains
 	notices   []string
 	noticed   map[string]bool
 }
@@ -268,7 +269,9 @@ func checkWindowPlan(wp WindowPlan, steps int) error {
 // live explorer, with the permutations the Observe before drew (drawing
 // them itself for the first window); asked again before Observe, it
 // returns the same plan. A main-pass plan has no spread and no probe, and
-// every rank in its own slot. Events report explorers frozen on the way.
+// every rank in its own slot; since it depends on no observation, the
+// explorers are asked for the next one while this window trains. Events
+// report explorers frozen on the way.
 func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 	if c.plan != nil {
 		return c.plan, nil, nil
@@ -276,29 +279,22 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 	if c.next >= c.windows {
 		return nil, nil, fmt.Errorf("%w: all %d windows have been planned", ErrOrder, c.windows)
 	}
-	t, s := c.shape.WindowSteps, c.shape.TotalSteps
-	req := WindowRequest{Window: c.next, Start: c.next * t}
-	req.Steps = min(t, s-req.Start)
 	for _, p := range c.params {
 		if p.frozen && !p.hasBase {
 			return nil, nil, fmt.Errorf("%w: %s was frozen before it planned a window, so it has no base", ErrExplorer, p.name)
 		}
 	}
-	var draw func()
-	if c.pass == PassSearch {
-		draw = c.drawer(c.next)
-	}
-	wps := make([]WindowPlan, len(c.params))
-	errs := c.each(func(i int, p *param) error {
-		wp, err := p.ex.Plan(ctx, req)
-		if err == nil {
-			err = checkWindowPlan(wp, req.Steps)
+	req := c.request(c.next)
+	a := c.prefetched()
+	if a == nil || a.req != req {
+		var draw func()
+		if c.pass == PassSearch {
+			draw = c.drawer(c.next)
 		}
-		wps[i] = wp
-		return err
-	}, draw)
+		a = c.ask(ctx, req, draw)
+	}
 	plan := &Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Pass: c.pass, Params: make([]ParamPlan, len(c.params))}
-	events, err := c.assemble(plan, wps, errs)
+	events, err := c.assemble(plan, a.wps, a.errs)
 	if err != nil {
 		return nil, events, err
 	}
@@ -307,7 +303,64 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 		c.genBefore = c.ahead.gen
 	}
 	c.plan, c.ahead = plan, nil
+	if c.pass == PassMain && c.next+1 < c.windows {
+		c.prefetch(ctx, c.request(c.next+1))
+	}
 	return plan, events, nil
+}
+
+// keep puts back a prefetched plan that a call had to wait for.
+func (c *Controller) keep(a *answers) {
+	ch := make(chan *answers, 1)
+	ch <- a
+	c.fetching = ch
+}
+
+// request is the explorers' request for window k.
+func (c *Controller) request(k int) WindowRequest {
+	t, s := c.shape.WindowSteps, c.shape.TotalSteps
+	return WindowRequest{Window: k, Start: k * t, Steps: min(t, s-k*t)}
+}
+
+// answers are the live explorers' plans for one request (errs[i] the
+// failure of explorer i).
+type answers struct {
+	req  WindowRequest
+	wps  []WindowPlan
+	errs []error
+}
+
+// ask asks every live explorer for req's plan; meanwhile as in each.
+func (c *Controller) ask(ctx context.Context, req WindowRequest, meanwhile func()) *answers {
+	a := &answers{req: req, wps: make([]WindowPlan, len(c.params))}
+	a.errs = c.each(func(i int, p *param) error {
+		wp, err := p.ex.Plan(ctx, req)
+		if err == nil {
+			err = checkWindowPlan(wp, req.Steps)
+		}
+		a.wps[i] = wp
+		return err
+	}, meanwhile)
+	return a
+}
+
+// prefetch asks the explorers for req's plan in the background. It
+// touches no controller state: whatever calls an explorer or freezes one
+// first waits for it (prefetched).
+func (c *Controller) prefetch(ctx context.Context, req WindowRequest) {
+	ch := make(chan *answers, 1)
+	go func() { ch <- c.ask(ctx, req, nil) }()
+	c.fetching = ch
+}
+
+// prefetched waits for the background plan, if one was asked for.
+func (c *Controller) prefetched() *answers {
+	if c.fetching == nil {
+		return nil
+	}
+	a := <-c.fetching
+	c.fetching = nil
+	return a
 }
 
 // assemble fills plan with each explorer's answer (errs[i] its failure):
@@ -564,6 +617,9 @@ const controllerStateVersion = 3
 // next, the generator, the frozen set and every live explorer's SaveState.
 // An explorer whose SaveState fails is frozen (Event).
 func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
+	if a := c.prefetched(); a != nil {
+		defer c.keep(a)
+	}
 	gen := c.genBefore
 	if gen == nil && c.ahead != nil {
 		gen = c.ahead.gen
@@ -619,6 +675,7 @@ func appendBytes(b, v []byte) []byte {
 // LoadState; one that fails is frozen (Event). The next Plan is the one the
 // saved controller would have drawn.
 func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error) {
+	c.prefetched() // made for the state being replaced
 	d := &planDecoder{b: data}
 	version := d.byte1("version")
 	if d.err == nil && version != controllerStateVersion && version != 2 {

@@ -116,37 +116,6 @@ func checkGroups(o Options, lay Layout) error {
 	return nil
 }
 
-// perReplica turns the world's gathered (loss, flag, probe) triples into
-// one per replica: the mean loss and probe over the replica's G ranks (its
-// signal), healthy when every one of its ranks is, a stop asked when any
-// rank asked. With G = 1 the triples are returned as they are.
-func perReplica(all []float64, g int) []float64 {
-	if g <= 1 {
-		return all
-	}
-	n := len(all) / (3 * g)
-	out := make([]float64, 3*n)
-	for r := range n {
-		loss, probe, healthy, stop := 0.0, 0.0, true, false
-		for p := range g {
-			t := all[3*(r*g+p):]
-			loss, probe = loss+t[0], probe+t[2]
-			f := int(t[1])
-			healthy = healthy && f&1 == 1
-			stop = stop || f&2 == 2
-		}
-		flag := 0.0
-		if healthy {
-			flag = 1
-		}
-		if stop {
-			flag += 2
-		}
-		out[3*r], out[3*r+1], out[3*r+2] = loss/float64(g), flag, probe/float64(g)
-	}
-	return out
-}
-
 // sumGrouped is the converge's sum under replica groups. The G ranks of a
 // replica hold the same buffer (same values, gradients averaged inside the
 // replica), so the rank at position p sums only its slice (Layout.Slice)

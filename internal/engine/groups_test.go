@@ -54,21 +54,36 @@ func TestLayoutRefusesWhatDoesNotDivide(t *testing.T) {
 // A replica's signal is its ranks' mean; it is healthy only when all its
 // ranks are; a stop asked by any rank is kept.
 func TestPerReplicaSignal(t *testing.T) {
-	all := []float64{
-		1, 1, 10, // replica 0: ranks 0, 1
-		3, 1, 20,
-		5, 1, 30, // replica 1: rank 3 unhealthy and asking to stop
-		math.NaN(), 2, 40,
+	all := []rankReport{
+		{loss: 1, probe: 10, healthy: true}, // replica 0: ranks 0, 1
+		{loss: 3, probe: 20, healthy: true},
+		{loss: 5, probe: 30, healthy: true}, // replica 1: rank 3 unhealthy and asking to stop
+		{loss: math.NaN(), probe: 40, stop: true},
 	}
 	got := perReplica(all, 2)
-	require.Len(t, got, 6)
-	assert.Equal(t, []float64{2, 1, 15}, got[:3])
-	assert.Equal(t, 2.0, got[4], "unhealthy (bit 0 clear), stop (bit 1 set)")
-	assert.Equal(t, 35.0, got[5])
-	assert.True(t, math.IsNaN(got[3]))
+	require.Len(t, got, 2)
+	assert.Equal(t, rankReport{loss: 2, probe: 15, healthy: true}, got[0])
+	assert.False(t, got[1].healthy)
+	assert.True(t, got[1].stop)
+	assert.Equal(t, 35.0, got[1].probe)
+	assert.True(t, math.IsNaN(got[1].loss))
+	assert.Equal(t, all, perReplica(all, 1), "G = 1: the ranks' own reports, untouched")
+}
 
-	same := []float64{1, 1, 2, 3, 0, 4}
-	assert.Equal(t, same, perReplica(same, 1), "G = 1: the ranks' own values, untouched")
+// A report survives its packing, the fingerprint's 64 bits included; the
+// ranks are identical only when all are healthy with one fingerprint.
+func TestRankReportPacking(t *testing.T) {
+	r := rankReport{loss: 0.25, probe: math.Inf(1), healthy: true, stop: true, print: 0xfedcba9876543211}
+	buf := make([]float64, reportLen)
+	r.pack(buf)
+	assert.Equal(t, r, unpackReport(buf))
+	a := fingerprint([]float32{1, 2, 3})
+	assert.NotEqual(t, a, fingerprint([]float32{1, 2, 3.0000002}))
+	assert.NotZero(t, fingerprint(nil))
+	same := []rankReport{{healthy: true, print: a}, {healthy: true, print: a}}
+	assert.True(t, identical(same))
+	assert.False(t, identical([]rankReport{{healthy: true, print: a}, {healthy: false, print: a}}))
+	assert.False(t, identical([]rankReport{{healthy: true}, {healthy: true}}), "no fingerprint taken (local mode)")
 }
 
 func TestDivergedReplicasAreNamed(t *testing.T) {

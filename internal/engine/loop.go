@@ -53,6 +53,7 @@ type window struct {
 	probes       []float64
 	healthyRanks []bool
 	nHealthy     int
+	identical    bool // every rank holds the same parameters: the mean is theirs
 	stop         bool // some rank asked to stop
 
 	planSeconds, fanout, converge float64
@@ -245,26 +246,27 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 func (l *loop) gather(w *window) error {
 	l.watch.Enter(w.index, w.end(), PhaseGather)
 	w.tGather = time.Now()
-	flag := 0.0
-	if w.healthy {
-		flag = 1
+	mine := rankReport{loss: w.loss, probe: w.probe, healthy: w.healthy, stop: l.o.Stop != nil && l.o.Stop()}
+	if l.o.Sync == SyncGradients && w.healthy {
+		mine.print = fingerprint(l.params)
 	}
-	if l.o.Stop != nil && l.o.Stop() {
-		flag += 2
-	}
-	all := make([]float64, 3*l.n)
-	if err := l.o.Comm.AllgatherFloat64([]float64{w.loss, flag, w.probe}, all); err != nil {
+	flat := make([]float64, reportLen*l.n)
+	mine.pack(flat)
+	if err := l.o.Comm.AllgatherFloat64(flat[:reportLen], flat); err != nil {
 		return fmt.Errorf("gather window losses: %w", err)
 	}
-	all = perReplica(all, l.lay.Size)
-	n := l.lay.Replicas()
+	all := make([]rankReport, l.n)
+	for r := range all {
+		all[r] = unpackReport(flat[reportLen*r:])
+	}
+	w.identical = identical(all)
+	reps := perReplica(all, l.lay.Size)
+	n := len(reps)
 	w.losses, w.probes, w.healthyRanks = make([]float64, n), make([]float64, n), make([]bool, n)
-	for r := range n {
-		w.losses[r], w.probes[r] = all[3*r], all[3*r+2]
-		f := int(all[3*r+1])
-		w.healthyRanks[r] = f&1 == 1
-		w.stop = w.stop || f&2 == 2
-		if w.healthyRanks[r] {
+	for r, rep := range reps {
+		w.losses[r], w.probes[r], w.healthyRanks[r] = rep.loss, rep.probe, rep.healthy
+		w.stop = w.stop || rep.stop
+		if rep.healthy {
 			w.nHealthy++
 			continue
 		}
@@ -277,23 +279,17 @@ func (l *loop) gather(w *window) error {
 	return nil
 }
 
-// converge: the healthy ranks' mean, received by every rank.
+// converge: the healthy ranks' mean, received by every rank. Where every
+// rank already holds the same parameters (gradients mode without a
+// spread: plain data parallelism, a main pass) the mean is theirs, so the
+// allreduce, and the rounding its sum would add, is skipped.
 func (l *loop) converge(_ context.Context, w *window) error {
 	healthy, before := w.healthyRanks[l.rep], l.replicaChecksum()
-	if !healthy {
-		clear(l.buf)
-	}
 	l.watch.Enter(w.index, w.end(), PhaseConverge)
-	sum := l.conv.AllreduceSum
-	if l.lay.Size > 1 {
-		sum = l.sumGrouped
-	}
-	if err := sum(l.buf); err != nil {
-		return fmt.Errorf("converge allreduce of window %d: %w", w.index, err)
-	}
-	inv := 1 / float32(w.nHealthy)
-	for i := range l.buf {
-		l.buf[i] *= inv
+	if !w.identical {
+		if err := l.average(w, healthy); err != nil {
+			return err
+		}
 	}
 	w.converge = time.Since(w.tGather).Seconds()
 	// The checksum goes into rank 0's metrics and the debug log: the other
@@ -307,6 +303,25 @@ func (l *loop) converge(_ context.Context, w *window) error {
 		e = e.Str("replica_checksum", before)
 	}
 	e.Msg("converged")
+	return nil
+}
+
+// average replaces the sync buffer with the healthy ranks' mean.
+func (l *loop) average(w *window, healthy bool) error {
+	if !healthy {
+		clear(l.buf)
+	}
+	sum := l.conv.AllreduceSum
+	if l.lay.Size > 1 {
+		sum = l.sumGrouped
+	}
+	if err := sum(l.buf); err != nil {
+		return fmt.Errorf("converge allreduce of window %d: %w", w.index, err)
+	}
+	inv := 1 / float32(w.nHealthy)
+	for i := range l.buf {
+		l.buf[i] *= inv
+	}
 	return nil
 }
 

@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"math"
+	"unsafe"
+)
+
+// rankReport is what a rank tells every other after its fan-out, in one
+// Allgather: its window loss and probe loss, its health, whether a signal
+// asked it to stop, and (gradients mode) a fingerprint of its parameters.
+type rankReport struct {
+	loss, probe   float64
+	healthy, stop bool
+	print         uint64 // 0 when not taken
+}
+
+// reportLen is the float64s a rankReport packs into. The fingerprint
+// travels as two 32-bit halves, which float64 holds exactly.
+const reportLen = 5
+
+func (r rankReport) pack(dst []float64) {
+	flag := 0.0
+	if r.healthy {
+		flag = 1
+	}
+	if r.stop {
+		flag += 2
+	}
+	dst[0], dst[1], dst[2] = r.loss, flag, r.probe
+	dst[3], dst[4] = float64(r.print>>32), float64(r.print&math.MaxUint32)
+}
+
+func unpackReport(src []float64) rankReport {
+	f := int(src[1])
+	return rankReport{loss: src[0], probe: src[2], healthy: f&1 == 1, stop: f&2 == 2,
+		print: uint64(src[3])<<32 | uint64(src[4])}
+}
+
+// perReplica turns the world's reports into one per replica of g
+// consecutive ranks: its ranks' mean loss and probe, healthy only when
+// all are, stopping when any asks. The fingerprint is not carried over.
+func perReplica(all []rankReport, g int) []rankReport {
+	if g <= 1 {
+		return all
+	}
+	out := make([]rankReport, len(all)/g)
+	for r := range out {
+		rep := rankReport{healthy: true}
+		for _, t := range all[r*g : (r+1)*g] {
+			rep.loss, rep.probe = rep.loss+t.loss, rep.probe+t.probe
+			rep.healthy, rep.stop = rep.healthy && t.healthy, rep.stop || t.stop
+		}
+		rep.loss, rep.probe = rep.loss/float64(g), rep.probe/float64(g)
+		out[r] = rep
+	}
+	return out
+}
+
+// identical reports whether every rank is healthy and took the same
+// nonzero fingerprint: then every rank holds the same parameters.
+func identical(all []rankReport) bool {
+	for _, r := range all {
+		if !r.healthy || r.print == 0 || r.print != all[0].print {
+			return false
+		}
+	}
+	return true
+}
+
+// fingerprint hashes a parameter buffer cheaply (a multiply-xor pass over
+// its 64-bit words): enough to tell whether the ranks' copies differ at
+// all, for a small fraction of an allreduce's cost. Never 0.
+func fingerprint(b []float32) uint64 {
+	h := uint64(0x9e3779b97f4a7c15)
+	if n := len(b) / 2; n > 0 {
+		for _, w := range unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n) {
+			h = (h ^ w) * 0x100000001b3
+		}
+	}
+	if len(b)%2 == 1 {
+		h = (h ^ uint64(math.Float32bits(b[len(b)-1]))) * 0x100000001b3
+	}
+	return h | 1
+}

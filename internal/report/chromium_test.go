@@ -89,6 +89,20 @@ func TestIndexHTMLInChromium(t *testing.T) {
 	assert.Empty(t, console)
 }
 
+func TestTwoPassIndexHTMLInChromium(t *testing.T) {
+	t.Parallel()
+	run := t.TempDir()
+	writeTwoPassRun(t, run)
+	index, err := Write(run, t.TempDir(), Options{CSV: true})
+	require.NoError(t, err)
+
+	images, bad, errs, console := chromiumCheck(t, index)
+	assert.Equal(t, "9", images, "hparam, offset and effective peak of both hyperparameters, loss, accuracy, timing; no weights")
+	assert.Empty(t, bad)
+	assert.Equal(t, "0", errs)
+	assert.Empty(t, console)
+}
+
 func TestCompareHTMLInChromium(t *testing.T) {
 	t.Parallel()
 	a, b := t.TempDir(), t.TempDir()

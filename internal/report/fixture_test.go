@@ -3,6 +3,7 @@ package report
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -156,4 +157,105 @@ func writeRun(t *testing.T, dir string, fx fixture) {
 		require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: now + 0.5, Step: fx.windows * fxT,
 			WallSeconds: now + 0.5 - t0, Eval: fx.endEval}))
 	}
+}
+
+// Two-pass fixture (DESIGN §1, revision 3): a search pass of fx2Search
+// windows, a commit, then a main pass over the whole schedule of fx2Steps
+// steps (its last window short), every window with base_steps.
+const (
+	fx2Search = 5
+	fx2Steps  = 20*fxT + 10
+	fx2U      = 0.6931471805599453 // the committed lr offset: ×2
+	fx2Drop   = 0.05               // the committed dropout offset
+)
+
+// fx2Schedule is the lr schedule at step i (0-based): a linear warm-up to
+// 0.004 over the first quarter, then a linear decay to 1e-5.
+func fx2Schedule(i int) float64 {
+	warm := fx2Steps / 4
+	if i < warm {
+		return 0.004 * float64(i+1) / float64(warm)
+	}
+	return 0.004 + (1e-5-0.004)*float64(i-warm)/float64(fx2Steps-1-warm)
+}
+
+// fx2Config is the run's config.yaml as far as the report reads it: the
+// schedules' peaks.
+const fx2Config = `explorers:
+  - name: lr
+    config:
+      schedule: {kind: onecycle, max_lr: 0.004}
+  - name: dropout
+    config:
+      schedule: 0.1
+`
+
+// writeTwoPassRun writes dir/metrics.jsonl and dir/config.yaml of a
+// finished two-pass run: 4 ranks, lr (log, multiplicative) and dropout
+// (linear, additive); rank 2 unhealthy in window 2 of each pass; test
+// evaluations every five windows of each pass and at the end.
+func writeTwoPassRun(t *testing.T, dir string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), []byte(fx2Config), 0o644))
+	w, err := metrics.OpenWriter(filepath.Join(dir, MetricsFile))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, w.Close()) }()
+	params := []metrics.Param{
+		{Name: "lr", Scale: "log", Spread: "multiplicative", Alpha: 0.5, Lower: 1e-8, Upper: 10},
+		{Name: "dropout", Scale: "linear", Spread: "additive", Alpha: 0.08, Lower: 0, Upper: 0.9},
+	}
+	t0 := 1.7e9
+	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeStart, Time: t0, Ranks: fxRanks,
+		TotalSteps: fx2Steps, WindowSteps: fxT, SyncMode: "gradients", Hyperparameters: params}))
+	now := t0
+	for k := range fx2Search { // u grows towards the committed offset
+		u := fx2U * float64(k+1) / fx2Search
+		now++
+		require.NoError(t, w.Write(fx2Window(passSearch, k, u, fx2Drop*float64(k+1)/fx2Search, now)))
+	}
+	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeCommit, Time: now, Step: fx2Search * fxT,
+		Committed: map[string]metrics.Commit{"lr": {Offset: fx2U, Value: 0.008}, "dropout": {Offset: fx2Drop, Value: 0.15}}}))
+	for k := range (fx2Steps + fxT - 1) / fxT {
+		now++
+		require.NoError(t, w.Write(fx2Window(passMain, k, fx2U, fx2Drop, now)))
+	}
+	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: now + 1, Step: fx2Steps,
+		WallSeconds: now + 1 - t0, Eval: &metrics.Eval{Loss: 0.04, Accuracy: 0.985}}))
+}
+
+// fx2Window is window k of a pass at offsets u (lr) and d (dropout): the
+// search pass spreads the ranks, the main pass trains them all at the base.
+func fx2Window(pass, k int, u, d float64, now float64) metrics.Record {
+	first, end := k*fxT, min((k+1)*fxT, fx2Steps)
+	rec := metrics.Record{Type: metrics.TypeWindow, Time: now, Pass: pass, Window: k, Step: end,
+		Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{}, BaseSteps: map[string][]metrics.Float{},
+		Losses: make([]metrics.Float, fxRanks), Healthy: make([]bool, fxRanks), FanoutSeconds: 0.5, ConvergeSeconds: 0.05}
+	for i := first; i < end; i++ {
+		rec.BaseSteps["lr"] = append(rec.BaseSteps["lr"], metrics.Float(fx2Schedule(i)*math.Exp(u)))
+		rec.BaseSteps["dropout"] = append(rec.BaseSteps["dropout"], metrics.Float(0.1+d))
+	}
+	rec.Base["lr"], rec.Base["dropout"] = rec.BaseSteps["lr"][end-first-1], rec.BaseSteps["dropout"][0]
+	rho := []float64{1, 1, 1, 1}
+	shift := []float64{0, 0, 0, 0}
+	if pass == passSearch {
+		rho, shift = []float64{0.5, 0.833, 1.167, 1.5}, []float64{-0.08, -0.027, 0.027, 0.08}
+	}
+	for r := range fxRanks {
+		slot := (r + k) % fxRanks // the slots move from window to window
+		rec.Values["lr"] = append(rec.Values["lr"], rec.Base["lr"]*metrics.Float(rho[slot]))
+		rec.Values["dropout"] = append(rec.Values["dropout"], rec.Base["dropout"]+metrics.Float(shift[slot]))
+		rec.Losses[r] = metrics.Float(2.3*math.Exp(-float64(end)/150) + 0.05 + 0.01*float64(r))
+		rec.Healthy[r] = true
+	}
+	if k == 2 {
+		rec.Losses[2], rec.Healthy[2] = metrics.Float(math.NaN()), false
+	}
+	if k%5 == 4 { // the main pass, at the committed values, does a little better
+		better := 0.003 * float64(pass)
+		rec.Eval = &metrics.Eval{Loss: metrics.Float(0.1 - better + 1/float64(end)), Accuracy: metrics.Float(0.99 + better - 1/float64(end))}
+	}
+	if pass == passSearch {
+		rec.Offset = map[string]metrics.Float{"lr": metrics.Float(u), "dropout": metrics.Float(d)}
+	}
+	return rec
 }

@@ -94,13 +94,15 @@ func combine(scale string, v, u float64) float64 {
 }
 
 // offsetPaths lists every hyperparameter whose windows carry an offset.
+// Only the search pass (or the one pass) learns u: the main pass of a run
+// that committed trains at the committed values.
 func offsetPaths(r *Run) []OffsetPath {
 	peaks := schedulePeaks(r.Dir)
 	var out []OffsetPath
 	for _, p := range r.Params {
 		op := OffsetPath{Name: p.Name, Scale: p.Scale, Peak: math.NaN(), Effective: math.NaN(), Min: math.Inf(1), Max: math.Inf(-1)}
 		found := false
-		for _, w := range r.Windows {
+		for _, w := range r.pass(passSearch) {
 			u, ok := w.Offset[p.Name]
 			if !ok || !finite(float64(u)) {
 				continue
@@ -142,18 +144,24 @@ func (o OffsetPath) Conclusion() string {
 	return fmt.Sprintf("%s: %s %s = schedule %s %s %s, offset u = %.3g", o.Name, o.effectiveName(), num(o.Effective), o.PeakField, num(o.Peak), rule, o.Final)
 }
 
-// plotOffsets draws, per hyperparameter with an offset, u over the run and,
-// where the schedule's peak is known, the effective peak with the
-// schedule's own as a dashed line.
-func plotOffsets(r *Run, xs []float64, add func(*chart, string, string) error) error {
+// plotOffsets draws, per hyperparameter with an offset, u over the run (its
+// search pass) and, where the schedule's peak is known, the effective peak
+// with the schedule's own as a dashed line.
+func plotOffsets(r *Run, add addFunc) error {
 	blue := color.RGBA{R: 31, G: 119, B: 180, A: 255}
+	search := r.pass(passSearch)
+	xs := windowSteps(search)
+	xlabel := "step"
+	if r.TwoPass() {
+		xlabel = "step of the search pass"
+	}
 	for _, o := range offsetPaths(r) {
-		u := column(r, func(w metrics.Record) (metrics.Float, bool) { v, ok := w.Offset[o.Name]; return v, ok })
+		u := column(search, func(w metrics.Record) (metrics.Float, bool) { v, ok := w.Offset[o.Name]; return v, ok })
 		unit := "log of the factor on the schedule"
 		if o.Scale != "log" {
 			unit = "added to the schedule"
 		}
-		c := newChart(fmt.Sprintf("%s: learned offset u, final %.3g", o.Name, o.Final), "step", "u ("+unit+")", false)
+		c := newChart(fmt.Sprintf("%s: learned offset u, final %.3g", o.Name, o.Final), xlabel, "u ("+unit+")", false)
 		if err := c.series(xs, u, blue, vg.Points(2), vg.Points(2), false, "offset u"); err != nil {
 			return err
 		}
@@ -173,7 +181,7 @@ func plotOffsets(r *Run, xs []float64, add func(*chart, string, string) error) e
 			eff[i], peak[i] = combine(o.Scale, o.Peak, u[i]), o.Peak
 		}
 		name := o.effectiveName()
-		c = newChart(fmt.Sprintf("%s: %s, what the controller concluded: final %s", o.Name, name, num(o.Effective)), "step", name, o.Scale == "log")
+		c = newChart(fmt.Sprintf("%s: %s, what the controller concluded: final %s", o.Name, name, num(o.Effective)), xlabel, name, o.Scale == "log")
 		if err := c.series(xs, eff, blue, vg.Points(2), vg.Points(2), false, name); err != nil {
 			return err
 		}

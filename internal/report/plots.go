@@ -42,6 +42,8 @@ type chart struct {
 	logY       bool
 	points     int
 	ymin, ymax float64
+	markLine   *vline // see mark
+	markLabel  string
 }
 
 func newChart(title, xlabel, ylabel string, logY bool) *chart {
@@ -128,6 +130,10 @@ func (c *chart) save(dir, name string) (bool, error) {
 		}
 		pad := math.Pow(hi/lo, 0.05)
 		c.p.Y.Min, c.p.Y.Max = lo/pad, hi*pad
+	}
+	if c.markLine != nil {
+		c.legend.Add(c.markLabel, c.markLine)
+		c.entries++
 	}
 	var legend *plot.Legend
 	if c.entries > 0 {
@@ -218,18 +224,18 @@ func fileStem(name string) string {
 }
 
 // windowSteps is the x coordinate of every window: the step at its end.
-func windowSteps(r *Run) []float64 {
-	xs := make([]float64, len(r.Windows))
-	for i, w := range r.Windows {
+func windowSteps(ws []metrics.Record) []float64 {
+	xs := make([]float64, len(ws))
+	for i, w := range ws {
 		xs[i] = float64(w.Step)
 	}
 	return xs
 }
 
 // column extracts one value per window; missing values are NaN.
-func column(r *Run, f func(metrics.Record) (metrics.Float, bool)) []float64 {
-	ys := make([]float64, len(r.Windows))
-	for i, w := range r.Windows {
+func column(ws []metrics.Record, f func(metrics.Record) (metrics.Float, bool)) []float64 {
+	ys := make([]float64, len(ws))
+	for i, w := range ws {
 		ys[i] = math.NaN()
 		if v, ok := f(w); ok {
 			ys[i] = float64(v)
@@ -238,10 +244,19 @@ func column(r *Run, f func(metrics.Record) (metrics.Float, bool)) []float64 {
 	return ys
 }
 
+// means is each window's mean loss over its healthy ranks.
+func means(ws []metrics.Record) []float64 {
+	ys := make([]float64, len(ws))
+	for i, w := range ws {
+		ys[i] = MeanLoss(w)
+	}
+	return ys
+}
+
 // evalSeries is one evaluation metric at the steps that have an
 // evaluation; windows without one are skipped, not gaps, so the points join.
-func evalSeries(r *Run, f func(metrics.Eval) metrics.Float) (xs, ys []float64) {
-	for _, e := range r.Evals() {
+func evalSeries(evs []EvalAt, f func(metrics.Eval) metrics.Float) (xs, ys []float64) {
+	for _, e := range evs {
 		xs = append(xs, float64(e.Step))
 		ys = append(ys, float64(f(e.Eval)))
 	}
@@ -255,6 +270,9 @@ func at(vs []metrics.Float, i int) (metrics.Float, bool) {
 	return 0, false
 }
 
+// addFunc saves a chart as a figure of the report.
+type addFunc func(c *chart, name, caption string) error
+
 // plotRun writes every figure of one run into dir.
 func plotRun(r *Run, dir string) ([]Figure, error) {
 	var figs []Figure
@@ -265,100 +283,143 @@ func plotRun(r *Run, dir string) ([]Figure, error) {
 		}
 		return err
 	}
-	xs := windowSteps(r)
 	cols := rankColors(r.Ranks)
-	legend := func(rank int) string {
-		if r.Ranks <= maxLegendRanks {
-			return fmt.Sprintf("rank %d", rank)
-		}
-		return ""
-	}
-
 	for _, p := range r.Params {
-		logY := p.Scale == "log"
-		c := newChart(p.Name+": value per rank and base", "step", p.Name, logY)
-		for rank := range r.Ranks {
-			ys := column(r, func(w metrics.Record) (metrics.Float, bool) { return at(w.Values[p.Name], rank) })
-			if err := c.series(xs, ys, cols[rank], vg.Points(0.8), vg.Points(1.8), false, legend(rank)); err != nil {
-				return nil, err
-			}
-		}
-		base := column(r, func(w metrics.Record) (metrics.Float, bool) { v, ok := w.Base[p.Name]; return v, ok })
-		if err := c.series(xs, base, black, vg.Points(2.5), 0, false, "base"); err != nil {
-			return nil, err
-		}
-		caption := fmt.Sprintf("%s: the value each rank used at the last step of each window, and the base (bold)", p.Name)
-		if logY {
-			caption += "; log axis"
-		}
-		if err := add(c, "hparam-"+fileStem(p.Name), caption); err != nil {
+		if err := plotParam(r, p, cols, add); err != nil {
 			return nil, err
 		}
 	}
-
-	if err := plotOffsets(r, xs, add); err != nil {
+	if err := plotOffsets(r, add); err != nil {
 		return nil, err
 	}
-	if err := plotLoss(r, xs, cols, legend, add); err != nil {
+	if err := plotLoss(r, cols, add); err != nil {
+		return nil, err
+	}
+	if err := plotAccuracy(r, add); err != nil {
 		return nil, err
 	}
 	if err := plotWeights(r, dir, &figs); err != nil {
 		return nil, err
 	}
-
-	c := newChart("seconds per window", "step", "seconds", false)
-	fan := column(r, func(w metrics.Record) (metrics.Float, bool) { return metrics.Float(w.FanoutSeconds), true })
-	conv := column(r, func(w metrics.Record) (metrics.Float, bool) { return metrics.Float(w.ConvergeSeconds), true })
-	if err := c.series(xs, fan, color.RGBA{R: 31, G: 119, B: 180, A: 255}, vg.Points(1.5), vg.Points(2), false, "fan-out (training)"); err != nil {
-		return nil, err
-	}
-	if err := c.series(xs, conv, color.RGBA{R: 214, G: 39, B: 40, A: 255}, vg.Points(1.5), vg.Points(2), false, "converge (all-reduce)"); err != nil {
-		return nil, err
-	}
-	plan := column(r, func(w metrics.Record) (metrics.Float, bool) { return metrics.Float(w.PlanSeconds), true })
-	if err := c.series(xs, plan, color.RGBA{R: 44, G: 160, B: 44, A: 255}, vg.Points(1.5), vg.Points(2), false, "plan (controller + broadcast)"); err != nil {
-		return nil, err
-	}
-	if err := add(c, "timing", "Fan-out (training), converge (parameter averaging) and plan (rank 0's controller and the plan broadcast) seconds per window"); err != nil {
+	if err := plotTiming(r, add); err != nil {
 		return nil, err
 	}
 	return figs, nil
 }
 
-func plotLoss(r *Run, xs []float64, cols []color.Color, legend func(int) string, add func(*chart, string, string) error) error {
-	ranks := make([][]float64, r.Ranks)
-	sp := newSpan()
-	for rank := range r.Ranks {
-		ranks[rank] = column(r, func(w metrics.Record) (metrics.Float, bool) { return at(w.Losses, rank) })
-		sp.add(ranks[rank]...)
+// plotTiming draws the seconds of every window of both passes, in the
+// order they ran: the x axis counts the steps trained, the search pass's
+// and then the main pass's.
+func plotTiming(r *Run, add addFunc) error {
+	xs := make([]float64, len(r.Windows))
+	for i, w := range r.Windows {
+		xs[i] = float64(w.Step)
+		if w.Pass == passMain {
+			xs[i] += float64(r.SearchSteps())
+		}
 	}
-	c := newChart("window loss", "step", "loss", sp.wide())
-	for rank := range r.Ranks {
-		if err := c.series(xs, ranks[rank], cols[rank], vg.Points(0.8), vg.Points(1.5), false, legend(rank)); err != nil {
+	xlabel := "step"
+	if r.TwoPass() {
+		xlabel = "steps trained (the search pass, then the main pass)"
+	}
+	c := newChart("seconds per window", xlabel, "seconds", false)
+	if r.TwoPass() {
+		c.mark(float64(r.SearchSteps()), "commit: the main pass starts")
+	}
+	for _, s := range []struct {
+		f     func(metrics.Record) float64
+		col   color.Color
+		label string
+	}{
+		{func(w metrics.Record) float64 { return w.FanoutSeconds }, color.RGBA{R: 31, G: 119, B: 180, A: 255}, "fan-out (training)"},
+		{func(w metrics.Record) float64 { return w.ConvergeSeconds }, color.RGBA{R: 214, G: 39, B: 40, A: 255}, "converge (all-reduce)"},
+		{func(w metrics.Record) float64 { return w.PlanSeconds }, color.RGBA{R: 44, G: 160, B: 44, A: 255}, "plan (controller + broadcast)"},
+	} {
+		ys := column(r.Windows, func(w metrics.Record) (metrics.Float, bool) { return metrics.Float(s.f(w)), true })
+		if err := c.series(xs, ys, s.col, vg.Points(1.5), vg.Points(2), false, s.label); err != nil {
 			return err
 		}
 	}
-	mean := make([]float64, len(r.Windows))
-	for i, w := range r.Windows {
-		mean[i] = MeanLoss(w)
+	caption := "Fan-out (training), converge (parameter averaging) and plan (rank 0's controller and the plan broadcast) seconds per window"
+	if r.TwoPass() {
+		caption += ", the search pass's windows, then the main pass's (after the grey dotted line)"
 	}
-	if err := c.series(xs, mean, black, vg.Points(2.5), 0, false, "mean (healthy ranks)"); err != nil {
-		return err
-	}
-	tx, test := evalSeries(r, func(e metrics.Eval) metrics.Float { return e.Loss })
-	if err := c.series(tx, test, black, vg.Points(1.5), vg.Points(2.5), true, "test loss"); err != nil {
-		return err
-	}
-	if err := add(c, "loss", "Mean training loss of each rank over each window, their mean over healthy ranks (bold) and the test loss (dashed)"); err != nil {
-		return err
-	}
+	return add(c, "timing", caption)
+}
 
-	ax, acc := evalSeries(r, func(e metrics.Eval) metrics.Float { return e.Accuracy })
-	c = newChart("test accuracy", "step", "accuracy", false)
-	if err := c.series(ax, acc, black, vg.Points(1.5), vg.Points(2.5), false, ""); err != nil {
+// plotLoss draws each rank's window loss and their mean, and the test
+// loss; for a run that committed, those of the search pass and then the
+// main pass's mean and test loss over the same steps.
+func plotLoss(r *Run, cols []color.Color, add addFunc) error {
+	search, main := r.pass(passSearch), r.pass(passMain)
+	ranks := make([][]float64, r.Ranks)
+	sp := newSpan()
+	for rank := range r.Ranks {
+		ranks[rank] = column(search, func(w metrics.Record) (metrics.Float, bool) { return at(w.Losses, rank) })
+		sp.add(ranks[rank]...)
+	}
+	mainMean := means(main)
+	sp.add(mainMean...)
+	c := newChart("window loss", stepLabel(r), "loss", sp.wide())
+	if r.TwoPass() {
+		markCommit(c, r)
+	}
+	xs := windowSteps(search)
+	for rank := range r.Ranks {
+		if err := c.series(xs, ranks[rank], cols[rank], vg.Points(0.8), vg.Points(1.5), false, rankLabel(r, rank)); err != nil {
+			return err
+		}
+	}
+	mean := "mean (healthy ranks)"
+	if r.TwoPass() {
+		mean = "mean (search)" // the caption says of which ranks
+	}
+	if err := c.series(xs, means(search), black, meanWidth(r), 0, false, mean); err != nil {
 		return err
 	}
-	return add(c, "accuracy", "Test-set accuracy at each evaluation")
+	if err := c.series(windowSteps(main), mainMean, mainColor, vg.Points(2.5), 0, false, "mean (main pass)"); err != nil {
+		return err
+	}
+	for _, pass := range []int{passSearch, passMain} {
+		tx, test := evalSeries(r.passEvals(pass), func(e metrics.Eval) metrics.Float { return e.Loss })
+		if err := c.series(tx, test, passColor(pass), vg.Points(1.5), vg.Points(2.5), true, passLabel(r, "test loss", pass)); err != nil {
+			return err
+		}
+	}
+	caption := "Mean training loss of each rank over each window, their mean over healthy ranks (bold) and the test loss (dashed)"
+	if r.TwoPass() {
+		caption = "Search pass: mean training loss of each rank over each window, their mean over healthy ranks (black) and the test loss (dashed). " +
+			"Main pass, from step 0 again at the committed values: the mean over healthy ranks (bold purple) and the test loss (dashed purple). " + commitNote(r)
+	}
+	return add(c, "loss", caption)
+}
+
+// plotAccuracy draws the test accuracy of each pass.
+func plotAccuracy(r *Run, add addFunc) error {
+	c := newChart("test accuracy", stepLabel(r), "accuracy", false)
+	if r.TwoPass() {
+		markCommit(c, r)
+	}
+	for _, pass := range []int{passSearch, passMain} {
+		ax, acc := evalSeries(r.passEvals(pass), func(e metrics.Eval) metrics.Float { return e.Accuracy })
+		label := ""
+		if r.TwoPass() {
+			label = passName(pass) + " pass"
+		}
+		if err := c.series(ax, acc, passColor(pass), vg.Points(1.5), vg.Points(2.5), false, label); err != nil {
+			return err
+		}
+	}
+	if c.points > 0 && c.ymax <= 1 {
+		// An accuracy is at most 1; a lone evaluation (eval_every 0) would
+		// get an axis from about -1 to 2.
+		c.p.Y.Min, c.p.Y.Max = math.Max(0, c.ymin-0.05), 1
+	}
+	caption := "Test-set accuracy at each evaluation"
+	if r.TwoPass() {
+		caption += ": the search pass's (black) and the main pass's (purple). " + commitNote(r)
+	}
+	return add(c, "accuracy", caption)
 }
 
 // span is the range of the finite values added to it.
@@ -404,7 +465,8 @@ func (g weightGrid) equal(o weightGrid) bool {
 // or a single one when every hyperparameter got the same weights (they all
 // come from the same losses unless explorers use different sigmas).
 func plotWeights(r *Run, dir string, figs *[]Figure) error {
-	if r.Ranks == 0 || len(r.Windows) == 0 {
+	search := r.pass(passSearch) // the main pass has no spread, so no weights
+	if r.Ranks == 0 || len(search) == 0 {
 		return nil
 	}
 	type named struct {
@@ -413,9 +475,9 @@ func plotWeights(r *Run, dir string, figs *[]Figure) error {
 	}
 	var grids []named
 	for _, p := range r.Params {
-		g := weightGrid{z: make([][]float64, len(r.Windows))}
+		g := weightGrid{z: make([][]float64, len(search))}
 		has := false
-		for i, w := range r.Windows {
+		for i, w := range search {
 			g.z[i] = make([]float64, r.Ranks)
 			for rank := range r.Ranks {
 				g.z[i][rank] = math.NaN()
@@ -450,7 +512,11 @@ func plotWeights(r *Run, dir string, figs *[]Figure) error {
 		if err := savePlot(p, nil, dir, name); err != nil {
 			return err
 		}
-		*figs = append(*figs, Figure{Name: name, Caption: caption + "; windows before the auto phase are grey"})
+		caption += "; windows before the auto phase are grey"
+		if r.TwoPass() {
+			caption += ". The search pass's windows: the main pass has no spread, so no weights"
+		}
+		*figs = append(*figs, Figure{Name: name, Caption: caption})
 	}
 	return nil
 }

@@ -455,13 +455,13 @@ func TestCSV(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rows, 21, "header and one row per window")
 	header := rows[0]
-	// window, step, 4 losses, mean, 4 healthy, 3×(base+4 values), 3×4 weights, 3 seconds, 2 eval
-	assert.Len(t, header, 2+4+1+4+3*5+3*4+3+2)
+	// pass, window, step, 4 losses, mean, 4 healthy, 3×(base+4 values), 3×4 weights, 3 seconds, 2 eval
+	assert.Len(t, header, 3+4+1+4+3*5+3*4+3+2)
 	col := map[string]int{}
 	for i, h := range header {
 		col[h] = i
 	}
-	for _, name := range []string{"window", "step", "loss_r0", "loss_r3", "loss_mean", "healthy_r3", "lr_base", "lr_r0",
+	for _, name := range []string{"pass", "window", "step", "loss_r0", "loss_r3", "loss_mean", "healthy_r3", "lr_base", "lr_r0",
 		"dropout_base", "weight_decay_r3", "weight_lr_r0", "fanout_seconds", "converge_seconds", "plan_seconds", "eval_loss", "eval_accuracy"} {
 		assert.Contains(t, col, name)
 	}
@@ -470,6 +470,7 @@ func TestCSV(t *testing.T) {
 	require.NoError(t, err)
 	for i, w := range r.Windows {
 		row := rows[i+1]
+		assert.Equal(t, "0", row[col["pass"]], "one pass")
 		assert.Equal(t, strconv.Itoa(w.Step), row[col["step"]])
 		got, err := strconv.ParseFloat(row[col["lr_base"]], 64)
 		require.NoError(t, err)

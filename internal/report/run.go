@@ -25,11 +25,15 @@ type Run struct {
 	// Start is the last start record (a resumed run appends one); FirstStart
 	// is the first, whose time is when the run began.
 	Start, FirstStart metrics.Record
-	Windows           []metrics.Record // by window index; a window redone after a resume or a rollback replaces the earlier one
-	// Replaced is the window records a later pass of their window replaced,
-	// in file order: a window that failed everywhere and rolled back holds
+	// Windows is by pass, then window index (a run that committed counts
+	// its main pass's windows from 0 again); a window redone after a resume
+	// or a rollback replaces the earlier one.
+	Windows []metrics.Record
+	// Replaced is the window records that a later copy of the same window
+	// (same pass and index) replaced, in file order: a window that failed everywhere and rolled back holds
 	// the events (unhealthy, rollback) the summary must still count.
 	Replaced  []metrics.Record
+	Commit    *metrics.Record // the last commit record; nil for a run that never committed
 	End       *metrics.Record // nil while the run is going or after a crash
 	Truncated bool            // the last line was cut short
 	Resumes   int             // start records after the first
@@ -61,33 +65,7 @@ func Load(runDir string) (*Run, error) {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	r := &Run{Dir: runDir, Name: filepath.Base(abs), Truncated: truncated, FirstStart: recs[0]}
-	byWindow := map[int]metrics.Record{}
-	starts := 0
-	for _, rec := range recs {
-		switch rec.Type {
-		case metrics.TypeStart:
-			r.Start = rec
-			r.End = nil // a start after an end record means the run went on
-			starts++
-		case metrics.TypeWindow:
-			if old, ok := byWindow[rec.Window]; ok {
-				r.Replaced = append(r.Replaced, old)
-			}
-			byWindow[rec.Window] = rec
-		case metrics.TypeEnd:
-			r.End = &rec
-		}
-	}
-	r.Resumes = starts - 1
-	for _, w := range byWindow {
-		r.Windows = append(r.Windows, w)
-	}
-	sort.Slice(r.Windows, func(i, j int) bool { return r.Windows[i].Window < r.Windows[j].Window })
-
-	r.Ranks = r.Start.Ranks
-	for _, w := range r.Windows {
-		r.Ranks = max(r.Ranks, len(w.Losses))
-	}
+	r.take(recs)
 	if err := checkRecords(r); err != nil {
 		return nil, err
 	}
@@ -112,6 +90,40 @@ func Load(runDir string) (*Run, error) {
 	return r, nil
 }
 
+// take sorts the records into r: the last start, commit and end, the
+// windows by pass and index (the last copy of each) and the rank count.
+func (r *Run) take(recs []metrics.Record) {
+	byWindow := map[[2]int]metrics.Record{}
+	starts := 0
+	for _, rec := range recs {
+		switch rec.Type {
+		case metrics.TypeStart:
+			r.Start = rec
+			r.End = nil // a start after an end record means the run went on
+			starts++
+		case metrics.TypeWindow:
+			key := [2]int{rec.Pass, rec.Window}
+			if old, ok := byWindow[key]; ok {
+				r.Replaced = append(r.Replaced, old)
+			}
+			byWindow[key] = rec
+		case metrics.TypeCommit:
+			r.Commit = &rec
+		case metrics.TypeEnd:
+			r.End = &rec
+		}
+	}
+	r.Resumes = starts - 1
+	for _, w := range byWindow {
+		r.Windows = append(r.Windows, w)
+	}
+	sort.Slice(r.Windows, func(i, j int) bool { return windowBefore(r.Windows[i], r.Windows[j]) })
+	r.Ranks = r.Start.Ranks
+	for _, w := range r.Windows {
+		r.Ranks = max(r.Ranks, len(w.Losses))
+	}
+}
+
 // Bounds on what a report allocates from a file's contents: a start record
 // claiming a billion ranks is refused rather than plotted.
 const (
@@ -120,7 +132,8 @@ const (
 )
 
 // checkRecords refuses what no run writes: a size past the bounds above, a
-// negative rank count, window or step.
+// negative rank count, window or step, a pass other than search and main,
+// a main pass without the commit record that starts it.
 func checkRecords(r *Run) error {
 	n := r.Ranks // the start record's, or more where a window has more losses
 	if r.Start.Ranks < 0 {
@@ -132,6 +145,12 @@ func checkRecords(r *Run) error {
 	for _, w := range r.Windows {
 		if w.Window < 0 || w.Step < 0 {
 			return fmt.Errorf("%w: window record: window %d at step %d, want both >= 0", metrics.ErrCorrupt, w.Window, w.Step)
+		}
+		if w.Pass != passSearch && w.Pass != passMain {
+			return fmt.Errorf("%w: window record: pass %d, want %d or %d", metrics.ErrCorrupt, w.Pass, passSearch, passMain)
+		}
+		if w.Pass == passMain && r.Commit == nil {
+			return fmt.Errorf("%w: window %d of the main pass, but no commit record", metrics.ErrCorrupt, w.Window)
 		}
 	}
 	if cells := int64(r.Ranks) * int64(len(r.Windows)); cells > maxCells {
@@ -166,13 +185,60 @@ func MeanLoss(w metrics.Record) float64 {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-// Steps is the number of steps done: the last window's step, or the start
-// record's resume point when no window has been written yet.
-func (r *Run) Steps() int {
-	if len(r.Windows) == 0 {
-		return r.Start.ResumedFrom
+// Passes of a run (metrics.Record.Pass).
+const (
+	passSearch = 0 // the search pass, or the one pass of a run that never committed
+	passMain   = 1 // the main pass of a run that committed: steps count from 0 again
+)
+
+func windowBefore(a, b metrics.Record) bool {
+	if a.Pass != b.Pass {
+		return a.Pass < b.Pass
 	}
-	return r.Windows[len(r.Windows)-1].Step
+	return a.Window < b.Window
+}
+
+// TwoPass reports whether the run committed: a search pass, then a main
+// pass that trains the whole schedule again at the committed values.
+func (r *Run) TwoPass() bool { return r.Commit != nil }
+
+// finalPass is the pass whose numbers are the run's result: the main pass
+// of a run that committed, the only pass of one that did not.
+func (r *Run) finalPass() int {
+	if r.TwoPass() {
+		return passMain
+	}
+	return passSearch
+}
+
+// pass is the windows of pass p, in window order.
+func (r *Run) pass(p int) []metrics.Record {
+	lo := sort.Search(len(r.Windows), func(i int) bool { return r.Windows[i].Pass >= p })
+	hi := sort.Search(len(r.Windows), func(i int) bool { return r.Windows[i].Pass > p })
+	return r.Windows[lo:hi]
+}
+
+// SearchSteps is how many steps the search pass of a run that committed
+// took (the commit record's step), 0 for a one-pass run.
+func (r *Run) SearchSteps() int {
+	if r.Commit != nil {
+		return r.Commit.Step
+	}
+	return 0
+}
+
+// Steps is the number of steps done in the final pass: its last window's
+// step, or, before any window, 0 in a main pass and the start record's
+// resume point otherwise.
+func (r *Run) Steps() int {
+	ws := r.pass(r.finalPass())
+	switch {
+	case len(ws) > 0:
+		return ws[len(ws)-1].Step
+	case r.TwoPass():
+		return 0
+	}
+	return r.Start.ResumedFrom
 }
 
 // WallSeconds is the run's wall time: the end record's when there is one,
@@ -191,29 +257,40 @@ func (r *Run) WallSeconds() float64 {
 	return last - r.FirstStart.Time
 }
 
-// EvalAt is a test-set evaluation and the step it was made at.
+// EvalAt is a test-set evaluation and the pass and step it was made at.
 type EvalAt struct {
-	Step int
+	Pass, Step int
 	metrics.Eval
 }
 
-// Evals lists the run's evaluations in step order: those of the windows,
-// then the end record's final one unless a window already evaluated at
-// that step.
+// Evals lists the run's evaluations by pass, then step: those of the
+// windows, then the end record's final one (of the final pass) unless a
+// window already evaluated at that step.
 func (r *Run) Evals() []EvalAt {
 	var evs []EvalAt
 	for _, w := range r.Windows {
 		if w.Eval != nil {
-			evs = append(evs, EvalAt{w.Step, *w.Eval})
+			evs = append(evs, EvalAt{w.Pass, w.Step, *w.Eval})
 		}
 	}
 	if r.End != nil && r.End.Eval != nil {
-		step := r.End.Step
+		step, pass := r.End.Step, r.finalPass()
 		if step == 0 {
 			step = r.Steps()
 		}
-		if len(evs) == 0 || evs[len(evs)-1].Step < step {
-			evs = append(evs, EvalAt{step, *r.End.Eval})
+		if n := len(evs); n == 0 || evs[n-1].Pass < pass || evs[n-1].Step < step {
+			evs = append(evs, EvalAt{pass, step, *r.End.Eval})
+		}
+	}
+	return evs
+}
+
+// passEvals is the evaluations of pass p.
+func (r *Run) passEvals(p int) []EvalAt {
+	var evs []EvalAt
+	for _, e := range r.Evals() {
+		if e.Pass == p {
+			evs = append(evs, e)
 		}
 	}
 	return evs

@@ -13,12 +13,16 @@ import (
 // data are NaN.
 type Summary struct {
 	Name                string
-	Steps, TotalSteps   int
-	Windows, Ranks      int
+	Steps, TotalSteps   int // of the final pass: the main pass of a run that committed
+	Windows, Ranks      int // Windows: of both passes
+	TwoPass             bool
+	SearchSteps         int // steps of the search pass of a run that committed
+	SearchWindows       int
+	Committed           []Committed
 	ReplicaSize         int // G > 1: Ranks counts replicas of G ranks each
 	Finished, Truncated bool
 	Resumes             int
-	FinalLoss, BestLoss float64 // mean window loss over healthy ranks
+	FinalLoss, BestLoss float64 // mean window loss over healthy ranks; these and the test metrics are the final pass's
 	BestLossStep        int
 	FinalTestLoss       float64
 	BestTestLoss        float64
@@ -26,13 +30,13 @@ type Summary struct {
 	FinalAccuracy       float64
 	BestAccuracy        float64
 	BestAccuracyStep    int
-	Bases               []BasePath
-	Offsets             []OffsetPath // the learned offsets (revision 2's auto phase)
+	Bases               []BasePath   // per pass
+	Offsets             []OffsetPath // the learned offsets (revision 2's auto phase), over the search pass
 	Events              []EventGroup
 	Unhealthy           []RankHealth
 	WallSeconds         float64
 	FanoutSeconds       float64
-	ConvergeSeconds     float64
+	ConvergeSeconds     float64 // these seconds and the wall time: of both passes
 	PlanSeconds         float64
 	ConvergePercent     float64 // converge seconds in percent of wall time, NaN when wall time is unknown
 }
@@ -41,6 +45,7 @@ type Summary struct {
 // and last window, and its extremes with the step where each was reached.
 type BasePath struct {
 	Name, Scale          string
+	Pass                 int
 	Start, Min, Max, End float64
 	MinStep, MaxStep     int
 }
@@ -49,6 +54,7 @@ type BasePath struct {
 // clamped, restarted, rollback), which may repeat every window.
 type EventGroup struct {
 	Kind, Param         string
+	Pass                int
 	Count               int
 	FirstStep, LastStep int
 	FirstMessage        string
@@ -56,8 +62,8 @@ type EventGroup struct {
 
 // RankHealth lists the windows in which one rank was left out of the average.
 type RankHealth struct {
-	Rank    int
-	Windows []int
+	Rank, Pass int
+	Windows    []int
 }
 
 // Summarize computes the summary of r.
@@ -66,28 +72,30 @@ func Summarize(r *Run) Summary {
 	s := Summary{
 		Name: r.Name, Steps: r.Steps(), TotalSteps: r.Start.TotalSteps,
 		Windows: len(r.Windows), Ranks: r.Ranks, ReplicaSize: r.Start.ReplicaSize,
+		TwoPass: r.TwoPass(), SearchSteps: r.SearchSteps(), Committed: committed(r),
 		Finished: r.End != nil, Truncated: r.Truncated, Resumes: r.Resumes,
 		FinalLoss: nan, BestLoss: nan, FinalTestLoss: nan, BestTestLoss: nan,
 		FinalAccuracy: nan, BestAccuracy: nan,
 		WallSeconds: r.WallSeconds(),
 	}
-	t := tally{unhealthy: map[int]map[int]bool{}, groups: map[[2]string]*EventGroup{}}
+	if s.TwoPass {
+		s.SearchWindows = len(r.pass(passSearch))
+	}
+	for _, w := range r.pass(r.finalPass()) {
+		s.addLoss(w)
+	}
 	for _, w := range r.Windows {
-		s.addWindow(w)
+		s.FanoutSeconds += w.FanoutSeconds
+		s.ConvergeSeconds += w.ConvergeSeconds
+		s.PlanSeconds += w.PlanSeconds
 	}
-	// A rolled-back window's events happened, though its numbers were
-	// redone: the tally takes every pass, in step order (a replaced pass
-	// before its re-run), so first and last steps stay right.
-	all := append(slices.Clone(r.Replaced), r.Windows...)
-	slices.SortStableFunc(all, func(a, b metrics.Record) int { return a.Step - b.Step })
-	for _, w := range all {
-		t.add(w)
-	}
-	s.addEvals(r.Evals())
-	s.Events, s.Unhealthy = t.events(), t.ranks()
-	for _, p := range r.Params {
-		if bp, ok := basePath(r, p); ok {
-			s.Bases = append(s.Bases, bp)
+	s.addEvals(r.passEvals(r.finalPass()))
+	s.Events, s.Unhealthy = tallyRun(r)
+	for pass := range r.finalPass() + 1 {
+		for _, p := range r.Params {
+			if bp, ok := basePath(r, p, pass); ok {
+				s.Bases = append(s.Bases, bp)
+			}
 		}
 	}
 	s.Offsets = offsetPaths(r)
@@ -98,17 +106,14 @@ func Summarize(r *Run) Summary {
 	return s
 }
 
-// addWindow takes a window's mean loss and timings.
-func (s *Summary) addWindow(w metrics.Record) {
+// addLoss takes a window's mean loss.
+func (s *Summary) addLoss(w metrics.Record) {
 	if m := MeanLoss(w); finite(m) {
 		s.FinalLoss = m
 		if math.IsNaN(s.BestLoss) || m < s.BestLoss {
 			s.BestLoss, s.BestLossStep = m, w.Step
 		}
 	}
-	s.FanoutSeconds += w.FanoutSeconds
-	s.ConvergeSeconds += w.ConvergeSeconds
-	s.PlanSeconds += w.PlanSeconds
 }
 
 // addEvals takes the final and best test loss and accuracy.
@@ -129,39 +134,65 @@ func (s *Summary) addEvals(evals []EvalAt) {
 	}
 }
 
-// tally collects, over the windows, which rank was unhealthy when and the
-// events grouped by kind and hyperparameter (in order of first sight).
-type tally struct {
-	unhealthy map[int]map[int]bool
-	groups    map[[2]string]*EventGroup
-	order     [][2]string
+// tallyRun groups the events and left-out ranks of every window of both
+// passes. A rolled-back window's events happened, though its numbers were
+// redone: the tally takes every copy, in pass and step order (a replaced
+// copy before its re-run), so first and last steps stay right.
+func tallyRun(r *Run) ([]EventGroup, []RankHealth) {
+	t := tally{unhealthy: map[[2]int]map[int]bool{}, groups: map[eventKey]*EventGroup{}}
+	all := append(slices.Clone(r.Replaced), r.Windows...)
+	slices.SortStableFunc(all, func(a, b metrics.Record) int {
+		if a.Pass != b.Pass {
+			return a.Pass - b.Pass
+		}
+		return a.Step - b.Step
+	})
+	for _, w := range all {
+		t.add(w)
+	}
+	return t.events(), t.ranks()
 }
 
-func (t *tally) markUnhealthy(rank, window int) {
-	if t.unhealthy[rank] == nil {
-		t.unhealthy[rank] = map[int]bool{}
+// tally collects, over the windows, which rank was unhealthy when (by
+// pass and rank) and the events grouped by kind, hyperparameter and pass
+// (in order of first sight).
+type tally struct {
+	unhealthy map[[2]int]map[int]bool
+	groups    map[eventKey]*EventGroup
+	order     []eventKey
+}
+
+type eventKey struct {
+	kind, param string
+	pass        int
+}
+
+func (t *tally) markUnhealthy(pass, rank, window int) {
+	key := [2]int{pass, rank}
+	if t.unhealthy[key] == nil {
+		t.unhealthy[key] = map[int]bool{}
 	}
-	t.unhealthy[rank][window] = true
+	t.unhealthy[key][window] = true
 }
 
 func (t *tally) add(w metrics.Record) {
 	for rank, ok := range w.Healthy {
 		if !ok {
-			t.markUnhealthy(rank, w.Window)
+			t.markUnhealthy(w.Pass, rank, w.Window)
 		}
 	}
 	for _, e := range w.Events {
 		switch e.Kind {
 		case metrics.EventUnhealthy:
 			if e.Rank != nil {
-				t.markUnhealthy(*e.Rank, w.Window)
+				t.markUnhealthy(w.Pass, *e.Rank, w.Window)
 			}
 		case metrics.EventCheckpoint:
 		default:
-			key := [2]string{e.Kind, e.Param}
+			key := eventKey{e.Kind, e.Param, w.Pass}
 			g := t.groups[key]
 			if g == nil {
-				g = &EventGroup{Kind: e.Kind, Param: e.Param, FirstStep: w.Step, FirstMessage: e.Message}
+				g = &EventGroup{Kind: e.Kind, Param: e.Param, Pass: w.Pass, FirstStep: w.Step, FirstMessage: e.Message}
 				t.groups[key] = g
 				t.order = append(t.order, key)
 			}
@@ -181,22 +212,27 @@ func (t *tally) events() []EventGroup {
 
 func (t *tally) ranks() []RankHealth {
 	var out []RankHealth
-	for rank, ws := range t.unhealthy {
-		rh := RankHealth{Rank: rank}
+	for key, ws := range t.unhealthy {
+		rh := RankHealth{Pass: key[0], Rank: key[1]}
 		for w := range ws {
 			rh.Windows = append(rh.Windows, w)
 		}
 		slices.Sort(rh.Windows)
 		out = append(out, rh)
 	}
-	slices.SortFunc(out, func(a, b RankHealth) int { return a.Rank - b.Rank })
+	slices.SortFunc(out, func(a, b RankHealth) int {
+		if a.Pass != b.Pass {
+			return a.Pass - b.Pass
+		}
+		return a.Rank - b.Rank
+	})
 	return out
 }
 
-func basePath(r *Run, p metrics.Param) (BasePath, bool) {
-	bp := BasePath{Name: p.Name, Scale: p.Scale}
+func basePath(r *Run, p metrics.Param, pass int) (BasePath, bool) {
+	bp := BasePath{Name: p.Name, Scale: p.Scale, Pass: pass}
 	found := false
-	for _, w := range r.Windows {
+	for _, w := range r.pass(pass) {
 		b, ok := w.Base[p.Name]
 		if !ok || !finite(float64(b)) {
 			continue
@@ -225,7 +261,15 @@ func (s Summary) Progress() string {
 	if s.TotalSteps > 0 {
 		fmt.Fprintf(&b, " (%.1f%%)", 100*float64(s.Steps)/float64(s.TotalSteps))
 	}
-	fmt.Fprintf(&b, ", %d windows", s.Windows)
+	if s.TwoPass {
+		fmt.Fprintf(&b, " of the main pass, after a search pass of %d steps;", s.SearchSteps)
+	} else {
+		b.WriteString(",")
+	}
+	fmt.Fprintf(&b, " %d windows", s.Windows)
+	if s.TwoPass {
+		fmt.Fprintf(&b, " (%d search, %d main)", s.SearchWindows, s.Windows-s.SearchWindows)
+	}
 	switch {
 	case s.Finished:
 		b.WriteString(", finished")
@@ -281,47 +325,73 @@ func (s Summary) ranksText() string {
 }
 
 func (s Summary) tables() []table {
+	return []table{s.resultsTable(), s.committedTable(), s.basesTable(), s.offsetsTable(), s.eventsTable(), s.healthTable()}
+}
+
+func (s Summary) resultsTable() table {
 	res := table{Title: "Results", Header: []string{"metric", "value"}, Rows: [][]string{
 		{"progress", s.Progress()},
 		{"ranks", s.ranksText()},
-		{"final training loss (mean over healthy ranks)", num(s.FinalLoss)},
-		{"best training loss", atStep(s.BestLoss, s.BestLossStep)},
-		{"final test loss", num(s.FinalTestLoss)},
-		{"best test loss", atStep(s.BestTestLoss, s.BestTestLossStep)},
-		{"final test accuracy", num(s.FinalAccuracy)},
-		{"best test accuracy", atStep(s.BestAccuracy, s.BestAccuracyStep)},
+		{s.ofFinal("final training loss (mean over healthy ranks)"), num(s.FinalLoss)},
+		{s.ofFinal("best training loss"), atStep(s.BestLoss, s.BestLossStep)},
+		{s.ofFinal("final test loss"), num(s.FinalTestLoss)},
+		{s.ofFinal("best test loss"), atStep(s.BestTestLoss, s.BestTestLossStep)},
+		{s.ofFinal("final test accuracy"), num(s.FinalAccuracy)},
+		{s.ofFinal("best test accuracy"), atStep(s.BestAccuracy, s.BestAccuracyStep)},
 		{"wall time", fmt.Sprintf("%.1f s", s.WallSeconds)},
 		{"fan-out time", fmt.Sprintf("%.1f s", s.FanoutSeconds)},
 		{"converge time", fmt.Sprintf("%.1f s", s.ConvergeSeconds)},
 		{"plan time (controller + broadcast)", fmt.Sprintf("%.1f s", s.PlanSeconds)},
 		{"converge overhead (of wall time)", pct(s.ConvergePercent)},
 	}}
-	for _, o := range s.Offsets {
-		res.Rows = append(res.Rows, []string{"controller's conclusion", o.Conclusion()})
+	if !s.TwoPass { // a run that committed says it in the Committed section
+		for _, o := range s.Offsets {
+			res.Rows = append(res.Rows, []string{"controller's conclusion", o.Conclusion()})
+		}
 	}
-	bases := table{Title: "Base values", Header: []string{"hyperparameter", "scale", "start", "min", "max", "end"}}
+	return res
+}
+
+func (s Summary) basesTable() table {
+	t := table{Title: "Base values", Header: s.withPass([]string{"hyperparameter", "scale", "start", "min", "max", "end"}, "pass")}
 	for _, b := range s.Bases {
-		bases.Rows = append(bases.Rows, []string{b.Name, b.Scale, num(b.Start),
-			atStep(b.Min, b.MinStep), atStep(b.Max, b.MaxStep), num(b.End)})
+		t.Rows = append(t.Rows, s.withPass([]string{b.Name, b.Scale, num(b.Start),
+			atStep(b.Min, b.MinStep), atStep(b.Max, b.MaxStep), num(b.End)}, passName(b.Pass)))
 	}
-	offsets := table{Title: "Learned offsets (what the controller concluded)", Header: []string{"hyperparameter", "scale", "final offset u", "min u", "max u", "schedule peak", "effective peak"}}
+	return t
+}
+
+func (s Summary) offsetsTable() table {
+	title := "Learned offsets (what the controller concluded)"
+	if s.TwoPass {
+		title = "Learned offsets over the search pass (what the controller concluded)"
+	}
+	t := table{Title: title, Header: []string{"hyperparameter", "scale", "final offset u", "min u", "max u", "schedule peak", "effective peak"}}
 	for _, o := range s.Offsets {
 		peak := "—"
 		if o.PeakField != "" {
 			peak = fmt.Sprintf("%s (%s)", num(o.Peak), o.PeakField)
 		}
-		offsets.Rows = append(offsets.Rows, []string{o.Name, o.Scale, num(o.Final), num(o.Min), num(o.Max), peak, num(o.Effective)})
+		t.Rows = append(t.Rows, []string{o.Name, o.Scale, num(o.Final), num(o.Min), num(o.Max), peak, num(o.Effective)})
 	}
-	events := table{Title: "Frozen, clamped and other events", Header: []string{"event", "hyperparameter", "windows", "first step", "last step", "first message"}}
+	return t
+}
+
+func (s Summary) eventsTable() table {
+	t := table{Title: "Frozen, clamped and other events", Header: s.withPass([]string{"event", "hyperparameter", "windows", "first step", "last step", "first message"}, "pass")}
 	for _, e := range s.Events {
-		events.Rows = append(events.Rows, []string{e.Kind, e.Param, fmt.Sprint(e.Count),
-			fmt.Sprint(e.FirstStep), fmt.Sprint(e.LastStep), e.FirstMessage})
+		t.Rows = append(t.Rows, s.withPass([]string{e.Kind, e.Param, fmt.Sprint(e.Count),
+			fmt.Sprint(e.FirstStep), fmt.Sprint(e.LastStep), e.FirstMessage}, passName(e.Pass)))
 	}
-	health := table{Title: "Unhealthy replicas", Header: []string{"rank", "windows left out", "which"}}
+	return t
+}
+
+func (s Summary) healthTable() table {
+	t := table{Title: "Unhealthy replicas", Header: s.withPass([]string{"rank", "windows left out", "which"}, "pass")}
 	for _, u := range s.Unhealthy {
-		health.Rows = append(health.Rows, []string{fmt.Sprint(u.Rank), fmt.Sprint(len(u.Windows)), windowList(u.Windows)})
+		t.Rows = append(t.Rows, s.withPass([]string{fmt.Sprint(u.Rank), fmt.Sprint(len(u.Windows)), windowList(u.Windows)}, passName(u.Pass)))
 	}
-	return []table{res, bases, offsets, events, health}
+	return t
 }
 
 // windowList prints at most a dozen window numbers.

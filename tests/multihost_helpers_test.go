@@ -38,12 +38,7 @@ const testbedState = "/tmp/hdet-testbed"
 // without it and fails under CI.
 func startTestbed(t *testing.T, hosts int, slurm bool) *testbed {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("the multi-host test bed needs root (network namespaces); CI runs as root")
-		}
-		t.Skip("the multi-host test bed needs root (network namespaces)")
-	}
+	testenv.NeedRoot(t, "the multi-host test bed (network namespaces)")
 	for _, tool := range []string{"ip", "nsenter", "unshare", "flock", "mpirun"} {
 		testenv.NeedTool(t, tool)
 	}

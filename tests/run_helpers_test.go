@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/testenv"
 )
 
 // hdetBinaries builds hdet and the built-in explorers into one folder, which
@@ -48,14 +49,7 @@ func withFaults(t testing.TB, args []string) (bin string, rest, env []string) {
 // skip without it on a developer box and fail under CI.
 func mnistDir(t testing.TB) string {
 	t.Helper()
-	d := filepath.Join(repoRoot(t), "data", "mnist")
-	if _, err := os.Stat(filepath.Join(d, "t10k-labels-idx1-ubyte.gz")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("MNIST is missing in %s: `make test` runs `make data` first", d)
-		}
-		t.Skipf("MNIST is missing in %s (run `make data`)", d)
-	}
-	return d
+	return testenv.NeedMNIST(t)
 }
 
 // hdetRun is one `mpirun -np n hdet run` with its outputs.

@@ -32,7 +32,7 @@ type slurmCluster struct {
 // box; under CI the script installs Slurm's packages.
 func startSlurm(t *testing.T) *slurmCluster {
 	t.Helper()
-	if os.Getenv("CI") == "" {
+	if !testenv.CI() { // under CI the script installs them
 		for _, tool := range []string{"slurmctld", "slurmd", "munged", "sbatch"} {
 			testenv.NeedTool(t, tool)
 		}

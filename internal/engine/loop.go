@@ -42,7 +42,6 @@ type loop struct {
 type window struct {
 	index, start, steps int
 	plan                hparam.Plan
-	committed           bool // rank 0: the controller committed after this window
 	lrScale             float64
 	values              Values
 	events              []metrics.Event

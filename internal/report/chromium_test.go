@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/internal/testenv"
 )
 
 // probeScript is injected, at test time only, at the top of a copy of
@@ -40,13 +42,7 @@ var probeTitle = regexp.MustCompile(`<title>PROBE images=(\d+) bad=\[([^\]]*)\] 
 // did not load, the error count and the page's console messages.
 func chromiumCheck(t *testing.T, index string) (images string, bad string, errs string, console []string) {
 	t.Helper()
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is required when CI is set (Debian package chromium)")
-		}
-		t.Skip("chromium not installed (Debian package chromium)")
-	}
+	bin := testenv.NeedTool(t, "chromium") // Debian package chromium
 	html, err := os.ReadFile(index)
 	require.NoError(t, err)
 	probed := filepath.Join(filepath.Dir(index), "probe.html")

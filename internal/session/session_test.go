@@ -35,27 +35,12 @@ func (solo) AllreducePtr(unsafe.Pointer, int, reduce.Datatype, reduce.Op) error 
 func (solo) AllgatherFloat64(s, r []float64) error                              { copy(r, s); return nil }
 func (solo) BcastMessage(m []byte, _ int) ([]byte, error)                       { return m, nil }
 
-// mnistData is the MNIST folder `make data` fills; skipped without it on a
-// developer box, a failure under CI.
-func mnistData(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	d := filepath.Join(filepath.Dir(file), "..", "..", "data", "mnist")
-	if _, err := os.Stat(filepath.Join(d, "t10k-labels-idx1-ubyte.gz")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("MNIST is missing in %s", d)
-		}
-		t.Skipf("MNIST is missing in %s (run `make data`)", d)
-	}
-	return d
-}
-
 const tiny = "workload: {hidden: [16], batch_size: 32}\ntrain: {steps: 40, window: 10, seed: 2}\nrun: {progress: none, checkpoint_every: 1, keep: 10}\n"
 
 func run(t *testing.T, dir string, sets ...string) (Outcome, string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	sets = append(sets, "workload.data="+mnistData(t), "run.dir="+dir)
+	sets = append(sets, "workload.data="+testenv.NeedMNIST(t), "run.dir="+dir)
 	o, err := Run(context.Background(), Options{World: solo{}, Out: &out, Log: zerolog.Nop(), Config: []byte(tiny), Sets: sets,
 		AllreducePath: "host", Host: func() (string, error) { return "localhost", nil }, Abort: func(int) {}})
 	return o, out.String(), err

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/testenv"
 )
 
 // writeIdx writes an idx file of bytes with the given dimensions, gzipped
@@ -68,20 +69,12 @@ func TestLoadWithoutDataNamesMakeData(t *testing.T) {
 	require.Contains(t, err.Error(), "make data")
 }
 
-// mnistDir is where `make data` (scripts/mnist-data.sh data/mnist) puts MNIST.
-var mnistDir = filepath.Join("..", "..", "data", "mnist")
-
 func TestRealMNISTReachesNinetyPercent(t *testing.T) {
 	if raceEnabled {
 		t.Skip("covered without -race; the detector only slows these 400 steps")
 	}
-	data, err := Load(mnistDir)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI must run `make data` first: %v", err)
-		}
-		t.Skipf("no MNIST (%v)", err)
-	}
+	data, err := Load(testenv.NeedMNIST(t))
+	require.NoError(t, err)
 	require.Equal(t, 60000, data.Train.N)
 	require.Equal(t, 10000, data.Test.N)
 	require.Equal(t, 784, data.Train.Dim)

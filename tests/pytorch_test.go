@@ -401,6 +401,35 @@ func TestPyTorchWorkerFailures(t *testing.T) {
 	}
 }
 
+// hdet.OneCycleLR's hdet arguments change the run: hdet_window the
+// window, hdet_alpha lr's spread, hdet_auto lr's auto block (commit:
+// continue, one pass), an explore dict weight_decay's base, spread and
+// bounds.
+func TestPyTorchWorkerSettings(t *testing.T) {
+	r := runWorker(t, 2, "", nil, workerScript(t), "--steps", "100", "--hdet-window", "25", "--hdet-alpha", "0.2",
+		"--hdet-auto", `{"commit": "continue", "until": 0.5}`,
+		"--explore", `["lr", {"name": "weight_decay", "base": 0.001, "alpha": 0.0005, "spread": "additive", "lower": 0, "upper": 0.01}]`)
+	require.NoError(t, r.err, "%s\n%s", r.stdout, r.stderr)
+	recs := r.records(t)
+	start := typed(recs, metrics.TypeStart)[0]
+	assert.Equal(t, 25, start.WindowSteps, "hdet_window")
+	params := map[string]metrics.Param{}
+	for _, p := range start.Hyperparameters {
+		params[p.Name] = p
+	}
+	assert.Equal(t, metrics.Param{Name: "lr", Scale: "log", Spread: "multiplicative", Alpha: 0.2, Lower: 1e-8, Upper: 10}, params["lr"])
+	assert.Equal(t, metrics.Param{Name: "weight_decay", Scale: "log", Spread: "additive", Alpha: 0.0005, Lower: 0, Upper: 0.01}, params["weight_decay"])
+	wins := typed(recs, metrics.TypeWindow)
+	require.Len(t, wins, 4, "one pass (commit: continue) of 25-step windows")
+	assert.Empty(t, typed(recs, metrics.TypeCommit))
+	lr, base := slices.Sorted(slices.Values(wins[0].Values["lr"])), float64(wins[0].Base["lr"])
+	require.Len(t, lr, 2)
+	assert.InDelta(t, 0.8, float64(lr[0])/base, 1e-9, "window 0: the ranks' lr spread is hdet_alpha")
+	assert.InDelta(t, 1.2, float64(lr[1])/base, 1e-9)
+	wd := slices.Sorted(slices.Values(wins[0].Values["weight_decay"]))
+	assert.InDeltaSlice(t, []float64{0.0005, 0.0015}, []float64{float64(wd[0]), float64(wd[1])}, 1e-12, "base 0.001, additive 0.0005")
+}
+
 // Where the script and the config disagree, hdet says so and exits 2.
 func TestPyTorchWorkerConflicts(t *testing.T) {
 	for _, tc := range []struct {
@@ -411,6 +440,11 @@ func TestPyTorchWorkerConflicts(t *testing.T) {
 		{"max_lr", "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {schedule: {max_lr: 0.2}}}]", nil,
 			`explorers\[0\] \(lr\) schedule disagrees with the script's OneCycleLR \(max_lr: 0.2 in the config, 0.05 in the script\)`},
 		{"sync local with DDP", "train: {sync: local}", []string{"--ddp"}, `train.sync is local, but the script set up torch.distributed`},
+		{"hdet_window", "train: {window: 50}", []string{"--hdet-window", "25"}, `train.window is 50, but the script's hdet.OneCycleLR has hdet_window 25`},
+		{"hdet_alpha", "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {spread: {alpha: 0.3}}}]", []string{"--hdet-alpha", "0.2"},
+			`explorers\[0\] \(lr\) settings disagree with the script's hdet.OneCycleLR arguments \(spread.alpha: 0.3 in the config, 0.2 in the script\)`},
+		{"hdet_auto range", "", []string{"--hdet-auto", `{"until": 2}`},
+			`auto.until: must be a fraction of the run in \(0, 1\], got 2 \(the script's hdet.OneCycleLR arguments are part of it`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runWorker(t, 2, tc.cfg, nil, workerScript(t), append([]string{"--steps", "100", "--explore", "lr"}, tc.args...)...)

@@ -21,6 +21,9 @@ var (
 	// ErrConflict: the script and the configuration (or two ranks'
 	// scripts) disagree; a usage error (exit 2).
 	ErrConflict = errors.New("script and configuration disagree")
+	// ErrSetting: an hdet_* argument or explore setting the script sent is
+	// one hdet cannot use; a usage error (exit 2).
+	ErrSetting = errors.New("invalid hdet setting in the script")
 )
 
 // WorkerError is a failure of rank Rank's worker while doing Op.

@@ -99,10 +99,11 @@ type Hello struct {
 	// Window is the script's hdet_window (T), 0 when it left it to hdet.
 	Window int `json:"hdet_window,omitempty"`
 	// Explore lists what the script asks to explore: each entry has a "name"
-	// and optional settings (alpha, spread, base, lower, upper, ...), passed
-	// through as the script wrote them.
+	// and optional settings (plugin, alpha, spread, base, lower, upper;
+	// settings.go turns them into the explorer's config block).
 	Explore []map[string]any `json:"explore,omitempty"`
-	// Options holds the script's other hdet_* settings (auto phase, ...).
+	// Options holds the script's hdet_alpha, hdet_spread and hdet_auto
+	// (keys alpha, spread, auto); any other key is refused.
 	Options map[string]any `json:"options,omitempty"`
 	// Evaluate is true when the script registered an evaluation function.
 	Evaluate bool `json:"evaluate"`

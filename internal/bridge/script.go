@@ -45,14 +45,15 @@ type agreement struct {
 	ParamCount int              `json:"param_count"`
 	Explore    []map[string]any `json:"explore"`
 	Probe      bool             `json:"probe"`
+	Window     int              `json:"hdet_window"`
+	Options    map[string]any   `json:"options"`
 }
 
 // Agree checks that this rank's script constructed the same schedule (and
-// model size, sync mode, explored names) as rank 0's. Every rank must call
-// it; the ranks that differ return an ErrConflict saying how.
+// model size, sync mode, explored names, hdet settings) as rank 0's. Every
+// rank must call it; the ranks that differ return an ErrConflict saying how.
 func Agree(c Broadcaster, w *Worker) error {
-	h := w.Hello()
-	mine, err := json.Marshal(agreement{h.Schedule, w.mode, h.ParamCount, h.Explore, h.Probe})
+	mine, err := json.Marshal(agreementOf(w))
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,12 @@ func Agree(c Broadcaster, w *Worker) error {
 		return err
 	}
 	return fmt.Errorf("%w: rank %d's script differs from rank 0's: %s; every rank must construct the same model and OneCycleLR",
-		ErrConflict, c.Rank(), describeDiff(r, agreement{h.Schedule, w.mode, h.ParamCount, h.Explore, h.Probe}))
+		ErrConflict, c.Rank(), describeDiff(r, agreementOf(w)))
+}
+
+func agreementOf(w *Worker) agreement {
+	h := w.Hello()
+	return agreement{h.Schedule, w.mode, h.ParamCount, h.Explore, h.Probe, h.Window, h.Options}
 }
 
 func describeDiff(root, mine agreement) string {
@@ -82,6 +88,8 @@ func describeDiff(root, mine agreement) string {
 	add("parameters", mine.ParamCount, root.ParamCount)
 	add("explore", mine.Explore, root.Explore)
 	add("probe", mine.Probe, root.Probe)
+	add("hdet_window", mine.Window, root.Window)
+	add("hdet_alpha, hdet_spread, hdet_auto", mine.Options, root.Options)
 	return strings.Join(diffs, "; ")
 }
 
@@ -131,23 +139,31 @@ func Explorers(configured []config.Explorer, h Hello) (out []config.Explorer, no
 }
 
 func scriptExplorers(h Hello) ([]config.Explorer, error) {
+	o, err := parseOptions(h)
+	if err != nil {
+		return nil, err
+	}
 	var out []config.Explorer
-	for _, e := range h.Explore {
+	for i, e := range h.Explore {
 		name, _ := e["name"].(string)
-		block := maps.Clone(e)
-		delete(block, "name")
+		block, err := settingsBlock(i, e, o)
+		if err != nil {
+			return nil, err
+		}
 		if name == "lr" && h.Schedule != nil {
 			block["schedule"] = scheduleBlock(h.Schedule)
 		}
 		plugin := builtinPlugins[name]
-		if p, ok := block["plugin"].(string); ok {
+		if p, ok := e["plugin"].(string); ok {
 			plugin = p
-			delete(block, "plugin")
 		}
 		if plugin == "" {
 			return nil, fmt.Errorf("%w: the script explores %q, which has no built-in explorer; give it a \"plugin\" or an explorers entry in the configuration", ErrConflict, name)
 		}
 		out = append(out, config.Explorer{Name: name, Plugin: plugin, Timeout: config.Duration(config.DefaultExplorerTimeout), Config: block})
+	}
+	if o.auto != nil && !slices.ContainsFunc(out, func(e config.Explorer) bool { return e.Name == "lr" }) {
+		return nil, fmt.Errorf("%w: hdet_auto sets the lr explorer's auto block, but the script does not explore lr; add \"lr\" to explore or remove hdet_auto", ErrSetting)
 	}
 	return out, nil
 }
@@ -174,39 +190,85 @@ func first(v []float64) float64 {
 	return v[0]
 }
 
-// merge lays configured entry i over the script's explorer s.
+// merge lays configured entry i over the script's explorer s, block by
+// block and key by key: the config adds what the script leaves out; a value
+// both set differently is an ErrConflict, unless the entry says `override:
+// true`, which makes the config's win and is reported in the note.
 func merge(i int, c, s config.Explorer) (config.Explorer, string, error) {
 	out := c
 	out.Config = maps.Clone(s.Config)
 	if out.Config == nil {
 		out.Config = map[string]any{}
 	}
-	maps.Copy(out.Config, c.Config)
-	cs, _ := c.Config["schedule"].(map[string]any)
-	ss, _ := s.Config["schedule"].(map[string]any)
-	if cs == nil || ss == nil {
-		if ss != nil {
-			out.Config["schedule"] = ss
+	var sched, other []string
+	for _, k := range slices.Sorted(maps.Keys(c.Config)) {
+		v, diffs := mergeBlock(k, c.Config[k], s.Config[k])
+		out.Config[k] = v
+		if k == "schedule" {
+			sched = append(sched, diffs...)
+		} else {
+			other = append(other, diffs...)
 		}
-		return out, "", nil
 	}
-	sched := maps.Clone(ss)
+	all := strings.Join(append(slices.Clone(sched), other...), "; ")
+	switch {
+	case all == "":
+		return out, "", nil
+	case c.Override:
+		return out, fmt.Sprintf("explorers[%d] (%s) overrides the script's OneCycleLR (override: true): %s", i, c.Name, all), nil
+	}
+	var what []string
+	if len(sched) > 0 {
+		what = append(what, fmt.Sprintf("schedule disagrees with the script's OneCycleLR (%s)", strings.Join(sched, "; ")))
+	}
+	if len(other) > 0 {
+		what = append(what, fmt.Sprintf("settings disagree with the script's hdet.OneCycleLR arguments (%s)", strings.Join(other, "; ")))
+	}
+	return config.Explorer{}, "", fmt.Errorf("%w: explorers[%d] (%s) %s; remove it from the config (hdet follows the script), or add `override: true` to the entry to use the config's",
+		ErrConflict, i, c.Name, strings.Join(what, ", and its "))
+}
+
+// mergeBlock lays the config's block cv over the script's sv and lists
+// the keys they set differently (a schedule's keys unprefixed).
+func mergeBlock(name string, cv, sv any) (any, []string) {
+	if sv == nil {
+		return cv, nil
+	}
+	_, cIsMap := cv.(map[string]any)
+	_, sIsMap := sv.(map[string]any)
+	cm, cok := blockMap(name, cv)
+	sm, sok := blockMap(name, sv)
+	if !cIsMap && !sIsMap || !cok || !sok { // scalars, or a map and a non-number
+		if same(cv, sv) {
+			return cv, nil
+		}
+		return cv, []string{fmt.Sprintf("%s: %v in the config, %v in the script", name, cv, sv)}
+	}
+	m := maps.Clone(sm)
 	var diffs []string
-	for _, k := range slices.Sorted(maps.Keys(cs)) {
-		if sv, ok := ss[k]; ok && !same(cs[k], sv) {
-			diffs = append(diffs, fmt.Sprintf("%s: %v in the config, %v in the script", k, cs[k], sv))
+	for _, k := range slices.Sorted(maps.Keys(cm)) {
+		if v, ok := sm[k]; ok && !same(cm[k], v) {
+			label := name + "." + k
+			if name == "schedule" {
+				label = k
+			}
+			diffs = append(diffs, fmt.Sprintf("%s: %v in the config, %v in the script", label, cm[k], v))
 		}
-		sched[k] = cs[k]
+		m[k] = cm[k]
 	}
-	out.Config["schedule"] = sched
-	if len(diffs) == 0 {
-		return out, "", nil
+	return m, diffs
+}
+
+// blockMap is a block as a map; a bare-number schedule is the constant
+// schedule {value: n}, so that it compares with a written-out one.
+func blockMap(name string, v any) (map[string]any, bool) {
+	if m, ok := v.(map[string]any); ok {
+		return m, true
 	}
-	if !c.Override {
-		return config.Explorer{}, "", fmt.Errorf("%w: explorers[%d] (%s) schedule disagrees with the script's OneCycleLR (%s); remove it from the config (hdet follows the script), or add `override: true` to the entry to use the config's",
-			ErrConflict, i, c.Name, strings.Join(diffs, "; "))
+	if _, ok := number(v); ok && name == "schedule" {
+		return map[string]any{"value": v}, true
 	}
-	return out, fmt.Sprintf("explorers[%d] (%s) overrides the script's OneCycleLR (override: true): %s", i, c.Name, strings.Join(diffs, "; ")), nil
+	return nil, false
 }
 
 // same compares a YAML-decoded config value with the script's.

@@ -130,12 +130,13 @@ func Load(data []byte, sets []string) (*Config, error) {
 }
 
 // LoadWorker loads the configuration of a `--worker` run (data may be
-// empty: no file). The script says the run's length and sync mode, so
-// train.steps and train.sync default to unset (0 and "") and only need to
-// agree with the script when given; the window defaults to 50 steps.
+// empty: no file). The script says the run's length and sync mode, and may
+// say its window, so train.steps, train.sync and train.window default to
+// unset (0, "" and 0) and only need to agree with the script when given;
+// the session sets the window (the script's, else 50).
 func LoadWorker(data []byte, sets []string) (*Config, error) {
 	c := Default()
-	c.Train.Sync, c.Train.Window = "", 50
+	c.Train.Sync, c.Train.Window = "", 0
 	return load(data, sets, c, true)
 }
 
@@ -262,7 +263,7 @@ func (t Train) checks(worker bool) []check {
 		{t.Steps == 0 && t.Epochs == 0 && !worker, "train.steps", "an integer >= 1, or train.epochs >= 1", t.Steps},
 		{t.Steps > 0 && t.Epochs > 0, "train.epochs", "0 when train.steps is set (give one of them)", t.Epochs},
 		{!slices.Contains([]string{"local", "gradients"}, t.Sync) && !(worker && t.Sync == ""), "train.sync", "local or gradients", t.Sync},
-		{t.Window < 1, "train.window", "an integer >= 1 (steps per window, T)", t.Window},
+		{t.Window < 1 && !(worker && t.Window == 0), "train.window", "an integer >= 1 (steps per window, T)", t.Window},
 		{t.Window > MaxWindow, "train.window", fmt.Sprintf("at most %d steps per window", MaxWindow), t.Window},
 		{t.Steps > 0 && t.Window > t.Steps, "train.window", fmt.Sprintf("at most train.steps (%d)", t.Steps), t.Window},
 		{!inRange(t.EvalEvery, 0, MaxCount), "train.eval_every", fmt.Sprintf("an integer in [0, %d] (windows; 0 evaluates at the end only)", MaxCount), t.EvalEvery},

@@ -43,6 +43,19 @@ func TestSetOverrides(t *testing.T) {
 	assert.Equal(t, "/tmp/x", c.Run.Dir)
 }
 
+// A worker run's window is unset (0) unless the config sets it: the
+// script's hdet_window, else bridge.DefaultWindow, fills it in.
+func TestLoadWorkerLeavesTheWindowToTheScript(t *testing.T) {
+	c, err := LoadWorker(nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.Train.Window)
+	c, err = LoadWorker(nil, []string{"train.window=25"})
+	require.NoError(t, err)
+	assert.Equal(t, 25, c.Train.Window)
+	_, err = Load([]byte(sample), []string{"train.window=0"})
+	assert.ErrorContains(t, err, "train.window")
+}
+
 // train.replica_size defaults to 1 (a rank per replica) and is set like
 // any other key; whether the ranks divide into replicas is checked at
 // launch, where the world's size is known (engine.NewLayout).

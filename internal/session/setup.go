@@ -251,12 +251,19 @@ func (s *session) openExplorers(ctx context.Context) error {
 	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
 	if err != nil {
 		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
-			return Usagef("explorers: %v", err)
+			return Usagef("explorers: %v%s", err, s.settingsHint())
 		}
 		return err
 	}
 	s.ctrl = ctrl
 	return nil
+}
+
+func (s *session) settingsHint() string {
+	if s.worker == nil {
+		return ""
+	}
+	return bridge.SettingsHint(s.worker.Hello())
 }
 
 func (s *session) openExplorer(ctx context.Context, dir string, i int, e config.Explorer) (hparam.NamedExplorer, error) {

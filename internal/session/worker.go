@@ -76,6 +76,9 @@ func (s *session) startWorker(ctx context.Context) error {
 	if s.steps, err = bridge.RunSteps(s.cfg.Train.Steps, wk.Hello()); err != nil {
 		return usageIf(err)
 	}
+	if s.cfg.Train.Window, err = bridge.RunWindow(s.cfg.Train.Window, s.steps, wk.Hello()); err != nil {
+		return usageIf(err)
+	}
 	if s.cfg.Train.Window > s.steps {
 		return Usagef("train.window: got %d, want at most the run's %d steps", s.cfg.Train.Window, s.steps)
 	}
@@ -93,9 +96,10 @@ func (s *session) restartWorker(ctx context.Context) error {
 }
 
 // usageIf makes a disagreement between the script and the configuration
-// (or between ranks' scripts) a usage error: exit 2.
+// (or between ranks' scripts), or a script's setting hdet cannot use, a
+// usage error: exit 2.
 func usageIf(err error) error {
-	if errors.Is(err, bridge.ErrConflict) {
+	if errors.Is(err, bridge.ErrConflict) || errors.Is(err, bridge.ErrSetting) {
 		return &UsageError{Err: err}
 	}
 	return err

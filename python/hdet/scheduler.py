@@ -6,7 +6,7 @@ import time
 import torch
 from torch.optim.lr_scheduler import OneCycleLR as _TorchOneCycleLR
 
-from . import _loss, _session
+from . import _args, _loss, _session
 
 _probe_fn = None
 
@@ -140,12 +140,45 @@ class OneCycleLR(_TorchOneCycleLR):
     the end of each window it hands the parameters over (hdet averages them
     across ranks) and loads the average back before the next step.
 
-    hdet arguments (keyword only; hdet's run configuration may override):
-      hdet_window: the window length T in steps.
-      hdet_alpha, hdet_spread: the spread of each explored hyperparameter.
-      hdet_auto: auto-phase settings (a dict: start, beta, lambda, sigma, decay).
-      explore: hyperparameters to explore: names, or dicts with "name" and
-        settings. Default: "lr", plus "dropout" when dropout_callback is given.
+    hdet arguments (keyword only). Each is checked at construction, inside
+    or outside hdet (a wrong type raises TypeError, a wrong value
+    ValueError, naming the argument), and each changes the run under hdet:
+      hdet_window: int in [1, total_steps]: the window length T in steps
+        (train.window). Default: the config's train.window, else 50.
+      hdet_alpha: number >= 0: the spread width of every explored
+        hyperparameter (its explorer's spread.alpha; below 1 for a
+        multiplicative spread). Default: the explorer's (lr: 0.5).
+      hdet_spread: "multiplicative", "additive" or "geometric": the spread
+        kind of every explored hyperparameter (spread.kind). Default: the
+        explorer's (lr multiplicative, dropout additive, weight_decay
+        geometric).
+      hdet_auto: dict, the lr explorer's auto block (explore must hold
+        "lr"): enabled (bool), form ("offset" or "paper"), start (int, a
+        step), until (fraction of the run), guard, clip, sigma, beta, lambda
+        (numbers), signal ("probe" or "train"), estimator ("quadratic" or
+        "softmax"), sigma_mode ("absolute" or "relative"), commit
+        ("restart": a search pass, then a main pass at the committed value;
+        "continue": one pass). Other keys, and the removed "decay", are
+        refused; hdet checks the ranges when the run starts (exit 2). The
+        repository's README documents each key.
+      explore: a list of hyperparameters to explore: names, or dicts with
+        "name" and any of: alpha and spread (this one's spread.alpha and
+        spread.kind, in place of hdet_alpha and hdet_spread), lower and
+        upper (its bounds: values are clamped to them), base (its constant
+        base value, for a name other than lr, whose base is this
+        OneCycleLR; the built-in dropout and weight_decay explorers need it
+        unless the config gives their schedule), plugin (the explorer
+        binary, for a name other than lr, dropout and weight_decay). Other
+        keys are refused. Default: "lr", plus "dropout" when
+        dropout_callback is given.
+    The script is the run's configuration: a config file (or --set) may add
+    what these leave out, but where it sets the same value differently
+    (train.window and hdet_window, a key of an explorers entry's spread,
+    bounds, auto or schedule and the script's) hdet exits 2 naming both,
+    unless that explorers entry says `override: true`: then the config's
+    value wins, and hdet logs it. train.window has no override.
+
+    Other keyword arguments:
       dropout_callback: function(p) that sets the model's dropout
         (hdet.dropout_setter(model) does it for nn.Dropout layers).
       callbacks: {name: function(value)} for any other scalar.
@@ -178,13 +211,11 @@ class OneCycleLR(_TorchOneCycleLR):
         setters = _setters(optimizer, callbacks)
         if explore is None:
             explore = ["lr"] + (["dropout"] if "dropout" in callbacks else [])
-        explore = [dict(e) if isinstance(e, dict) else {"name": e} for e in explore]
-        for e in explore:
-            if e.get("name") not in setters:
-                raise ValueError("hdet: cannot explore %r; this optimizer and these callbacks offer %s"
-                                 % (e.get("name"), sorted(setters)))
-        if hdet_window is not None and (not isinstance(hdet_window, int) or hdet_window < 1):
-            raise ValueError("hdet: hdet_window must be a positive int, got %r" % (hdet_window,))
+        hdet_window = _args.window(hdet_window, self.total_steps)
+        options = {k: v for k, v in (("alpha", _args.alpha("hdet_alpha", hdet_alpha)),
+                                     ("spread", _args.spread("hdet_spread", hdet_spread)),
+                                     ("auto", _args.auto(hdet_auto))) if v is not None}
+        explore = _args.explore(explore, setters, "auto" in options)
         if evaluate is not None and not callable(evaluate):
             raise TypeError("hdet: evaluate is not callable")
         probe = probe if probe is not None else _probe_fn
@@ -208,8 +239,7 @@ class OneCycleLR(_TorchOneCycleLR):
                 "div_factor": div_factor, "final_div_factor": final_div_factor, "three_phase": three_phase,
             },
             "explore": explore,
-            "options": {k: v for k, v in (("alpha", hdet_alpha), ("spread", hdet_spread), ("auto", hdet_auto))
-                        if v is not None},
+            "options": options,
             "evaluate": evaluate is not None,
             "probe": probe is not None,
         }

@@ -2,6 +2,7 @@
 two named parameter groups, trained with hdet.OneCycleLR."""
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -22,7 +23,11 @@ ap.add_argument("--end-at-step", type=int, default=-1, help="leave the loop earl
 ap.add_argument("--extra-step", action="store_true", help="step the scheduler once past total_steps")
 ap.add_argument("--explicit-loss", action="store_true", help="step(loss) instead of step()")
 ap.add_argument("--fail-rank", type=int, default=-1, help="only this rank fails, ends early or hangs")
-ap.add_argument("--explore", default="lr,weight_decay,temperature")
+ap.add_argument("--explore", default="lr,weight_decay,temperature", help="names, or a JSON list of names and dicts")
+ap.add_argument("--hdet-window", type=int, help="hdet_window")
+ap.add_argument("--hdet-alpha", type=float, help="hdet_alpha")
+ap.add_argument("--hdet-spread", help="hdet_spread")
+ap.add_argument("--hdet-auto", type=json.loads, help="hdet_auto, as JSON")
 ap.add_argument("--sleep", type=float, default=0, help="seconds per step")
 ap.add_argument("--ddp", action="store_true", help="set up torch.distributed (gradients mode)")
 ap.add_argument("--probe", action="store_true", help="give hdet a probe function")
@@ -60,7 +65,9 @@ if args.probe:
     hdet.probe(lambda: float((model(probe_x) ** 2).mean()))
 sched = hdet.OneCycleLR(opt, max_lr=[0.05, 0.05], total_steps=args.steps,
                         callbacks={"temperature": lambda v: temperature.__setitem__(0, v)},
-                        explore=args.explore.split(","), evaluate=evaluate)
+                        explore=json.loads(args.explore) if args.explore.startswith("[") else args.explore.split(","),
+                        evaluate=evaluate, hdet_window=args.hdet_window, hdet_alpha=args.hdet_alpha,
+                        hdet_spread=args.hdet_spread, hdet_auto=args.hdet_auto)
 gen = torch.Generator().manual_seed(1 + hdet.rank())
 w_true = torch.arange(8, dtype=torch.float32) / 8
 for step in range(args.steps):

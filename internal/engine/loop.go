@@ -211,7 +211,8 @@ func (l *loop) restart(ctx context.Context, w *window) error {
 	}
 	l.buf = l.o.Replica.SyncBuffer(l.o.Sync == SyncLocal)
 	l.params = l.buf[:l.o.Replica.ParamCount()]
-	l.pass, l.rollbacks, l.lastMedian, l.lastProbe = hparam.PassMain, 0, 0, 0
+	// The rollbacks' halving stays: the search found its rate at that scale.
+	l.pass, l.lastMedian, l.lastProbe = hparam.PassMain, 0, 0
 	w.index, w.start, w.steps = 0, 0, min(l.o.Window, l.o.Steps)
 	l.o.Log.Info().Msg("search pass over: the main pass trains from step 0 at the committed values, without spread")
 	if l.o.Checkpoint != nil && l.canRollBack() {
@@ -364,17 +365,22 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 		l.o.Progress.Update(w.plan.Pass, w.end(), l.o.Steps, meanHealthy(w.losses), hparam.BaseLR(&w.plan))
 	}
 	if w.plan.Pass == hparam.PassSearch && l.o.Controller.Pass() == hparam.PassMain {
-		l.recordCommit(w.end())
+		l.recordCommit(w.end(), w.lrScale)
 	}
 	return nil
 }
 
 // recordCommit (rank 0) logs and records the values the explorers
-// committed when the search pass ended at step end.
-func (l *loop) recordCommit(end int) {
+// committed when the search pass ended at step end; learning rates carry
+// the rollbacks' halving lrScale, which the main pass keeps applying.
+func (l *loop) recordCommit(end int, lrScale float64) {
 	rec := metrics.Record{Type: metrics.TypeCommit, Time: now(), Step: end, Committed: map[string]metrics.Commit{}}
 	e := l.o.Log.Info().Int("search_steps", end)
 	for _, c := range l.o.Controller.Commitments() {
+		if hparam.IsLR(c.Name) {
+			c.Value *= lrScale
+			c.Offset += math.Log(lrScale)
+		}
 		rec.Committed[c.Name] = metrics.Commit{Offset: metrics.Float(c.Offset), Value: metrics.Float(c.Value), Frozen: c.Frozen}
 		e = e.Float64(c.Name, c.Value)
 	}

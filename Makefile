@@ -51,9 +51,11 @@ FAULTS  := TestFaults|TestBadInput
 # Multi-host tests need root and the netns test bed (scripts/testbed.sh).
 MULTI   := TestMultiHost|TestLarge
 
-# Every package under the race detector, cgo ones included.
+# Every package under the race detector, cgo ones included; package signals
+# again with the test pauses that tests/ builds hdet with (-tags testhooks).
 test-go:
 	$(GO) test -race -count=1 -timeout 40m -skip '$(FAULTS)|$(MULTI)' ./...
+	$(GO) test -race -count=1 -tags testhooks ./internal/signals
 	$(MAKE) test-faults
 
 test-faults:
@@ -99,7 +101,7 @@ gpu-check: deps
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags faults ./cmd/hdet ./internal/faults
+	$(GO) vet -tags faults,testhooks ./cmd/hdet ./internal/faults ./internal/signals
 	CGO_ENABLED=0 $(GO) build $(NOCGO)
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run ./internal/tools/funclen .

@@ -1,8 +1,23 @@
 // Package device finds this node's NVIDIA GPUs with NVML (go-nvml, loaded at
 // run time with dlopen), binds each rank to one of them, and provides the
 // buffer abstraction (host or device memory) that the converge step
-// all-reduces. Nothing here needs a GPU, a driver or CUDA to build or run:
-// without a driver, discovery reports CPU mode and host buffers are used.
+// all-reduces, with the allreducers that move it through MPI.
+//
+// It promises:
+//   - nothing here needs a GPU, a driver or CUDA to build or run: without a
+//     driver Discover returns an error for which CPUMode is true (CPU mode,
+//     not a failure), and host buffers are used;
+//   - Bind is a pure function of the inventory, what the environment makes
+//     visible (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, SLURM_JOB_GPUS) and the
+//     rank's place on its node: the same answer every time, and testable
+//     with a written-out Inventory or go-nvml's mock servers (NVML);
+//   - a forced allreduce path that cannot serve the buffer or the MPI is an
+//     error (ErrPathMismatch, ErrNotCUDAAware), never a silent fallback.
+//
+// It does not: change the environment or pick the framework's device (it
+// reports the CUDA ordinal for the caller to use); use NCCL (the allreduce
+// is MPI's, on the device pointer only where MPI is CUDA-aware); hold other
+// than float32 buffers; or bind a rank to more than one GPU.
 package device
 
 import (

@@ -1,13 +1,27 @@
 // Package mpi is a thin cgo binding to the system MPI (Open MPI by default,
-// found through pkg-config). It covers what hdet needs: the world
-// communicator, in-place allreduce, allgather, broadcast and barrier, with MPI
-// errors returned as Go errors.
+// found through pkg-config): the world communicator, Split, in-place
+// allreduce, allgather, broadcast and barrier, and the CUDA-awareness query.
+// It is what hdet needs, not a general binding.
 //
-// Thread level: hdet asks for MPI_THREAD_SERIALIZED. Go moves goroutines
-// between OS threads between calls, which SERIALIZED permits as long as no two
-// MPI calls overlap; a package mutex guarantees that, so callers need no
-// runtime.LockOSThread. Abort is the one call made without the mutex, since
-// it must work while another goroutine is blocked inside a collective.
+// It promises:
+//   - MPI's errors come back as Go errors (*Error, with MPI's own text): the
+//     world and every communicator Split makes use MPI_ERRORS_RETURN, and
+//     arguments MPI would misread fail first with ErrArgument;
+//   - one MPI call at a time, from any goroutine: hdet asks for
+//     MPI_THREAD_SERIALIZED and a package mutex keeps calls from overlapping,
+//     so callers need no runtime.LockOSThread (Abort alone skips the mutex,
+//     so it works while another goroutine is blocked in a collective);
+//   - buffers past MPI's int count: Allreduce and Bcast move them in pieces
+//     of at most 1 GiB, cut the same way on every rank;
+//   - a process started without mpirun is a world of one rank (an MPI
+//     singleton), where every collective is the identity.
+//
+// It does not: offer point-to-point, non-blocking or one-sided calls,
+// datatypes beyond float32, float64 and bytes, or reductions beyond sum, max
+// and min; run two calls at once (a collective holds every other MPI call of
+// the process until it returns); time out (a dead or stuck rank makes a
+// collective hang: bounding it is the caller's job, hdet's watchdog); or
+// start MPI twice in a process (Init once, Finalize once, as MPI requires).
 package mpi
 
 /*

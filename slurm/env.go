@@ -1,6 +1,24 @@
 // Package slurm connects hdet to the Slurm workload manager: it reads the
 // environment Slurm gives each task and checks it against MPI's view, writes
 // sbatch scripts, and requeues jobs.
+//
+// It promises:
+//   - Read works inside and outside Slurm: an unset variable is never an
+//     error (task numbers read -1, the restart count 0, strings empty); one
+//     that is not what Slurm writes is ErrBadEnv;
+//   - Env.Check compares only when srun started the task as part of a step
+//     (mpirun inside an allocation is recognised by its PMIx namespace), and
+//     a disagreement names both values (ErrMismatch);
+//   - Script validates every Job setting first and names the sbatch option at
+//     fault (ErrOption); the script it writes can be requeued (its run
+//     directory is keyed by the job id) and passes Slurm's warning signal
+//     on to every task;
+//   - Requeue gives up after RequeueTimeout rather than hang on slurmctld.
+//
+// It does not: submit jobs (the user runs sbatch), talk to Slurm beyond
+// `scontrol requeue`, catch signals (`hdet run` does), read Slurm's
+// configuration, or pick GPUs (package device reads Slurm's GPU variables
+// itself).
 package slurm
 
 import (

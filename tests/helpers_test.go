@@ -32,11 +32,16 @@ var (
 	binDir     string
 )
 
+// testTags are the build tags of every binary the tests build: testhooks
+// links the setup pauses that tests signal at (signals.PauseEnv), which
+// release binaries leave out.
+const testTags = "testhooks"
+
 // buildBinary builds the main package pkg (relative to the module root, like
 // "./cmd/hdet") once per test process and returns the binary's path.
 func buildBinary(t testing.TB, pkg string) string {
 	t.Helper()
-	return buildTagged(t, pkg, filepath.Base(pkg), "")
+	return buildTagged(t, pkg, filepath.Base(pkg), testTags)
 }
 
 // buildTagged builds pkg with the build tags into the binary name.

@@ -31,15 +31,16 @@ func hdetBinaries(t testing.TB) (hdet, pluginDir string) {
 const faultsEnv = "HDET_FAULTS="
 
 // withFaults takes a faultsEnv argument out of an hdet command line and
-// returns the binary to run: hdet-faults (built with -tags faults) and the
-// environment that sets the faults on every rank, or the release hdet.
+// returns the binary to run: hdet-faults (built with -tags faults and
+// testTags) and the environment that sets the faults on every rank, or the
+// hdet of hdetBinaries.
 func withFaults(t testing.TB, args []string) (bin string, rest, env []string) {
 	t.Helper()
 	hdet, _ := hdetBinaries(t)
 	for i, a := range args {
 		if strings.HasPrefix(a, faultsEnv) {
 			rest = append(append(rest, args[:i]...), args[i+1:]...)
-			return buildTagged(t, "./cmd/hdet", "hdet-faults", "faults"), rest, []string{a}
+			return buildTagged(t, "./cmd/hdet", "hdet-faults", "faults,"+testTags), rest, []string{a}
 		}
 	}
 	return hdet, args, nil

@@ -1,8 +1,18 @@
 // Package cuda is the small part of the CUDA driver API (libcuda.so.1) hdet
-// needs for device buffers: contexts, device and pinned host memory, and
-// copies. Like go-nvml with NVML, it loads the library at run time with
-// dlopen, so hdet builds without the CUDA toolkit and runs where no driver is
-// installed; there, Load returns ErrNoDriver.
+// needs for device buffers: the primary context, device and pinned host
+// memory, and copies. Like go-nvml with NVML, it loads the library at run
+// time with dlopen, so hdet builds without the CUDA toolkit and runs where no
+// driver is installed.
+//
+// It promises: where libcuda.so.1 is missing, Load and every entry point
+// that needs the driver return ErrNoDriver, and a library without CUDA's
+// symbols is refused by name rather than crashing later; CUDA's errors come
+// back as *Error, with CUDA's name for them; copies are synchronous (they
+// return when the data has arrived).
+//
+// It does not: launch kernels, manage streams or events, or create contexts
+// of its own (it retains the device's primary context, the one a framework
+// in the same process shares); nor pick a device (package device does).
 package cuda
 
 /*

@@ -1,6 +1,7 @@
-// Package binread decodes hdet's binary formats (checkpoints, model.bin)
-// from a byte slice without ever panicking or allocating more than the input
-// can hold: every length read from the data is checked against what is left.
+// Package binread decodes hdet's binary formats (checkpoints, model.bin, the
+// bridge's binary payloads) from a byte slice without ever panicking or
+// allocating more than the input can hold: every length read from the data
+// is checked against what is left.
 package binread
 
 import (
@@ -70,18 +71,28 @@ func (r *Reader) Bytes(what string) []byte {
 
 // Float32s reads n little-endian float32 values.
 func (r *Reader) Float32s(what string, n int) []float32 {
+	return fixed(r, what, n, 4, func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) })
+}
+
+// Float64s reads n little-endian float64 values.
+func (r *Reader) Float64s(what string, n int) []float64 {
+	return fixed(r, what, n, 8, func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) })
+}
+
+// fixed reads n values of size bytes each, decoded by dec.
+func fixed[T any](r *Reader, what string, n, size int, dec func([]byte) T) []T {
 	if r.err != nil {
 		return nil
 	}
-	if n < 0 || n > len(r.b)/4 {
+	if n < 0 || n > len(r.b)/size {
 		r.Fail(what)
 		return nil
 	}
-	v := make([]float32, n)
+	v := make([]T, n)
 	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[4*i:]))
+		v[i] = dec(r.b[size*i:])
 	}
-	r.b = r.b[4*n:]
+	r.b = r.b[size*n:]
 	return v
 }
 

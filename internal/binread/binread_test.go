@@ -15,10 +15,12 @@ func TestReadsWhatWasWritten(t *testing.T) {
 	b = append(b, "abc"...)
 	b = binary.AppendUvarint(b, 7)
 	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(1.5))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(-0.25))
 	r := New(b, nil)
 	assert.Equal(t, "abc", string(r.Bytes("name")))
 	assert.Equal(t, 7, r.Int("count", 10))
 	assert.Equal(t, []float32{1.5}, r.Float32s("values", 1))
+	assert.Equal(t, []float64{-0.25}, r.Float64s("losses", 1))
 	require.NoError(t, r.End())
 }
 
@@ -30,6 +32,7 @@ func TestBoundsAreChecked(t *testing.T) {
 		"int above its limit":    func(r *Reader) { r.Int("count", 10) },
 		"too many floats":        func(r *Reader) { r.Float32s("values", 1<<40) },
 		"negative float count":   func(r *Reader) { r.Float32s("values", -1) },
+		"too many float64s":      func(r *Reader) { r.Float64s("losses", 2) }, // 10 bytes: one and a bit
 	} {
 		r := New(huge, kind)
 		read(r)

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
+
+	"github.com/hdet-dev/hdet/internal/binread"
 )
 
 // ProtocolVersion is the version of the worker protocol this package speaks.
@@ -200,14 +201,12 @@ func readFrame(r io.Reader) (*message, []byte, error) {
 	return m, body[nj:], nil
 }
 
-// float64s decodes a binary part of n little-endian float64s.
+// float64s decodes a binary part of exactly n little-endian float64s.
 func float64s(b []byte, n int) ([]float64, error) {
-	if len(b) != 8*n {
+	r := binread.New(b, ErrProtocol)
+	out := r.Float64s("float64s", n)
+	if r.End() != nil {
 		return nil, fmt.Errorf("%w: expected %d float64 (%d bytes), got %d bytes", ErrProtocol, n, 8*n, len(b))
-	}
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/session"
 	"github.com/hdet-dev/hdet/internal/stats"
 	"github.com/hdet-dev/hdet/mpi"
 )
@@ -277,8 +278,9 @@ func benchSize(w *mpi.Comm, ar device.Allreducer, mem device.Memory, size int, o
 var errReplicaSize = errors.New("replica groups")
 
 // replicaComms splits w as hdet run does for replica groups of g
-// consecutive ranks: the ranks that hold this rank's position in every
-// replica (w itself when g is 1), and this rank's replica (nil when g is 1).
+// consecutive ranks (session.SplitGroups): the ranks that hold this rank's
+// position in every replica (w itself when g is 1), and this rank's replica
+// (nil when g is 1).
 func replicaComms(w *mpi.Comm, g int) (cross, inside *mpi.Comm, err error) {
 	if g <= 1 {
 		return w, nil, nil
@@ -286,11 +288,7 @@ func replicaComms(w *mpi.Comm, g int) (cross, inside *mpi.Comm, err error) {
 	if w.Size()%g != 0 {
 		return nil, nil, fmt.Errorf("%w: --replica-size %d does not divide the %d ranks (W=%d, G=%d)", errReplicaSize, g, w.Size(), w.Size(), g)
 	}
-	lay := engine.Layout{World: w.Size(), Size: g}
-	if cross, err = w.Split(lay.Position(w.Rank()), lay.CrossKey(w.Rank())); err != nil {
-		return nil, nil, err
-	}
-	inside, err = w.Split(lay.Replica(w.Rank()), lay.Position(w.Rank()))
+	inside, cross, err = session.SplitGroups(engine.Layout{World: w.Size(), Size: g}, w.Rank(), w.Split)
 	return cross, inside, err
 }
 
@@ -305,9 +303,9 @@ func (o benchOptions) grouped(ar device.Allreducer, w *mpi.Comm, onDevice bool) 
 	return groupedAllreducer{Allreducer: ar, inside: o.inside, lay: engine.Layout{World: w.Size(), Size: o.inside.Size()}, rank: w.Rank()}, nil
 }
 
-// groupedAllreducer is the converge of replica groups on host buffers, as
-// the engine does it: this position's slice summed across replicas, then
-// the replica's ranks assemble the slices (sum only).
+// groupedAllreducer is the converge of replica groups on host buffers, the
+// engine's own (engine.SumGrouped): this position's slice summed across
+// replicas by the embedded allreducer, then assembled inside the replica.
 type groupedAllreducer struct {
 	device.Allreducer // across replicas
 	inside            *mpi.Comm
@@ -320,15 +318,15 @@ func (g groupedAllreducer) Allreduce(b device.Buffer, op mpi.Op) error {
 	if host == nil || op != mpi.Sum {
 		return errors.New("the grouped converge sums host buffers only")
 	}
-	lo, hi := g.lay.Slice(len(host), g.lay.Position(g.rank))
-	if hi > lo {
-		if err := g.Allreducer.Allreduce(device.HostBuffer(host[lo:hi]), op); err != nil {
-			return err
-		}
-	}
-	clear(host[:lo])
-	clear(host[hi:])
-	return g.inside.AllreduceFloat32(host, mpi.Sum)
+	return engine.SumGrouped(host, g.lay, g.rank, acrossReplicas{g.Allreducer}, g.inside)
+}
+
+// acrossReplicas is the sum across replicas (engine.Converger) through an
+// allreducer on host memory.
+type acrossReplicas struct{ device.Allreducer }
+
+func (a acrossReplicas) AllreduceSum(buf []float32) error {
+	return a.Allreduce(device.HostBuffer(buf), mpi.Sum)
 }
 
 // busBandwidth is nccl-tests' bus bandwidth for allreduce: the algorithm

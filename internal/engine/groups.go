@@ -116,27 +116,34 @@ func checkGroups(o Options, lay Layout) error {
 	return nil
 }
 
-// sumGrouped is the converge's sum under replica groups. The G ranks of a
-// replica hold the same buffer (same values, gradients averaged inside the
-// replica), so the rank at position p sums only its slice (Layout.Slice)
-// across the replicas, on the cross-replica communicator: each rank sends
-// 1/G of what a flat allreduce would over the network. The replica's ranks
-// then put their slices together with a sum inside the replica in which
-// every element has one non-zero term, so it is exact and every rank ends
-// with the same buffer.
-func (l *loop) sumGrouped(buf []float32) error {
-	lo, hi := l.lay.Slice(len(buf), l.lay.Position(l.rank))
+// SumGrouped is the converge's sum under replica groups, for the rank at
+// world rank rank of lay. The G ranks of a replica hold the same buffer
+// (same values, gradients averaged inside the replica), so the rank at
+// position p sums only its slice (Layout.Slice) across the replicas through
+// cross (its position's cross-replica communicator, or an allreducer over
+// it): each rank sends 1/G of what a flat allreduce would over the network.
+// The replica's ranks then put their slices together with a sum on inside
+// (this rank's replica) in which every element has one non-zero term, so it
+// is exact and every rank ends with the same buffer. The window loop and
+// `hdet bench allreduce --replica-size` both converge through it.
+func SumGrouped(buf []float32, lay Layout, rank int, cross Converger, inside Comm) error {
+	lo, hi := lay.Slice(len(buf), lay.Position(rank))
 	if hi > lo {
-		if err := l.conv.AllreduceSum(buf[lo:hi]); err != nil {
+		if err := cross.AllreduceSum(buf[lo:hi]); err != nil {
 			return fmt.Errorf("across replicas: %w", err)
 		}
 	}
 	clear(buf[:lo])
 	clear(buf[hi:])
-	if err := l.o.Groups.Replica.AllreduceFloat32(buf, reduce.Sum); err != nil {
-		return fmt.Errorf("inside replica %d: %w", l.rep, err)
+	if err := inside.AllreduceFloat32(buf, reduce.Sum); err != nil {
+		return fmt.Errorf("inside replica %d: %w", lay.Replica(rank), err)
 	}
 	return nil
+}
+
+// sumGrouped is the loop's converge under replica groups (SumGrouped).
+func (l *loop) sumGrouped(buf []float32) error {
+	return SumGrouped(buf, l.lay, l.rank, l.conv, l.o.Groups.Replica)
 }
 
 // replicaChecksum is, when debugging replica groups, this rank's parameters'

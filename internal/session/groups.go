@@ -26,10 +26,8 @@ func (s *session) layout() error {
 }
 
 // makeGroups splits the world into the replica groups' communicators when
-// G > 1 (every rank calls it: MPI_Comm_split is collective): one per
-// replica, of its G consecutive world ranks ordered by position, and one
-// per position, of the ranks that hold it in every replica (ordered by
-// Layout.CrossKey). The communicators live until MPI_Finalize.
+// G > 1 (SplitGroups; every rank calls it). The communicators live until
+// MPI_Finalize.
 func (s *session) makeGroups(context.Context) error {
 	if s.lay.Size <= 1 {
 		return nil
@@ -37,29 +35,49 @@ func (s *session) makeGroups(context.Context) error {
 	if s.o.Split == nil {
 		return fmt.Errorf("train.replica_size %d: this communicator cannot be split into replica groups", s.lay.Size)
 	}
-	rank := s.o.World.Rank()
-	rep, pos := s.lay.Replica(rank), s.lay.Position(rank)
-	inside, err := s.o.Split(rep, pos)
+	inside, cross, err := SplitGroups(s.lay, s.o.World.Rank(), s.o.Split)
 	if err != nil {
-		return fmt.Errorf("replica groups: the communicator of replica %d: %w", rep, err)
-	}
-	cross, err := s.o.Split(pos, s.lay.CrossKey(rank))
-	if err != nil {
-		return fmt.Errorf("replica groups: the cross-replica communicator of position %d: %w", pos, err)
-	}
-	if inside.Size() != s.lay.Size || cross.Size() != s.lay.Replicas() || inside.Rank() != pos || cross.Rank() != s.lay.CrossKey(rank) {
-		return fmt.Errorf("replica groups: rank %d got replica rank %d of %d and cross rank %d of %d, want %d of %d and %d of %d",
-			rank, inside.Rank(), inside.Size(), cross.Rank(), cross.Size(), pos, s.lay.Size, s.lay.CrossKey(rank), s.lay.Replicas())
+		return err
 	}
 	s.inside, s.cross = inside, cross
 	if err := s.checkPlacement(); err != nil {
 		return err
 	}
-	if rank == 0 {
+	if s.o.World.Rank() == 0 {
 		s.o.Log.Info().Int("replicas", s.lay.Replicas()).Int("replica_size", s.lay.Size).Int("ranks", s.lay.World).
 			Msg("replica groups: consecutive ranks form a replica; the converge runs across replicas")
 	}
 	return nil
+}
+
+// Sized is what SplitGroups checks of the communicators a split made.
+type Sized interface {
+	Rank() int
+	Size() int
+}
+
+// SplitGroups makes world rank rank's communicators under the replica
+// groups of lay (G > 1) with split, MPI_Comm_split on the world; every rank
+// calls it, since the split is collective. inside is the rank's replica, its
+// G consecutive world ranks ordered by position; cross holds the ranks at
+// its position in every replica, ordered by Layout.CrossKey. A split that
+// does not come out as lay says is an error. `hdet run` and `hdet bench
+// allreduce --replica-size` both split through it, so the benchmark times
+// the communicators a run converges on.
+func SplitGroups[C Sized](lay engine.Layout, rank int, split func(color, key int) (C, error)) (inside, cross C, err error) {
+	var none C
+	rep, pos := lay.Replica(rank), lay.Position(rank)
+	if inside, err = split(rep, pos); err != nil {
+		return none, none, fmt.Errorf("replica groups: the communicator of replica %d: %w", rep, err)
+	}
+	if cross, err = split(pos, lay.CrossKey(rank)); err != nil {
+		return none, none, fmt.Errorf("replica groups: the cross-replica communicator of position %d: %w", pos, err)
+	}
+	if inside.Size() != lay.Size || cross.Size() != lay.Replicas() || inside.Rank() != pos || cross.Rank() != lay.CrossKey(rank) {
+		return none, none, fmt.Errorf("replica groups: rank %d got replica rank %d of %d and cross rank %d of %d, want %d of %d and %d of %d",
+			rank, inside.Rank(), inside.Size(), cross.Rank(), cross.Size(), pos, lay.Size, lay.CrossKey(rank), lay.Replicas())
+	}
+	return inside, cross, nil
 }
 
 // replicas is N, the number of replicas the controller sees.

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,4 +29,34 @@ func TestInterleavedPlacement(t *testing.T) {
 	many := interleaved([]float64{1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2}, g2x5)
 	assert.Equal(t, "and 2 more", many[len(many)-1])
 	assert.Len(t, many, 5)
+}
+
+// member is a rank of a communicator that a split made: its rank and size.
+type member [2]int
+
+func (m member) Rank() int { return m[0] }
+func (m member) Size() int { return m[1] }
+
+// SplitGroups splits by replica (ordered by position), then by position
+// (ordered by CrossKey), and refuses a split that does not come out so.
+func TestSplitGroups(t *testing.T) {
+	lay, err := engine.NewLayout(6, 2)
+	require.NoError(t, err)
+	var asked []member
+	honest := func(color, key int) (member, error) {
+		asked = append(asked, member{color, key})
+		if len(asked) == 1 {
+			return member{key, 2}, nil // inside the replica
+		}
+		return member{key, 3}, nil // across the replicas
+	}
+	inside, cross, err := SplitGroups(lay, 3, honest) // replica 1, position 1
+	require.NoError(t, err)
+	assert.Equal(t, []member{{1, 1}, {1, lay.CrossKey(3)}}, asked, "(color, key) of each split")
+	assert.Equal(t, []member{{1, 2}, {lay.CrossKey(3), 3}}, []member{inside, cross})
+
+	_, _, err = SplitGroups(lay, 3, func(_, key int) (member, error) { return member{key, 6}, nil })
+	assert.ErrorContains(t, err, "replica groups: rank 3 got replica rank 1 of 6")
+	_, _, err = SplitGroups(lay, 3, func(int, int) (member, error) { return member{}, errors.New("refused") })
+	assert.ErrorContains(t, err, "the communicator of replica 1: refused")
 }

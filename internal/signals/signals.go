@@ -5,7 +5,6 @@
 package signals
 
 import (
-	"fmt"
 	"os"
 	"os/signal"
 	"sync"
@@ -46,23 +45,12 @@ func Which() os.Signal {
 	return s
 }
 
-// PauseEnv names a setup point where `hdet run` waits (tests only): it
-// prints "hdet: test pause at POINT (pid PID)" on stderr and waits for a
-// signal, at most PauseLimit, so a test can signal it at that moment.
+// PauseEnv names a setup point where `hdet run` waits, in a binary built
+// with `-tags testhooks` (the end-to-end tests build hdet so): it prints
+// "hdet: test pause at POINT (pid PID)" on stderr and waits for a signal, at
+// most PauseLimit, so a test can signal it at that moment. A release binary
+// links the no-op Pause and ignores the variable.
 const PauseEnv = "HDET_TEST_PAUSE"
 
 // PauseLimit bounds a test pause.
 const PauseLimit = 20 * time.Second
-
-// Pause is a setup point (see PauseEnv); it returns at once unless the
-// environment names it ("" names none: an unset variable must not pause).
-func Pause(point string) {
-	if point == "" || os.Getenv(PauseEnv) != point {
-		return
-	}
-	fmt.Fprintf(os.Stderr, "hdet: test pause at %s (pid %d)\n", point, os.Getpid())
-	select {
-	case <-got:
-	case <-time.After(PauseLimit):
-	}
-}

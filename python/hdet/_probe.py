@@ -6,7 +6,17 @@ import torch.nn.functional as F
 from . import scheduler
 
 
-def probe_dataset(model, dataset, loss_fn=F.cross_entropy, examples=1024, batch_size=256, seed=0):
+def _cross_entropy(output, target):
+    """F.cross_entropy, which wants the classes in dim 1; a sequence model's
+    output with the classes last ((batch, time, vocab) against (batch, time)
+    targets) is flattened to (batch * time, vocab) first."""
+    torch_layout = output.shape[:1] + output.shape[2:] == target.shape
+    if not torch_layout and output.dim() > 2 and output.shape[:-1] == target.shape:
+        return F.cross_entropy(output.flatten(0, -2), target.flatten())
+    return F.cross_entropy(output, target)
+
+
+def probe_dataset(model, dataset, loss_fn=_cross_entropy, examples=1024, batch_size=256, seed=0):
     """Give hdet a probe on `examples` items of `dataset` (DESIGN §1, revision 2).
 
     One line after the model is built, e.g. probe_dataset(model, train_set).
@@ -16,9 +26,11 @@ def probe_dataset(model, dataset, loss_fn=F.cross_entropy, examples=1024, batch_
     evaluates model in eval mode without gradients, batch_size items at a
     time on the device of the model's first parameter, and returns the mean
     loss_fn(model(input), target) over the items (loss_fn returns a batch's
-    mean, as torch's losses do by default). Registered as hdet.probe(fn)
-    does; returns fn. Outside hdet nothing is evaluated and the items are
-    not read."""
+    mean, as torch's losses do by default). The default loss_fn is
+    F.cross_entropy, also for a language model's (batch, time, vocab) logits
+    against (batch, time) targets. Registered as hdet.probe(fn) does;
+    returns fn. Outside hdet nothing is evaluated and the items are not
+    read."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError("hdet.probe_dataset: model must be a torch.nn.Module, got %s" % type(model).__name__)
     if not callable(loss_fn):

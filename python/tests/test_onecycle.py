@@ -132,6 +132,24 @@ class OutsideHdetTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "cannot explore 'dropout'"):
             hdet.OneCycleLR(make_optimizer("sgd", 1), max_lr=0.1, total_steps=10, explore=["dropout"])
 
+    def test_setters_with_decay_and_no_decay_groups(self):
+        # nanoGPT's grouping: weight decay on matrices, none on biases and norms.
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+        params = list(model.parameters())
+        opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                                 {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                                lr=1e-3, betas=(0.9, 0.95))
+        hdet.OneCycleLR(opt, max_lr=[2e-3, 1e-3], total_steps=10, cycle_momentum=False)
+        setters = hdet.scheduler._setters(opt, {})
+        self.assertEqual(setters["lr"](4e-3), 4e-3)
+        self.assertEqual([g["lr"] for g in opt.param_groups], [4e-3, 2e-3], "lr keeps the groups' max_lr ratio")
+        self.assertEqual(setters["weight_decay"](0.05), 0.05)
+        self.assertEqual([g["weight_decay"] for g in opt.param_groups], [0.05, 0.0], "the no-decay group stays at 0")
+        self.assertEqual(setters["momentum"](0.8), 0.8)
+        self.assertEqual([g["betas"] for g in opt.param_groups], [(0.8, 0.95), (0.8, 0.95)], "beta2 kept")
+        setters["weight_decay/1"](0.01)
+        self.assertEqual(opt.param_groups[1]["weight_decay"], 0.01, "a group by its index")
+
     def test_helpers_outside_hdet(self):
         self.assertFalse(hdet.under_hdet())
         self.assertIsNone(hdet.sync_mode())

@@ -74,6 +74,30 @@ class ProbeDatasetTest(unittest.TestCase):
         self.model.train()
         self.assertAlmostEqual(fn(), want, places=5, msg="loss_fn, not cross-entropy")
 
+    def test_sequence_model_logits_with_the_classes_last(self):
+        # A language model: (batch, time, vocab) logits against (batch, time) targets.
+        g = torch.Generator().manual_seed(2)
+        ds = torch.utils.data.TensorDataset(torch.randint(0, 7, (20, 5), generator=g),
+                                            torch.randint(0, 7, (20, 5), generator=g))
+        model = torch.nn.Sequential(torch.nn.Embedding(7, 4), torch.nn.Linear(4, 7))
+        fn = hdet.probe_dataset(model, ds, batch_size=8)
+        x, y = ds.tensors
+        with torch.no_grad():
+            want = F.cross_entropy(model(x).reshape(-1, 7), y.reshape(-1)).item()
+        self.assertAlmostEqual(fn(), want, places=5)
+
+    def test_torch_layout_wins_where_both_fit(self):
+        # (N, C, d1) against (N, d1) with C == d1: torch's layout, classes in dim 1, as F.cross_entropy reads it.
+        g = torch.Generator().manual_seed(3)
+        ds = torch.utils.data.TensorDataset(torch.randn(12, 4, 4, generator=g), torch.randint(0, 4, (12, 4), generator=g))
+        model = torch.nn.Linear(4, 4)
+        fn = hdet.probe_dataset(model, ds)
+        x, y = ds.tensors
+        with torch.no_grad():
+            out = model(x)
+        self.assertAlmostEqual(fn(), F.cross_entropy(out, y).item(), places=5)
+        self.assertNotAlmostEqual(fn(), F.cross_entropy(out.reshape(-1, 4), y.reshape(-1)).item(), places=3)
+
     def test_items_are_read_at_the_first_probe_only(self):
         fn = hdet.probe_dataset(self.model, Unreadable())
         with self.assertRaisesRegex(AssertionError, "item .* read"):

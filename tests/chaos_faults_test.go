@@ -49,7 +49,7 @@ func chaosKinds() []*faultKind {
 		single("sigusr1", "SIGUSR1 to mpirun (Slurm's warning): checkpoint and exit 3", 3, fired(armSigusr1)),
 		single("explorer-kill", "SIGKILL of the lr explorer plugin", 4, fired(armExplorerKill)),
 		{name: "corrupt-checkpoint", how: "a launch ended (kill or SIGUSR1), then its newest checkpoint damaged before the relaunch", weight: 1, n: 2, run: (*chaos).corruptScenario},
-		{name: "resume", how: "a launch ended, then the relaunch hit in its setup (checkpoint read included): SIGKILL of a rank or host, SIGUSR1, full disk", weight: 2, n: 2, run: (*chaos).resumeScenario},
+		{name: "resume", how: "a launch ended, then the relaunch hit at a random moment of its setup or as it reads the checkpoint: SIGKILL of a rank or host, SIGUSR1, full disk", weight: 2, n: 2, run: (*chaos).resumeScenario},
 		{name: "double", how: "two of kill-rank, kill-host, explorer-kill, sigusr1, disk-full within one window (both armed first)", weight: 2, n: 2, run: (*chaos).double},
 	}
 }
@@ -433,7 +433,11 @@ func (c *chaos) resumeScenario() bool {
 // start, data, explorers, the checkpoint read, the run directory).
 func (c *chaos) setupFault() {
 	l := c.cur
-	c.sleep(time.Duration(c.rng.Float64() * float64(c.setupTime)))
+	if c.rng.IntN(2) == 0 {
+		c.sleep(time.Duration(c.rng.Float64() * float64(c.setupTime)))
+	} else {
+		c.waitPhase("setup: resume") // the checkpoint read
+	}
 	names := []string{"kill-rank", "kill-host", "sigusr1", "disk-full"}
 	ss := []starter{fired(armKillRank), fired(armKillHost), fired(armSigusr1), func(c *chaos) (*injection, func()) {
 		return c.fill(64<<10, c.uniform(time.Second, 5*time.Second))
@@ -452,6 +456,17 @@ func (c *chaos) setupFault() {
 		}
 	}
 	c.nextSetup = true // nothing to hit: the next launch, then
+}
+
+// waitPhase waits, polling rank 0's heartbeat every 2 ms, until the
+// launch is in phase (or past its setup, or gone).
+func (c *chaos) waitPhase(phase string) {
+	for deadline := time.Now().Add(2*c.setupTime + 10*time.Second); time.Now().Before(deadline) && !c.cur.exited(); {
+		if b := c.beat(c.cur); b != nil && (b.Phase == phase || b.Window >= 0) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // double injects two faults within one window.

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/watchdog"
 )
 
@@ -258,7 +259,10 @@ func (c *chaos) relaunch() {
 	prev := c.cur
 	c.afterLaunch(prev)
 	if prev.code == 0 {
-		c.t.Fatalf("the run finished at launch %d after %d of %d faults: it is too short for the schedule", prev.n, len(c.faults), c.nFaults)
+		if c.finished() {
+			c.t.Fatalf("the run finished at launch %d after %d of %d faults: it is too short for the schedule", prev.n, len(c.faults), c.nFaults)
+		}
+		c.problems = append(c.problems, fmt.Sprintf("launch %d exited 0 without finishing the run:\n%s", prev.n, prev.tail(20)))
 	}
 	c.stuck()
 	for _, f := range c.beforeNext {
@@ -270,6 +274,12 @@ func (c *chaos) relaunch() {
 		c.nextSetup = false
 		c.setupFault()
 	}
+}
+
+// finished reports whether metrics.jsonl ends with the end record.
+func (c *chaos) finished() bool {
+	recs, _, err := metrics.ReadFile(filepath.Join(c.runDir, "metrics.jsonl"))
+	return err == nil && len(recs) > 0 && recs[len(recs)-1].Type == metrics.TypeEnd
 }
 
 // stuck fails the test when launches keep failing with no fault in them: a

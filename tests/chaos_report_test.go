@@ -68,7 +68,7 @@ func (c *chaos) run(nFaults int) {
 	}
 	for {
 		if c.cur.exited() {
-			if c.cur.code == 0 {
+			if c.cur.code == 0 && c.finished() {
 				c.afterLaunch(c.cur)
 				break
 			}

@@ -66,6 +66,9 @@ func (s *session) fresh(skipped []checkpoint.Skipped) error {
 	if fi, err := os.Stat(mpath); err == nil && fi.Size() > 0 {
 		if s.ownUnsavedLog(mpath) {
 			s.restarted = true
+			if s.rank == 0 {
+				s.o.Log.Warn().Str("run_dir", s.cfg.Run.Dir).Msg("no checkpoint, but this run's own metrics.jsonl from a launch that ended before writing one: starting the run over")
+			}
 			return nil
 		}
 		return Usagef("run.dir %s already holds a run's metrics.jsonl and no checkpoint to resume from; use another run.dir or remove it", s.cfg.Run.Dir)

@@ -17,7 +17,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam does no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps test test-go test-faults test-multihost run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps test test-go test-faults test-multihost test-chaos run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -62,11 +62,22 @@ test-faults:
 	cd tests && $(GO) test -count=1 -timeout 35m -run '$(FAULTS)'
 
 # hdet across 3 fake hosts (network namespaces, one slurmd each): mpirun
-# --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB.
+# --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB,
+# and the CI-sized chaos soak (TestMultiHostChaos, 25 faults).
 # The bed is torn down after the tests even when go test itself timed out.
 test-multihost: deps data
 	scripts/deps.sh netns slurm
-	cd tests && $(GO) test -count=1 -timeout 25m -v -run '$(MULTI)' .; rc=$$?; \
+	cd tests && $(GO) test -count=1 -timeout 40m -v -run '$(MULTI)' .; rc=$$?; \
+		../scripts/testbed.sh down >/dev/null 2>&1; exit $$rc
+
+# The chaos soak alone (docs/chaos.md): one run on the bed's 3 hosts through
+# HDET_CHAOS_FAULTS random faults (25; 200 for the nightly kind of soak),
+# relaunched after every failure; HDET_CHAOS_SEED replays a schedule.
+# Root and the netns test bed; about 20 s a fault on 2 cores.
+CHAOS_MINUTES = $(shell echo $$(( 20 + $${HDET_CHAOS_FAULTS:-25} )))
+test-chaos: deps data
+	scripts/deps.sh netns
+	cd tests && $(GO) test -count=1 -timeout $(CHAOS_MINUTES)m -v -run 'TestMultiHostChaos' .; rc=$$?; \
 		../scripts/testbed.sh down >/dev/null 2>&1; exit $$rc
 
 

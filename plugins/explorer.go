@@ -12,10 +12,10 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 )
 
-// ErrExplorerFailed: the explorer failed again after its one restart, its
-// restart failed, or it refused its input (hparam.ErrInvalid, which is not
-// retried). The Explorer stays failed; the meta-controller freezes the
-// hyperparameter.
+// ErrExplorerFailed: a call failed again after the restart it caused, the
+// restart failed, or the explorer refused its input (hparam.ErrInvalid,
+// which is not retried). The Explorer stays failed; the meta-controller
+// freezes the hyperparameter.
 var ErrExplorerFailed = errors.New("explorer failed")
 
 // failure is the error of an explorer given up on: ErrExplorerFailed and
@@ -28,10 +28,6 @@ func (f failure) Unwrap() []error { return []error{ErrExplorerFailed, f.err} }
 
 // ErrClosed: the Explorer was closed.
 var ErrClosed = errors.New("explorer closed")
-
-// maxRestarts is how many times an explorer is restarted over a run before it
-// is given up on (the "restart it once").
-const maxRestarts = 1
 
 // Event kinds.
 const (
@@ -49,11 +45,16 @@ type Event struct {
 }
 
 // Explorer is a fault-tolerant hparam.Explorer backed by an explorer process.
-// Every call has Spec.Timeout. When a call fails (the process crashed, the
-// explorer returned an error, or the call timed out), the process is
-// restarted once: Init with the same Setup, LoadState with the state saved
-// after the last Observe, and the call is retried. A second failure makes the
-// Explorer fail for good (ErrExplorerFailed) and kills the process.
+// Every call has Spec.Timeout. When a call fails (the process crashed or was
+// killed, the explorer returned an error, or the call timed out), the process
+// is restarted: Init with the same Setup, LoadState with the state saved
+// after the last Observe, and the call is retried. The restarted explorer is
+// where the old one was, so the run's results do not change. If the retried
+// call fails too, the Explorer fails for good (ErrExplorerFailed) and kills
+// the process. Each failing call gets its restart: an explorer killed now
+// and again (a node's OOM killer, an operator) is restarted each time
+// rather than given up on at the second, which would freeze its
+// hyperparameter and change the model.
 //
 // Calls are serialised. Close kills the process.
 type Explorer struct {
@@ -251,7 +252,7 @@ func (e *Explorer) doLocked(ctx context.Context, op string, call func(context.Co
 	if ctx.Err() != nil {
 		return err // the caller gave up; not the explorer's fault
 	}
-	if e.restarts >= maxRestarts || errors.Is(err, hparam.ErrInvalid) {
+	if errors.Is(err, hparam.ErrInvalid) {
 		// A refusal of its input (a config block, a window) is an answer,
 		// not a crash: a restarted explorer would refuse the same way.
 		return e.fail(op, err)

@@ -183,6 +183,43 @@ func TestExplorerCrashOnceIsRestartedWithItsState(t *testing.T) {
 	}
 }
 
+// An explorer killed again and again (an OOM killer, an operator), between
+// windows and between a window's Plan and Observe, is restarted from its
+// last state each time rather than given up on at the second kill (which
+// would freeze its hyperparameter and change the model): every window's
+// answer is the one an explorer left alone gives.
+func TestExplorerKilledRepeatedlyIsRestartedEachTime(t *testing.T) {
+	dir := pluginDir(t)
+	x, ev := openTest(t, dir, `{}`, 5*time.Second)
+	ctx := context.Background()
+	var killed []int
+	kill := func() {
+		pid := x.Pid()
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		killed = append(killed, pid)
+		for alive(pid) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for k := 0; k < 8; k++ {
+		if k == 2 || k == 3 || k == 6 {
+			kill() // before the window's Plan
+		}
+		_, err := x.Plan(ctx, hparam.WindowRequest{Window: k, Start: 2 * k, Steps: 2})
+		require.NoError(t, err, "window %d", k)
+		if k == 4 || k == 6 {
+			kill() // between Plan and Observe
+		}
+		f, err := x.Observe(ctx, hparam.Observation{Window: k, Values: []float64{1, 2}, Losses: []float64{0.5, 0.7}})
+		require.NoError(t, err, "window %d", k)
+		assert.Equal(t, float64(k+1), f.Base, "window %d: the restarted explorer continues from its saved state", k)
+	}
+	assert.Equal(t, 5, x.Restarts())
+	assert.Equal(t, []string{"restarted:plan", "restarted:plan", "restarted:observe", "restarted:plan", "restarted:observe"}, ev.kinds())
+	require.NoError(t, x.Close())
+	requireGone(t, dir, killed...)
+}
+
 // TestRevisionTwoFieldsCrossAPluginProcess sends the probe flag, probe
 // losses (NaN for an unhealthy rank) and the estimate and offset through a
 // real explorer process, which echoes them.

@@ -5,9 +5,13 @@
 package atomicfile
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 )
 
 // Write replaces path with data atomically and durably (mode 0644).
@@ -36,16 +40,20 @@ func bytesFill(data []byte) func(io.Writer) error {
 	}
 }
 
+// tempPrefix starts the name of every temporary file Write makes.
+const tempPrefix = ".tmp-"
+
 func write(path string, fill func(io.Writer) error, durable bool) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	f, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+"-*")
 	if err != nil {
-		return err
+		return NoSpace(err, dir)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
 			os.Remove(f.Name())
+			err = NoSpace(err, dir)
 		}
 	}()
 	if err = fill(f); err != nil {
@@ -76,4 +84,59 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// NoSpace adds to an error that says the disk is full (ENOSPC, or EDQUOT: a
+// quota) how much room the file system holding dir has, so the message
+// names the place and the free space; any other error is returned as is.
+func NoSpace(err error, dir string) error {
+	if err == nil || !(errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+		return err
+	}
+	var st syscall.Statfs_t
+	if serr := syscall.Statfs(dir, &st); serr != nil {
+		return fmt.Errorf("%w (the file system of %s is full)", err, dir)
+	}
+	bs := uint64(st.Bsize)
+	return fmt.Errorf("%w (the file system of %s has %s free of %s)", err, dir, bytesText(uint64(st.Bavail)*bs), bytesText(uint64(st.Blocks)*bs))
+}
+
+// bytesText writes n bytes the way df -h would, in binary units.
+func bytesText(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 4 {
+		v, i = v/unit, i+1
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}
+
+// RemoveStale removes the temporary files that writers killed mid-write
+// (SIGKILL, a lost node) left in dir, and returns their names. Call it only
+// while no one else writes in dir (hdet: rank 0 holding the run directory's
+// lock): a live writer's temporary file looks the same.
+func RemoveStale(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), tempPrefix) || !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, errors.Join(errs...)
 }

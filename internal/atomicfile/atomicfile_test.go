@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,4 +50,48 @@ func TestFailedFillKeepsTheOldFile(t *testing.T) {
 func TestWriteIntoMissingDirFails(t *testing.T) {
 	err := Write(filepath.Join(t.TempDir(), "no", "f"), []byte("x"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A full disk's error names the directory and its free space; other
+// errors pass through unchanged.
+func TestNoSpaceNamesTheFreeSpace(t *testing.T) {
+	dir := t.TempDir()
+	full := &os.PathError{Op: "write", Path: filepath.Join(dir, ".tmp-f-1"), Err: syscall.ENOSPC}
+	err := NoSpace(full, dir)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	assert.Regexp(t, `^write .*/\.tmp-f-1: no space left on device \(the file system of `+regexp.QuoteMeta(dir)+` has [0-9.]+ [KMGTP]?i?B free of [0-9.]+ [KMGTP]?i?B\)$`, err.Error())
+
+	quota := NoSpace(&os.PathError{Op: "write", Path: "x", Err: syscall.EDQUOT}, dir)
+	assert.Contains(t, quota.Error(), "free of")
+
+	other := errors.New("boom")
+	assert.Same(t, other, NoSpace(other, dir))
+	assert.NoError(t, NoSpace(nil, dir))
+	assert.Equal(t, "512 B", bytesText(512))
+	assert.Equal(t, "1.5 KiB", bytesText(1536))
+	assert.Equal(t, "8.0 MiB", bytesText(8<<20))
+}
+
+// RemoveStale removes what a killed writer left and nothing else.
+func TestRemoveStaleLeavesOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, Write(filepath.Join(dir, "keep"), []byte("x")))
+	for _, name := range []string{".tmp-ckpt-000000000010.hdet-123", ".tmp-metrics.jsonl-9"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("half"), 0o644))
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, ".tmp-dir"), 0o755))
+	removed, err := RemoveStale(dir)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{".tmp-ckpt-000000000010.hdet-123", ".tmp-metrics.jsonl-9"}, removed)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{".tmp-dir", "keep"}, names, "a directory is not a writer's temporary file")
+
+	removed, err = RemoveStale(filepath.Join(dir, "missing"))
+	require.NoError(t, err)
+	assert.Empty(t, removed)
 }

@@ -114,7 +114,13 @@ func fileName(pass, step int) string {
 	return fmt.Sprintf("ckpt-%012d.hdet", step)
 }
 
+// FileName is the name of the checkpoint of step of pass in its directory.
+func FileName(pass, step int) string { return fileName(pass, step) }
+
 // Write stores s in dir atomically and keeps the newest keep checkpoints.
+// Damaged checkpoints of later steps (ones a resume skipped) are removed
+// first: the run has gone on from an earlier one, so they hold nothing it
+// can use, and left in place they would count among the kept ones.
 func Write(dir string, s *State, keep int) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -127,6 +133,9 @@ func Write(dir string, s *State, keep int) (string, error) {
 	if err != nil {
 		return path, err
 	}
+	if names, err = removeDamagedAfter(dir, names, fileName(s.Pass, s.Step)); err != nil {
+		return path, err
+	}
 	for len(names) > keep {
 		if err := os.Remove(filepath.Join(dir, names[0])); err != nil {
 			return path, err
@@ -134,6 +143,29 @@ func Write(dir string, s *State, keep int) (string, error) {
 		names = names[1:]
 	}
 	return path, nil
+}
+
+// removeDamagedAfter removes the checkpoints in names (sorted) that come
+// after name and do not decode, and returns the names left. A file that
+// cannot be read (an I/O error) is left alone.
+func removeDamagedAfter(dir string, names []string, name string) ([]string, error) {
+	kept, after := names[:0:0], false // names are in list's order
+	for _, n := range names {
+		if after {
+			data, err := os.ReadFile(filepath.Join(dir, n))
+			if err == nil {
+				if _, err = Decode(data); errors.Is(err, ErrCorrupt) {
+					if err := os.Remove(filepath.Join(dir, n)); err != nil {
+						return names, err
+					}
+					continue
+				}
+			}
+		}
+		kept = append(kept, n)
+		after = after || n == name
+	}
+	return kept, nil
 }
 
 // list returns the checkpoint file names in dir, oldest first.

@@ -101,3 +101,38 @@ func TestModelRoundTripAndSizeCheck(t *testing.T) {
 	_, err = ReadModel(path, 4)
 	assert.ErrorContains(t, err, "need 16")
 }
+
+// A run resumed past a damaged newest checkpoint removes it at its next
+// write, even before reaching its step, so no damaged file stays among the
+// kept ones; valid later checkpoints are left alone.
+func TestWriteRemovesDamagedLaterCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	for _, step := range []int{10, 20, 30} {
+		_, err := Write(dir, sample(step), 5)
+		require.NoError(t, err)
+	}
+	damaged := filepath.Join(dir, fileName(0, 30))
+	data, err := os.ReadFile(damaged)
+	require.NoError(t, err)
+	data[len(data)/2] ^= 0xff
+	require.NoError(t, os.WriteFile(damaged, data, 0o644))
+
+	s, _, skipped, err := Latest(dir)
+	require.NoError(t, err)
+	require.Len(t, skipped, 1)
+	assert.Equal(t, 20, s.Step, "the resume goes on from step 20")
+	_, err = Write(dir, sample(25), 5)
+	require.NoError(t, err)
+	names, err := list(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{fileName(0, 10), fileName(0, 20), fileName(0, 25)}, names)
+
+	// A valid later checkpoint is not this function's to remove.
+	_, err = Write(dir, sample(40), 5)
+	require.NoError(t, err)
+	_, err = Write(dir, sample(35), 5)
+	require.NoError(t, err)
+	names, err = list(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{fileName(0, 10), fileName(0, 20), fileName(0, 25), fileName(0, 35), fileName(0, 40)}, names)
+}

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 )
 
 // Errors a reader of metrics.jsonl reports; both mean the file is not a
@@ -26,8 +29,19 @@ var (
 // windows a checkpoint covers are on disk) and on Close. A power loss can
 // thus lose the windows since the last sync, which a resume from the last
 // checkpoint runs again anyway.
+//
+// A record that cannot be written (a full disk) is not lost: what part of it
+// reached the file is cut off again, the record is held and written before
+// the next one, and Sync fails while any is held, so no checkpoint covers a
+// window whose record is not on disk (a resume from the one before runs it
+// again, and writes its record then).
 type Writer struct {
 	f        *os.File
+	path     string
+	size     int64     // the file's length up to its last whole record
+	held     []byte    // records not written yet, one line each
+	nHeld    int       // how many
+	cut      bool      // a failed write may have left part of a line after size
 	unsynced int       // window records written since the last sync
 	synced   time.Time // time of the last sync
 }
@@ -46,19 +60,20 @@ func OpenWriter(path string) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	if err := cutPartialLine(f); err != nil {
+	end, err := cutPartialLine(f)
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("metrics: %s: %w", path, err)
 	}
-	return &Writer{f: f, synced: time.Now()}, nil
+	return &Writer{f: f, path: path, size: end, synced: time.Now()}, nil
 }
 
-// cutPartialLine truncates f after its last newline and leaves the offset at
-// the end.
-func cutPartialLine(f *os.File) error {
+// cutPartialLine truncates f after its last newline and returns its new
+// length.
+func cutPartialLine(f *os.File) (int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	size := fi.Size()
 	// Scan back in blocks for the last newline.
@@ -68,7 +83,7 @@ func cutPartialLine(f *os.File) error {
 	for end > 0 {
 		n := min(int64(block), end)
 		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
-			return err
+			return 0, err
 		}
 		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
 			end = end - n + int64(i) + 1
@@ -78,22 +93,24 @@ func cutPartialLine(f *os.File) error {
 	}
 	if end != size {
 		if err := f.Truncate(end); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	_, err = f.Seek(end, io.SeekStart)
-	return err
+	return end, nil
 }
 
 // Write appends r as one line, syncing the file when the policy says so.
+// When the line cannot be written, Write returns the error and holds the
+// record (see Writer): the next Write or Sync writes it first.
 func (w *Writer) Write(r Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("metrics: encode %s record: %w", r.Type, err)
 	}
-	// One write call per line: a concurrent reader never sees two half lines.
-	if _, err := w.f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+	w.held = append(append(w.held, b...), '\n')
+	w.nHeld++
+	if err := w.flush(); err != nil {
+		return err
 	}
 	if r.Type == TypeWindow {
 		w.unsynced++
@@ -104,10 +121,44 @@ func (w *Writer) Write(r Record) error {
 	return w.Sync()
 }
 
-// Sync flushes what was written to disk.
+// flush writes the held records in one write call at the end of the last
+// whole record. On failure the file is cut back there (a short write on a
+// full disk leaves part of a line), and the records stay held.
+func (w *Writer) flush() error {
+	if w.cut {
+		if err := w.f.Truncate(w.size); err != nil {
+			return w.heldError(err)
+		}
+		w.cut = false
+	}
+	if len(w.held) == 0 {
+		return nil
+	}
+	n, err := w.f.WriteAt(w.held, w.size)
+	if err != nil {
+		// Even a write that reports no byte written can leave some in
+		// the file (seen on tmpfs): always cut back.
+		w.cut = w.f.Truncate(w.size) != nil
+		return w.heldError(err)
+	}
+	w.size += int64(n)
+	w.held, w.nHeld = w.held[:0], 0
+	return nil
+}
+
+func (w *Writer) heldError(err error) error {
+	return fmt.Errorf("metrics: %w; %d record(s) held in memory, written before the next one (no checkpoint until then)",
+		atomicfile.NoSpace(err, filepath.Dir(w.path)), w.nHeld)
+}
+
+// Sync writes the held records, if any, and flushes the file to disk. It
+// fails while a record is held.
 func (w *Writer) Sync() error {
+	if err := w.flush(); err != nil {
+		return err
+	}
 	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return fmt.Errorf("metrics: %w", atomicfile.NoSpace(err, filepath.Dir(w.path)))
 	}
 	w.unsynced, w.synced = 0, time.Now()
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/metrics"
 )
 
 func (s *session) checkpointDir() string { return filepath.Join(s.cfg.Run.Dir, "checkpoints") }
@@ -57,11 +58,42 @@ func (s *session) fresh(skipped []checkpoint.Skipped) error {
 		return Usagef("run.dir %s: every checkpoint is damaged (newest: %v); move them away to start afresh", s.cfg.Run.Dir, skipped[0].Err)
 	}
 	// No checkpoint to resume, but another run's log: appending to it
-	// would mix two runs in one metrics.jsonl.
-	if fi, err := os.Stat(filepath.Join(s.cfg.Run.Dir, "metrics.jsonl")); err == nil && fi.Size() > 0 {
+	// would mix two runs in one metrics.jsonl. This run's own log, from a
+	// launch that ended before its first checkpoint was written (killed
+	// in setup, or every write failed on a full disk), is no other run's:
+	// the run starts over and its windows are dropped from the log.
+	mpath := filepath.Join(s.cfg.Run.Dir, "metrics.jsonl")
+	if fi, err := os.Stat(mpath); err == nil && fi.Size() > 0 {
+		if s.ownUnsavedLog(mpath) {
+			s.restarted = true
+			if s.rank == 0 {
+				s.o.Log.Warn().Str("run_dir", s.cfg.Run.Dir).Msg("no checkpoint, but this run's own metrics.jsonl from a launch that ended before writing one: starting the run over")
+			}
+			return nil
+		}
 		return Usagef("run.dir %s already holds a run's metrics.jsonl and no checkpoint to resume from; use another run.dir or remove it", s.cfg.Run.Dir)
 	}
 	return nil
+}
+
+// ownUnsavedLog reports whether the metrics.jsonl at path was written by
+// launches of this very run (every start record has this config's hash)
+// that did not finish it.
+func (s *session) ownUnsavedLog(path string) bool {
+	hash, err := s.cfg.Hash()
+	if err != nil {
+		return false
+	}
+	recs, _, err := metrics.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, r := range recs {
+		if r.Type == metrics.TypeEnd || (r.Type == metrics.TypeStart && r.ConfigHash != hash) {
+			return false
+		}
+	}
+	return true
 }
 
 // compatible refuses a checkpoint written by another run, or for a config

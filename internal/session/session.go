@@ -117,9 +117,12 @@ type session struct {
 	resumeAt   int                // the step a resume starts from; 0 for a fresh run
 	resumePass int                // the pass it is in (hparam.PassMain after a commit)
 	resumed    bool               // a checkpoint was loaded (resumeAt 0: the step-0 one)
-	events     []hparam.Event     // rank 0: setup's explorer events, for the first record
-	wd         *watchdog.Watchdog
-	closers    []func()
+	// restarted: no checkpoint, but this run's own metrics.jsonl from a
+	// launch that ended before writing one; the run starts over.
+	restarted bool
+	events    []hparam.Event // rank 0: setup's explorer events, for the first record
+	wd        *watchdog.Watchdog
+	closers   []func()
 }
 
 // Run sets up this rank, trains, and writes the end of the run.

@@ -68,8 +68,17 @@ func (s *session) openRunDir(ctx context.Context) error {
 	if err := atomicfile.Write(filepath.Join(cfg.Run.Dir, "config.yaml"), b); err != nil {
 		return Usagef("run.dir: %v", err)
 	}
+	// What launches killed mid-write left (rank 0 holds the lock: no one
+	// else writes here); on a small disk it is room the run needs.
+	for _, dir := range []string{cfg.Run.Dir, s.checkpointDir()} {
+		if gone, err := atomicfile.RemoveStale(dir); err != nil {
+			s.o.Log.Warn().Err(err).Str("dir", dir).Msg("could not remove temporary files left by an earlier launch")
+		} else if len(gone) > 0 {
+			s.o.Log.Info().Strs("files", gone).Str("dir", dir).Msg("removed temporary files left by an earlier launch")
+		}
+	}
 	mpath := filepath.Join(cfg.Run.Dir, "metrics.jsonl")
-	if s.resumed {
+	if s.resumed || s.restarted {
 		// Windows after the checkpoint will run again: drop their records.
 		if err := metrics.TruncateAfter(mpath, s.resumePass, s.resumeAt); err != nil {
 			return fmt.Errorf("metrics.jsonl: %w", err)

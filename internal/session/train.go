@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -133,13 +134,14 @@ func (s *session) requeue() {
 // lines and hands back the report for after MPI_Finalize.
 func (s *session) finish(res engine.Result, params []float32, wall time.Duration) (Outcome, error) {
 	dir := s.cfg.Run.Dir
-	if err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), params); err != nil {
-		return Outcome{Result: res}, err
+	err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), params)
+	if err == nil {
+		err = s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
+			Eval:     &metrics.Eval{Loss: metrics.Float(res.TestLoss), Accuracy: metrics.Float(res.TestAccuracy)},
+			Checksum: res.Checksum, WallSeconds: wall.Seconds()})
 	}
-	if err := s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
-		Eval:     &metrics.Eval{Loss: metrics.Float(res.TestLoss), Accuracy: metrics.Float(res.TestAccuracy)},
-		Checksum: res.Checksum, WallSeconds: wall.Seconds()}); err != nil {
-		return Outcome{Result: res}, err
+	if err != nil {
+		return Outcome{Result: res}, s.unfinished(res.Pass, res.Steps, err)
 	}
 	s.printCommitted()
 	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
@@ -181,6 +183,19 @@ func (s *session) printCommitted() {
 		}
 	}
 	fmt.Fprintf(s.o.Out, "committed after a search pass of %d steps: %s\n", s.ctrl.SearchEnd(), strings.Join(parts, ", "))
+}
+
+// unfinished (rank 0) handles a run trained to its end whose model.bin or
+// end record could not be written (a full disk): its last checkpoint, at
+// the final step, would make a relaunch refuse the run as finished, so it
+// is removed, and the relaunch runs the last windows again from the one
+// before and writes both.
+func (s *session) unfinished(pass, step int, err error) error {
+	last := filepath.Join(s.checkpointDir(), checkpoint.FileName(pass, step))
+	if rerr := os.Remove(last); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return fmt.Errorf("%w; removing the final checkpoint %s also failed (%v): move it away before launching again", err, last, rerr)
+	}
+	return fmt.Errorf("%w; the run is not finished: launch the same command again to run its last windows and write them", err)
 }
 
 // hostBuffer is the converge on the host slice through one of device's

@@ -1,0 +1,473 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/watchdog"
+)
+
+// chaos drives one run through a schedule of faults (chaos_test.go).
+type chaos struct {
+	t        *testing.T
+	tb       *testbed
+	rng      *rand.Rand
+	cfgPath  string
+	windows  int
+	hdet     string // the hdet binary
+	explorer string // the lr explorer binary (its folder is the plugin directory)
+	tools    chaosToolset
+	ref      chaosRef
+
+	runDir, fsDir, logDir string
+	args                  []string // mpirun's
+
+	cur        *launch
+	launches   []*launch
+	faults     []*injection
+	active     []*injection // faults in force now (a full disk, a cut link): a launch started meanwhile meets them
+	nFaults    int
+	pending    int           // faults a scenario has yet to inject at the next relaunch
+	beforeNext []func()      // between this launch and the next (a corrupted checkpoint)
+	nextSetup  bool          // a fault for the next launch's setup
+	problems   []string      // verdict failures found on the way
+	leftovers  []string      // processes found after a launch
+	unprovoked int           // launches that failed with no fault in them
+	lastKey    string        // rank 0's last heartbeat (window, step, phase, ops)
+	lastMove   time.Time     // when it last changed
+	quietFrom  time.Time     // when the last fault ended
+	start, end time.Time     // of the chaos run
+	maxWindow  int           // the furthest window rank 0 reached
+	setupTime  time.Duration // how long the last launch took to its first window
+	expects    []chaosExpect // what the launches' logs must show
+}
+
+// launch is one mpirun of the run: the command an sbatch --requeue job runs
+// each time.
+type launch struct {
+	n           int
+	cmd         *exec.Cmd
+	log         string
+	start, end  time.Time
+	done        chan struct{}
+	code        int
+	hang        bool
+	faults      []*injection // injected while it ran, or in force when it started
+	cause       *injection   // the fault it ended on (the last before its end)
+	exitAfter   time.Duration
+	firstWindow int
+}
+
+// injection is one fault as injected.
+type injection struct {
+	kind, detail string
+	launch       int
+	at, until    time.Time // injected; ended (zero: instantaneous)
+	dur          time.Duration
+	window       int // rank 0's window at the injection, -1 in setup or between launches
+	ended        bool
+	recovered    time.Time // when the run was past window again after the launch it ended
+	pair         bool      // one of two faults within one window
+	setup        bool      // during a launch's setup (or checkpoint read)
+}
+
+func newChaos(t *testing.T, tb *testbed, rng *rand.Rand, cfgPath string, windows int) *chaos {
+	hdet, plugins := hdetBinaries(t)
+	return &chaos{t: t, tb: tb, rng: rng, cfgPath: cfgPath, windows: windows, hdet: hdet,
+		explorer: filepath.Join(plugins, "hdet-explorer-lr"), logDir: chaosLogs(t)}
+}
+
+// chaosLogs is where each launch's output goes: kept when the test fails.
+func chaosLogs(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "hdet-chaos-logs-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			fmt.Printf("chaos: the launches' output is in %s\n", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// useDisk puts the run directory on the tmpfs at fsDir.
+func (c *chaos) useDisk(fsDir string) {
+	c.fsDir, c.runDir = fsDir, filepath.Join(fsDir, "run")
+	c.args = c.mpirunArgs(c.runDir)
+}
+
+func (c *chaos) startLaunch() *launch {
+	t := c.t
+	l := &launch{n: len(c.launches) + 1, start: time.Now(), done: make(chan struct{}), firstWindow: -1}
+	l.log = filepath.Join(c.logDir, fmt.Sprintf("launch-%03d.log", l.n))
+	f, err := os.Create(l.log)
+	require.NoError(t, err)
+	defer f.Close()
+	l.cmd = exec.Command("mpirun", c.args...)
+	l.cmd.Env = c.tb.env
+	l.cmd.Stdout, l.cmd.Stderr = f, f // a file, not a pipe: Wait returns when mpirun does
+	require.NoError(t, l.cmd.Start())
+	go func() {
+		err := l.cmd.Wait()
+		l.end = time.Now()
+		if err != nil {
+			l.code = exitCode(err)
+		}
+		close(l.done)
+	}()
+	l.faults = append(l.faults, c.active...)
+	c.launches = append(c.launches, l)
+	c.cur, c.lastMove = l, l.start
+	return l
+}
+
+func (l *launch) exited() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tail is the last n lines of the launch's output.
+func (l *launch) tail(n int) string {
+	b, _ := os.ReadFile(l.log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func (l *launch) logHas(s string) bool {
+	b, _ := os.ReadFile(l.log)
+	return bytes.Contains(b, []byte(s))
+}
+
+// beat is rank 0's heartbeat, when this launch wrote it.
+func (c *chaos) beat(l *launch) *watchdog.Beat {
+	b, err := watchdog.ReadBeat(filepath.Join(c.runDir, "heartbeats", "rank-0"))
+	if err != nil || b.Time < float64(l.start.UnixNano())/1e9 {
+		return nil
+	}
+	return b
+}
+
+// poll notes the current launch's progress and the faults it has recovered
+// from.
+func (c *chaos) poll() *watchdog.Beat {
+	b := c.beat(c.cur)
+	if b == nil {
+		return nil
+	}
+	if key := fmt.Sprint(b.Window, b.Step, b.Phase, b.Ops); key != c.lastKey {
+		c.lastKey, c.lastMove = key, time.Now()
+	}
+	if b.Window >= 0 {
+		c.maxWindow = max(c.maxWindow, b.Window)
+		if c.cur.firstWindow < 0 {
+			c.cur.firstWindow, c.setupTime = b.Window, time.Since(c.cur.start)
+		}
+		for _, f := range c.faults {
+			if f.ended && f.recovered.IsZero() && f.launch < c.cur.n && b.Window > f.window {
+				f.recovered = time.Now()
+			}
+		}
+	}
+	return b
+}
+
+// checkHang ends a launch that neither moved nor exited for chaosBound
+// after the later of its start, its last progress and the last fault's end.
+func (c *chaos) checkHang() {
+	l := c.cur
+	if l.exited() {
+		return
+	}
+	from := l.start
+	for _, t := range []time.Time{c.lastMove, c.quietFrom} {
+		if t.After(from) {
+			from = t
+		}
+	}
+	if time.Since(from) <= chaosBound {
+		return
+	}
+	l.hang = true
+	c.problems = append(c.problems, fmt.Sprintf("launch %d: no progress and no exit for %s: hung (killed)", l.n, chaosBound))
+	c.killEverything()
+	select {
+	case <-l.done:
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("launch %d: mpirun survives SIGKILL", l.n)
+	}
+}
+
+// tick is one step of every wait: progress, hang, 10 ms.
+func (c *chaos) tick() *watchdog.Beat {
+	b := c.poll()
+	c.checkHang()
+	time.Sleep(10 * time.Millisecond)
+	return b
+}
+
+// sleep waits d, watching the launch, without relaunching it.
+func (c *chaos) sleep(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		c.tick()
+	}
+}
+
+// waitWindow waits until a launch trains window w or a later one,
+// relaunching every launch that ends meanwhile.
+func (c *chaos) waitWindow(w int) {
+	for {
+		if c.cur.exited() {
+			c.relaunch()
+			continue
+		}
+		if b := c.tick(); b != nil && b.Window >= w {
+			return
+		}
+	}
+}
+
+// waitExit waits until the current launch has exited.
+func (c *chaos) waitExit() {
+	for !c.cur.exited() {
+		c.tick()
+	}
+}
+
+// relaunch checks the launch that ended, does what was queued for between
+// two launches and starts the next one, with a fault in its setup when one
+// was queued.
+func (c *chaos) relaunch() {
+	prev := c.cur
+	c.afterLaunch(prev)
+	if prev.code == 0 {
+		if c.finished() {
+			c.t.Fatalf("the run finished at launch %d after %d of %d faults: it is too short for the schedule", prev.n, len(c.faults), c.nFaults)
+		}
+		c.problems = append(c.problems, fmt.Sprintf("launch %d exited 0 without finishing the run:\n%s", prev.n, prev.tail(20)))
+	}
+	c.stuck()
+	for _, f := range c.beforeNext {
+		f()
+	}
+	c.beforeNext = nil
+	c.startLaunch()
+	if c.nextSetup {
+		c.nextSetup = false
+		c.setupFault()
+	}
+}
+
+// finished reports whether metrics.jsonl ends with the end record.
+func (c *chaos) finished() bool {
+	recs, _, err := metrics.ReadFile(filepath.Join(c.runDir, "metrics.jsonl"))
+	return err == nil && len(recs) > 0 && recs[len(recs)-1].Type == metrics.TypeEnd
+}
+
+// stuck fails the test when launches keep failing with no fault in them: a
+// run the same command cannot resume.
+func (c *chaos) stuck() {
+	n := 0
+	for i := len(c.launches) - 1; i >= 0 && len(c.launches[i].faults) == 0 && c.launches[i].code != 0; i-- {
+		n++
+	}
+	if n >= 4 {
+		c.t.Fatalf("%d launches in a row failed with no fault in them: the run cannot be resumed; the last one:\n%s", n, c.cur.tail(30))
+	}
+}
+
+// afterLaunch records how a launch ended and what ended it, and checks that
+// nothing of it is left on any host.
+func (c *chaos) afterLaunch(l *launch) {
+	<-l.done
+	for _, f := range l.faults { // the last fault before the end, one that ends launches first
+		if !f.at.After(l.end) && (l.cause == nil || !chaosHarmless[f.kind] || chaosHarmless[l.cause.kind]) {
+			l.cause = f
+		}
+	}
+	what := "no fault"
+	if l.code != 0 && l.cause != nil {
+		from := later(l.cause.at, l.start) // a fault in force when it started: from its start
+		if u := l.cause.until; l.cause.kind == "freeze-host" && !u.IsZero() && u.Before(l.end) {
+			from = later(u, l.start) // a frozen host: from its SIGCONT
+		}
+		l.exitAfter = l.end.Sub(from)
+		l.cause.ended = true
+		what = fmt.Sprintf("%s, %.1f s after it", l.cause.kind, l.exitAfter.Seconds())
+	} else if l.code != 0 {
+		c.unprovoked++
+	}
+	c.t.Logf("launch %d: exit %d after %.1f s (%s)", l.n, l.code, l.end.Sub(l.start).Seconds(), what)
+	c.checkLeftovers(l)
+}
+
+// chaosHarmless are the faults a launch is meant to live through.
+var chaosHarmless = map[string]bool{"explorer-kill": true, "slow-link": true, "disk-full": true, "corrupt-checkpoint": true}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// checkLeftovers waits up to 15 s for every process of a launch to be gone
+// from every host (ranks whose job was aborted leave by themselves within
+// 5 s), then records and kills what is left.
+func (c *chaos) checkLeftovers(l *launch) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		left := c.processesLeft()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.leftovers = append(c.leftovers, fmt.Sprintf("after launch %d: %s", l.n, strings.Join(left, ", ")))
+			c.killEverything()
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// processesLeft lists every process inside the bed's hosts (none but a
+// launch's run there) and any hdet or explorer process outside them.
+func (c *chaos) processesLeft() []string {
+	var left []string
+	for _, h := range c.tb.hosts {
+		for _, pid := range netnsPIDs(h) {
+			left = append(left, fmt.Sprintf("%s (pid %d) on %s", procName(pid), pid, h))
+		}
+	}
+	for _, pid := range c.pidsOf("", c.hdet, c.explorer) {
+		left = append(left, fmt.Sprintf("%s (pid %d) outside the bed's hosts", procName(pid), pid))
+	}
+	return left
+}
+
+// netnsPIDs lists the processes in a bed host's network namespace, as `ip
+// netns pids` does, without starting a process (a double fault's two
+// injections must fit in one window).
+func netnsPIDs(host string) []int {
+	var st syscall.Stat_t
+	if syscall.Stat("/run/netns/"+host, &st) != nil {
+		return nil
+	}
+	want := fmt.Sprintf("net:[%d]", st.Ino)
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p)); err == nil && ns == want {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+func procName(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// pidsOf lists the processes running one of the binaries, on host (in its
+// network namespace) or, with host "", outside every host of the bed.
+func (c *chaos) pidsOf(host string, binaries ...string) []int {
+	candidates := netnsPIDs(host)
+	if host == "" {
+		in := map[int]bool{}
+		for _, h := range c.tb.hosts {
+			for _, p := range netnsPIDs(h) {
+				in[p] = true
+			}
+		}
+		candidates = nil
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			if p, err := strconv.Atoi(e.Name()); err == nil && !in[p] {
+				candidates = append(candidates, p)
+			}
+		}
+	}
+	var pids []int
+	for _, p := range candidates {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p))
+		if err != nil {
+			continue
+		}
+		for _, b := range binaries {
+			if strings.TrimSuffix(exe, " (deleted)") == b {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
+}
+
+// killEverything kills the current mpirun and every process on the bed's
+// hosts (stopped ones too), and any hdet or explorer outside them.
+func (c *chaos) killEverything() {
+	if c.cur != nil && !c.cur.exited() {
+		_ = c.cur.cmd.Process.Kill()
+	}
+	for _, h := range c.tb.hosts {
+		for _, p := range netnsPIDs(h) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	for _, p := range c.pidsOf("", c.hdet, c.explorer) {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+// badCheckpoints lists what in checkpoints/ is not a whole checkpoint (a
+// temporary or torn file, a damaged one), and temporary files in run.dir.
+func (c *chaos) badCheckpoints() []string {
+	var bad []string
+	dir := filepath.Join(c.runDir, "checkpoints")
+	entries, err := os.ReadDir(dir)
+	require.NoError(c.t, err)
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "ckpt-") || !strings.HasSuffix(name, ".hdet") {
+			bad = append(bad, name+": not a checkpoint's name (a temporary file left behind?)")
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err == nil {
+			_, err = checkpoint.Decode(data)
+		}
+		if err != nil {
+			bad = append(bad, name+": "+err.Error())
+		}
+	}
+	top, _ := os.ReadDir(c.runDir)
+	for _, e := range top {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			bad = append(bad, "run.dir/"+e.Name()+": a temporary file left behind")
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}

@@ -1,0 +1,534 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/testenv"
+	"github.com/hdet-dev/hdet/internal/watchdog"
+)
+
+// The faults of the chaos soak. Each starter injects one fault now and
+// returns it with the function that ends it (nil for an instantaneous one),
+// or nil when it has nothing to hit at this moment (no rank running yet).
+type starter func(c *chaos) (*injection, func())
+
+// faultKind is one entry of the schedule: run injects at the moment the
+// schedule reached and returns false when it could not (tried again later).
+type faultKind struct {
+	name, how string
+	weight    int // in the random part of the schedule
+	n         int // faults it injects
+	run       func(c *chaos) bool
+}
+
+func chaosKinds() []*faultKind {
+	single := func(name, how string, w int, s starter) *faultKind {
+		return &faultKind{name: name, how: how, weight: w, n: 1, run: func(c *chaos) bool { return c.single(name, s) }}
+	}
+	return []*faultKind{
+		single("kill-rank", "SIGKILL of one rank (any host)", 4, fired(armKillRank)),
+		single("kill-host", "SIGKILL of every process on one host", 3, fired(armKillHost)),
+		single("freeze-host", "SIGSTOP of every process on one host for train.watchdog + 2-5 s, then SIGCONT", 1, freezeHost),
+		single("link-down", "`ip link set eth0 down` inside one host for 2-20 s (it loses both links)", 1, linkDown),
+		single("partition", "the link between two hosts cut for 2-20 s (a blackhole route each way)", 1, partition),
+		single("slow-link", "one host's link slowed for 2-10 s (tc netem delay+loss, or tbf where the kernel has no netem)", 2, slowLink),
+		single("disk-full", "the run directory's tmpfs filled to 0-400 kB free for 0.2-1.5 s", 3, fired(armDiskFull)),
+		{name: "disk-full-long", how: "filled to 0-32 kB free for run.checkpoint_max_failing + 5-15 s; relaunched meanwhile", weight: 1, n: 1, run: (*chaos).diskFullLong},
+		single("sigusr1", "SIGUSR1 to mpirun (Slurm's warning): checkpoint and exit 3", 3, fired(armSigusr1)),
+		single("explorer-kill", "SIGKILL of the lr explorer plugin", 4, fired(armExplorerKill)),
+		{name: "corrupt-checkpoint", how: "a launch ended (kill or SIGUSR1), then its newest checkpoint damaged before the relaunch", weight: 1, n: 2, run: (*chaos).corruptScenario},
+		{name: "resume", how: "a launch ended, then the relaunch hit at a random moment of its setup or as it reads the checkpoint: SIGKILL of a rank or host, SIGUSR1, full disk", weight: 2, n: 2, run: (*chaos).resumeScenario},
+		{name: "double", how: "two of kill-rank, kill-host, explorer-kill, sigusr1, disk-full within one window (both armed first)", weight: 2, n: 2, run: (*chaos).double},
+	}
+}
+
+// record logs an injection as part of the current launch.
+func (c *chaos) record(inj *injection) {
+	inj.launch, inj.window = c.cur.n, -1
+	if b := c.beat(c.cur); b != nil {
+		inj.window = b.Window
+		if b.Window < 0 {
+			inj.detail += " [" + b.Phase + "]"
+		}
+	}
+	c.faults = append(c.faults, inj)
+	c.cur.faults = append(c.cur.faults, inj)
+	c.t.Logf("fault %d: %s, launch %d, window %d: %s", len(c.faults), inj.kind, inj.launch, inj.window, inj.detail)
+}
+
+// single injects one fault, and ends it after its duration.
+func (c *chaos) single(kind string, s starter) bool {
+	inj, stop := s(c)
+	if inj == nil {
+		return false
+	}
+	inj.kind = kind
+	c.record(inj)
+	c.hold(inj, stop)
+	return true
+}
+
+// hold keeps a fault with a duration in force for it, then ends it.
+func (c *chaos) hold(inj *injection, stop func()) {
+	if stop == nil {
+		return
+	}
+	c.active = append(c.active, inj)
+	c.sleep(time.Until(inj.at.Add(inj.dur)))
+	c.end1(inj, stop)
+}
+
+func (c *chaos) end1(inj *injection, stop func()) {
+	stop()
+	inj.until, c.quietFrom = time.Now(), time.Now()
+	for i, a := range c.active {
+		if a == inj {
+			c.active = append(c.active[:i], c.active[i+1:]...)
+			break
+		}
+	}
+}
+
+func (c *chaos) uniform(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(c.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (c *chaos) host() string { return c.tb.hosts[c.rng.IntN(len(c.tb.hosts))] }
+
+// rankPIDs maps every running hdet rank on the bed to "rank R on host".
+func (c *chaos) rankPIDs() map[int]string {
+	ranks := map[int]int{}
+	beats, _ := filepath.Glob(filepath.Join(c.runDir, "heartbeats", "rank-*[0-9]"))
+	for _, p := range beats {
+		if b, err := watchdog.ReadBeat(p); err == nil {
+			ranks[b.PID] = b.Rank
+		}
+	}
+	out := map[int]string{}
+	for _, h := range c.tb.hosts {
+		for _, pid := range c.pidsOf(h, c.hdet) {
+			r, ok := ranks[pid]
+			if ok {
+				out[pid] = fmt.Sprintf("rank %d (pid %d) on %s", r, pid, h)
+			} else {
+				out[pid] = fmt.Sprintf("a rank (pid %d) on %s", pid, h)
+			}
+		}
+	}
+	return out
+}
+
+// An armer finds what a fault will hit and returns the function that hits
+// it (nil when there is nothing to hit now): a double fault arms both
+// first, so that its two faults land within one window.
+type armer func(c *chaos) func() (*injection, func())
+
+// fired is an armer used as a starter.
+func fired(a armer) starter {
+	return func(c *chaos) (*injection, func()) {
+		if fire := a(c); fire != nil {
+			return fire()
+		}
+		return nil, nil
+	}
+}
+
+func armKillRank(c *chaos) func() (*injection, func()) {
+	ranks := c.rankPIDs()
+	if len(ranks) == 0 {
+		return nil
+	}
+	pids := make([]int, 0, len(ranks))
+	for p := range ranks {
+		pids = append(pids, p)
+	}
+	sort.Ints(pids)
+	pid := pids[c.rng.IntN(len(pids))]
+	return func() (*injection, func()) {
+		at := time.Now()
+		if syscall.Kill(pid, syscall.SIGKILL) != nil {
+			return nil, nil
+		}
+		return &injection{at: at, detail: ranks[pid]}, nil
+	}
+}
+
+func armKillHost(c *chaos) func() (*injection, func()) {
+	h := c.host()
+	pids := netnsPIDs(h)
+	if len(pids) == 0 {
+		return nil
+	}
+	return func() (*injection, func()) {
+		at := time.Now()
+		signalAll(pids, syscall.SIGKILL)
+		return &injection{at: at, detail: fmt.Sprintf("%s: %d processes", h, len(pids))}, nil
+	}
+}
+
+func signalAll(pids []int, sig syscall.Signal) {
+	for _, p := range pids {
+		_ = syscall.Kill(p, sig)
+	}
+}
+
+func freezeHost(c *chaos) (*injection, func()) {
+	h := c.host()
+	pids := netnsPIDs(h)
+	if len(pids) == 0 {
+		return nil, nil
+	}
+	at := time.Now()
+	signalAll(pids, syscall.SIGSTOP)
+	d := chaosWatchdog + c.uniform(2*time.Second, 5*time.Second)
+	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s: %d processes stopped for %.1f s", h, len(pids), d.Seconds())},
+		func() { signalAll(pids, syscall.SIGCONT) }
+}
+
+// inHost runs a command in a host's network namespace.
+func (c *chaos) inHost(host string, args ...string) error {
+	out, err := exec.Command("ip", append([]string{"netns", "exec", host}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s on %s: %w: %s", strings.Join(args, " "), host, err, out)
+	}
+	return nil
+}
+
+func linkDown(c *chaos) (*injection, func()) {
+	h := c.host()
+	at := time.Now()
+	require.NoError(c.t, c.inHost(h, "ip", "link", "set", "eth0", "down"))
+	d := c.uniform(2*time.Second, 20*time.Second)
+	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s's link down for %.1f s", h, d.Seconds())}, func() {
+		require.NoError(c.t, c.inHost(h, "ip", "link", "set", "eth0", "up"))
+		waitBack(c.t, c.tb, h)
+	}
+}
+
+var clusterBase = regexp.MustCompile(`(?m)^NC_BASE=(\S+)$`)
+
+// hostIP is a bed host's address.
+func (c *chaos) hostIP(host string) string {
+	env, err := os.ReadFile(filepath.Join(c.tb.state, "cluster.env"))
+	require.NoError(c.t, err)
+	m := clusterBase.FindSubmatch(env)
+	require.NotNil(c.t, m, "no NC_BASE in cluster.env")
+	return string(m[1]) + "." + strings.TrimPrefix(host, "hdnode")
+}
+
+func partition(c *chaos) (*injection, func()) {
+	i := c.rng.IntN(len(c.tb.hosts))
+	a, b := c.tb.hosts[i], c.tb.hosts[(i+1+c.rng.IntN(len(c.tb.hosts)-1))%len(c.tb.hosts)]
+	route := func(op, from, to string) {
+		require.NoError(c.t, c.inHost(from, "ip", "route", op, "blackhole", c.hostIP(to)+"/32"))
+	}
+	at := time.Now()
+	route("add", a, b)
+	route("add", b, a)
+	d := c.uniform(2*time.Second, 20*time.Second)
+	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s <-> %s cut for %.1f s", a, b, d.Seconds())}, func() {
+		route("del", a, b)
+		route("del", b, a)
+	}
+}
+
+func slowLink(c *chaos) (*injection, func()) {
+	h := c.host()
+	var qdisc []string
+	if c.tools.netem {
+		qdisc = []string{"netem", "delay", fmt.Sprintf("%dms", 10+c.rng.IntN(50)), "10ms", "loss", fmt.Sprintf("%d%%", 1+c.rng.IntN(5))}
+	} else {
+		qdisc = []string{"tbf", "rate", fmt.Sprintf("%dmbit", 4+c.rng.IntN(13)), "burst", "32kb", "latency", "50ms"}
+	}
+	at := time.Now()
+	require.NoError(c.t, c.inHost(h, append([]string{"tc", "qdisc", "add", "dev", "eth0", "root"}, qdisc...)...))
+	d := c.uniform(2*time.Second, 10*time.Second)
+	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s: %s for %.1f s", h, strings.Join(qdisc, " "), d.Seconds())}, func() {
+		require.NoError(c.t, c.inHost(h, "tc", "qdisc", "del", "dev", "eth0", "root"))
+	}
+}
+
+// fill leaves at most leave bytes free on the run directory's file system
+// for d.
+func (c *chaos) fill(leave int64, d time.Duration) (*injection, func()) {
+	return c.armFill(leave, d)()
+}
+
+// armFill opens the file that will leave at most leave bytes free on the
+// run directory's file system for d.
+func (c *chaos) armFill(leave int64, d time.Duration) func() (*injection, func()) {
+	path := filepath.Join(c.fsDir, fmt.Sprintf("fill-%d", time.Now().UnixNano()))
+	f, err := os.Create(path)
+	require.NoError(c.t, err)
+	left := c.rng.Int64N(leave + 1)
+	return func() (*injection, func()) {
+		defer f.Close()
+		var st syscall.Statfs_t
+		require.NoError(c.t, syscall.Statfs(c.fsDir, &st))
+		at := time.Now()
+		for size := int64(st.Bavail)*st.Bsize - left; size > 0; size -= 64 << 10 { // the run may write meanwhile: shrink until it fits
+			if syscall.Fallocate(int(f.Fd()), 0, 0, size) == nil {
+				break
+			}
+		}
+		require.NoError(c.t, syscall.Statfs(c.fsDir, &st))
+		return &injection{at: at, dur: d, detail: fmt.Sprintf("%d kB free of %d MiB for %.1f s", int64(st.Bavail)*st.Bsize>>10, int64(st.Blocks)*st.Bsize>>20, d.Seconds())},
+			func() { require.NoError(c.t, os.Remove(path)) }
+	}
+}
+
+func armDiskFull(c *chaos) func() (*injection, func()) {
+	return c.armFill(400<<10, c.uniform(200*time.Millisecond, 1500*time.Millisecond))
+}
+
+// diskFullLong fills the disk past run.checkpoint_max_failing: the launch
+// must stop with that error (not train on unprotected), and relaunches meet
+// the full disk in their setup until it is freed.
+func (c *chaos) diskFullLong() bool {
+	inj, stop := c.fill(32<<10, chaosMaxFailing+c.uniform(5*time.Second, 15*time.Second))
+	inj.kind = "disk-full-long"
+	c.record(inj)
+	// Windows enough left to train past run.checkpoint_max_failing (with
+	// room for a loaded machine): the launch must stop on it.
+	if inj.window >= 0 && time.Duration(c.windows-inj.window)*c.ref.window > 4*chaosMaxFailing {
+		c.expect(c.cur.n, true, "(run.checkpoint_max_failing "+chaosMaxFailing.String()+")", "checkpoints failing past run.checkpoint_max_failing stop the run")
+		c.expect(c.cur.n, true, "no space left on device (the file system of "+c.runDir, "the disk-full message names the path and its free space")
+	}
+	c.active = append(c.active, inj)
+	for time.Now().Before(inj.at.Add(inj.dur)) {
+		if c.cur.exited() {
+			c.relaunch()
+		}
+		c.tick()
+	}
+	c.end1(inj, stop)
+	return true
+}
+
+// chaosExpect is what a launch's log must show: launch from's, or (only
+// false) that of one launch from it on.
+type chaosExpect struct {
+	from      int
+	only      bool
+	text, why string
+}
+
+func (c *chaos) expect(from int, only bool, text, why string) {
+	c.expects = append(c.expects, chaosExpect{from: from, only: only, text: text, why: why})
+}
+
+// armSigusr1 waits for mpirun to have started every rank: signalled while
+// it still starts them, Open MPI 4.1's mpirun can end with "ORTE does not
+// know how to route a message" and exit 0 having run nothing (or drop the
+// signal), which is the launcher's doing, not hdet's (docs/chaos.md).
+func armSigusr1(c *chaos) func() (*injection, func()) {
+	l := c.cur
+	if l.exited() || len(c.rankPIDs()) < 6 {
+		return nil
+	}
+	return func() (*injection, func()) {
+		at := time.Now()
+		if l.cmd.Process.Signal(syscall.SIGUSR1) != nil {
+			return nil, nil
+		}
+		return &injection{at: at, detail: "to mpirun"}, nil
+	}
+}
+
+func armExplorerKill(c *chaos) func() (*injection, func()) {
+	for _, h := range c.tb.hosts {
+		if pids := c.pidsOf(h, c.explorer); len(pids) > 0 {
+			return func() (*injection, func()) {
+				at := time.Now()
+				signalAll(pids, syscall.SIGKILL)
+				return &injection{at: at, detail: fmt.Sprintf("pid %d on %s", pids[0], h)}, nil
+			}
+		}
+	}
+	return nil
+}
+
+// ender ends the current launch with a SIGKILL of a rank or a host, or
+// SIGUSR1, and waits for it to exit.
+func (c *chaos) ender() bool {
+	names := []string{"kill-rank", "kill-host", "sigusr1"}
+	ss := []starter{fired(armKillRank), fired(armKillHost), fired(armSigusr1)}
+	i := c.rng.IntN(len(ss))
+	if !c.single(names[i], ss[i]) {
+		return false
+	}
+	c.waitExit()
+	return true
+}
+
+// corruptScenario ends the launch and damages its newest checkpoint before
+// the relaunch, which must fall back to the one before.
+func (c *chaos) corruptScenario() bool {
+	if !c.ender() {
+		return false
+	}
+	c.beforeNext = append(c.beforeNext, c.corruptNewest)
+	c.pending++
+	return true
+}
+
+// corruptNewest flips a byte of, cuts or empties the newest checkpoint
+// (when one before it is valid: the run must stay resumable).
+func (c *chaos) corruptNewest() {
+	dir := filepath.Join(c.runDir, "checkpoints")
+	names, _ := filepath.Glob(filepath.Join(dir, "ckpt-*.hdet"))
+	if len(names) < 2 {
+		c.beforeNext = append(c.beforeNext, c.corruptNewest) // after the next launch, then
+		return
+	}
+	sort.Strings(names)
+	newest := names[len(names)-1]
+	if _, _, _, err := checkpoint.Latest(dir); err != nil {
+		c.beforeNext = append(c.beforeNext, c.corruptNewest)
+		return
+	}
+	data, err := os.ReadFile(newest)
+	require.NoError(c.t, err)
+	var how string
+	switch c.rng.IntN(3) {
+	case 0:
+		off := c.rng.IntN(len(data))
+		data[off] ^= 0x5a
+		how = fmt.Sprintf("byte %d of %d flipped", off, len(data))
+	case 1:
+		data = data[:c.rng.IntN(len(data))]
+		how = fmt.Sprintf("cut to %d bytes", len(data))
+	default:
+		data = nil
+		how = "emptied"
+	}
+	at := time.Now()
+	require.NoError(c.t, os.WriteFile(newest, data, 0o644))
+	c.pending--
+	inj := &injection{kind: "corrupt-checkpoint", at: at, launch: len(c.launches) + 1, window: -1, detail: filepath.Base(newest) + ": " + how}
+	c.faults = append(c.faults, inj)
+	c.t.Logf("fault %d: %s, before launch %d: %s", len(c.faults), inj.kind, inj.launch, inj.detail)
+	c.expect(inj.launch, false, "skipping a damaged checkpoint", "a damaged newest checkpoint is skipped for the one before ("+inj.detail+")")
+}
+
+// resumeScenario ends the launch; the relaunch is hit in its setup.
+func (c *chaos) resumeScenario() bool {
+	if !c.ender() {
+		return false
+	}
+	c.nextSetup = true
+	c.pending++
+	return true
+}
+
+// setupFault hits the current launch at a random moment of its setup (MPI
+// start, data, explorers, the checkpoint read, the run directory).
+func (c *chaos) setupFault() {
+	l := c.cur
+	if c.rng.IntN(2) == 0 {
+		c.sleep(time.Duration(c.rng.Float64() * float64(c.setupTime)))
+	} else {
+		c.waitPhase("setup: resume") // the checkpoint read
+	}
+	names := []string{"kill-rank", "kill-host", "sigusr1", "disk-full"}
+	ss := []starter{fired(armKillRank), fired(armKillHost), fired(armSigusr1), func(c *chaos) (*injection, func()) {
+		return c.fill(64<<10, c.uniform(time.Second, 5*time.Second))
+	}}
+	for _, i := range c.rng.Perm(len(ss)) {
+		if l.exited() {
+			break
+		}
+		if inj, stop := ss[i](c); inj != nil {
+			inj.kind, inj.setup = "resume", true
+			inj.detail = names[i] + ": " + inj.detail
+			c.record(inj)
+			c.pending--
+			c.hold(inj, stop)
+			return
+		}
+	}
+	c.nextSetup = true // nothing to hit: the next launch, then
+}
+
+// waitPhase waits, polling rank 0's heartbeat every 2 ms, until the
+// launch is in phase (or past its setup, or gone).
+func (c *chaos) waitPhase(phase string) {
+	for deadline := time.Now().Add(2*c.setupTime + 10*time.Second); time.Now().Before(deadline) && !c.cur.exited(); {
+		if b := c.beat(c.cur); b != nil && (b.Phase == phase || b.Window >= 0) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// double injects two faults within one window.
+func (c *chaos) double() bool {
+	names := []string{"kill-rank", "kill-host", "explorer-kill", "sigusr1", "disk-full"}
+	arms := []armer{armKillRank, armKillHost, armExplorerKill, armSigusr1, armDiskFull}
+	var fires []func() (*injection, func())
+	var kinds []string
+	for _, i := range c.rng.Perm(len(arms)) {
+		if len(fires) == 2 {
+			break
+		}
+		if f := arms[i](c); f != nil {
+			fires, kinds = append(fires, f), append(kinds, names[i])
+		}
+	}
+	if len(fires) < 2 {
+		return false
+	}
+	var got []*injection
+	var stops []func()
+	for i, fire := range fires {
+		if i > 0 {
+			time.Sleep(time.Duration(c.rng.Float64() * float64(c.ref.window) / 2))
+		}
+		if inj, stop := fire(); inj != nil {
+			inj.kind, inj.pair = kinds[i], true
+			got, stops = append(got, inj), append(stops, stop)
+		}
+	}
+	for _, inj := range got {
+		c.record(inj)
+	}
+	if len(got) == 2 {
+		c.t.Logf("double: %s and %s %.1f ms apart", got[0].kind, got[1].kind, 1e3*got[1].at.Sub(got[0].at).Seconds())
+	}
+	for i, inj := range got {
+		if stops[i] != nil {
+			c.active = append(c.active, inj)
+			c.sleep(time.Until(inj.at.Add(inj.dur)))
+			c.end1(inj, stops[i])
+		}
+	}
+	return len(got) > 0
+}
+
+// chaosToolset is what the bed's kernel offers.
+type chaosToolset struct{ netem bool }
+
+// chaosTools checks for tc and whether the kernel has netem (this one has
+// no CONFIG_NET_SCH_NETEM: tbf stands in).
+func chaosTools(t *testing.T, tb *testbed) chaosToolset {
+	t.Helper()
+	testenv.NeedTool(t, "tc")
+	h := tb.hosts[0]
+	err := exec.Command("ip", "netns", "exec", h, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms").Run()
+	if err == nil {
+		_ = exec.Command("ip", "netns", "exec", h, "tc", "qdisc", "del", "dev", "lo", "root").Run()
+	}
+	return chaosToolset{netem: err == nil}
+}

@@ -1,0 +1,215 @@
+package tests
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/slurm"
+)
+
+// The chaos soak (issue 32): one training run on the test bed's 3 hosts x 2
+// ranks driven through a seeded random schedule of faults, each at a random
+// moment, relaunched after every failure the way `sbatch --requeue` does
+// (the same command, the same run directory), until it finishes. The
+// verdict: the final checksum equals an uninterrupted run's (and so does
+// every window's), metrics.jsonl holds each window once in order with one
+// end record, every checkpoint left is whole, no process is left on any
+// host, and every failed launch exited non-zero within chaosBound of its
+// fault. HDET_CHAOS_SEED replays a schedule, HDET_CHAOS_FAULTS sizes it
+// (25 by default, the CI run; 200 for the nightly kind of soak).
+
+const (
+	chaosWatchdog   = 15 * time.Second // train.watchdog: ends a launch stuck on a frozen host or a cut link
+	chaosMaxFailing = 3 * time.Second  // run.checkpoint_max_failing: at 30-50 ms a window, 60-100 windows unprotected
+	chaosWindow     = 5                // steps per window
+	// chaosBound: a launch a fault ends must exit within this of the fault
+	// (of its SIGCONT for a frozen host: a stopped host's daemon cannot be
+	// told to end under mpirun), and a launch no fault stops must make
+	// progress within it; past it the launch counts as hung.
+	chaosBound = 3 * chaosWatchdog
+	// chaosDiskMiB sizes the tmpfs the run directory is on.
+	chaosDiskMiB = 12
+)
+
+func chaosConfig(windows int) string {
+	return fmt.Sprintf(`# the chaos soak's run (tests/chaos_test.go)
+workload: {hidden: [32], batch_size: 32}
+train: {steps: %d, window: %d, seed: 11, sync: local, watchdog: %s}
+run: {progress: none, checkpoint_every: 2, keep: 3, checkpoint_max_failing: %s}
+explorers:
+  - name: lr
+    plugin: hdet-explorer-lr
+    config:
+      schedule: {kind: onecycle, max_lr: 0.004}
+      spread: {alpha: 0.5, narrow_from: 1}
+`, windows*chaosWindow, chaosWindow, chaosWatchdog, chaosMaxFailing)
+}
+
+// chaosParams reads HDET_CHAOS_SEED (default 1) and HDET_CHAOS_FAULTS
+// (default 25).
+func chaosParams(t *testing.T) (seed uint64, faults int) {
+	t.Helper()
+	seed, faults = 1, 25
+	if s := os.Getenv("HDET_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "HDET_CHAOS_SEED")
+		seed = v
+	}
+	if s := os.Getenv("HDET_CHAOS_FAULTS"); s != "" {
+		v, err := strconv.Atoi(s)
+		require.NoError(t, err, "HDET_CHAOS_FAULTS")
+		require.Positive(t, v, "HDET_CHAOS_FAULTS")
+		faults = v
+	}
+	return seed, faults
+}
+
+func TestMultiHostChaos(t *testing.T) {
+	seed, nFaults := chaosParams(t)
+	// Enough windows that the faults, one after another with a few windows
+	// between them, all land before the end.
+	windows := max(500, 20*nFaults)
+	say(t, "chaos: HDET_CHAOS_SEED=%d HDET_CHAOS_FAULTS=%d (%d windows of %d steps; replay with these two)", seed, nFaults, windows, chaosWindow)
+	tb := startTestbed(t, 3, false)
+	tools := chaosTools(t, tb)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "chaos.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(chaosConfig(windows)), 0o644))
+
+	c := newChaos(t, tb, rand.New(rand.NewPCG(seed, 0x68646574)), cfgPath, windows)
+	c.tools = tools
+	c.ref = c.reference(filepath.Join(dir, "reference"))
+	c.setupTime = c.ref.setup
+	say(t, "chaos: uninterrupted run: %.1f s (setup %.1f s, %.1f ms a window), checksum %s",
+		c.ref.wall.Seconds(), c.ref.setup.Seconds(), 1e3*c.ref.window.Seconds(), c.ref.checksum)
+
+	fsDir := filepath.Join(dir, "fs")
+	require.NoError(t, os.Mkdir(fsDir, 0o755))
+	mountTmpfs(t, fsDir, fmt.Sprintf("size=%dm", chaosDiskMiB+windows/200))
+	t.Cleanup(c.killEverything) // before the tmpfs is unmounted
+	c.useDisk(fsDir)
+
+	c.run(nFaults)
+	c.printTable(seed, nFaults)
+	c.verdict()
+}
+
+// say prints a line of the soak's report on stdout (go test -v shows it
+// as it comes) and in the test's log.
+func say(t *testing.T, format string, a ...any) {
+	t.Helper()
+	fmt.Printf(format+"\n", a...)
+}
+
+// mpirunArgs is the launch: 3 hosts x 2 ranks, the keepalives `hdet sbatch
+// --launcher mpirun` writes, the run directory.
+func (c *chaos) mpirunArgs(runDir string) []string {
+	args := []string{"--hostfile", c.tb.hostfile(c.t, 3, 2), "-np", "6", "--bind-to", "none"}
+	args = append(args, strings.Fields(slurm.MpirunKeepalive)...)
+	return append(args, c.hdet, "run", c.cfgPath, "--run-dir", runDir, "--plugin-dir", filepath.Dir(c.explorer),
+		"--set", "workload.data="+mnistDir(c.t))
+}
+
+// reference runs the same config once without faults.
+func (c *chaos) reference(runDir string) chaosRef {
+	t := c.t
+	c.runDir = runDir
+	c.args = c.mpirunArgs(runDir)
+	l := c.startLaunch()
+	var firstWindow time.Time
+	for !l.exited() {
+		if b := c.beat(l); firstWindow.IsZero() && b != nil && b.Window >= 0 {
+			firstWindow = time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+		require.Less(t, time.Since(l.start), 10*time.Minute, "the uninterrupted run hangs")
+	}
+	require.Equal(t, 0, l.code, "the uninterrupted run failed:\n%s", l.tail(40))
+	recs := readMetrics(t, runDir)
+	ref := chaosRef{wall: l.end.Sub(l.start), setup: firstWindow.Sub(l.start), windows: map[int]string{}}
+	for _, r := range recs {
+		switch r.Type {
+		case metrics.TypeWindow:
+			ref.windows[r.Window] = r.Checksum
+		case metrics.TypeEnd:
+			ref.checksum = r.Checksum
+		}
+	}
+	require.Len(t, ref.windows, c.windows)
+	require.NotEmpty(t, ref.checksum)
+	ref.window = (ref.wall - ref.setup) / time.Duration(c.windows)
+	c.checkLeftovers(l)
+	c.launches = nil
+	return ref
+}
+
+type chaosRef struct {
+	wall, setup, window time.Duration
+	checksum            string
+	windows             map[int]string // window -> checksum after its converge
+}
+
+func readMetrics(t *testing.T, runDir string) []metrics.Record {
+	t.Helper()
+	recs, truncated, err := metrics.ReadFile(filepath.Join(runDir, "metrics.jsonl"))
+	require.NoError(t, err)
+	require.False(t, truncated, "metrics.jsonl ends in a partial line")
+	return recs
+}
+
+// verdict asserts what the soak promises.
+func (c *chaos) verdict() {
+	t := c.t
+	recs := readMetrics(t, c.runDir)
+	var windows []int
+	ends := 0
+	for i, r := range recs {
+		switch r.Type {
+		case metrics.TypeWindow:
+			windows = append(windows, r.Window)
+			assert.Equal(t, c.ref.windows[r.Window], r.Checksum, "window %d's parameters differ from the uninterrupted run's", r.Window)
+		case metrics.TypeEnd:
+			ends++
+			assert.Equal(t, len(recs)-1, i, "the end record is the last line")
+			assert.Equal(t, c.ref.checksum, r.Checksum, "the final parameters differ from the uninterrupted run's")
+		}
+	}
+	want := make([]int, c.windows)
+	for i := range want {
+		want[i] = i
+	}
+	assert.Equal(t, want, windows, "each window recorded exactly once, in order")
+	assert.Equal(t, 1, ends, "one end record")
+	assert.Empty(t, c.badCheckpoints(), "every file in checkpoints/ is a whole, readable checkpoint")
+	assert.Empty(t, c.leftovers, "no process left on any host after a launch")
+	for _, l := range c.launches {
+		assert.False(t, l.hang, "launch %d hung:\n%s", l.n, l.tail(30))
+		if l.code != 0 && l.cause != nil {
+			assert.LessOrEqual(t, l.exitAfter, chaosBound, "launch %d ended %.1f s after its fault (%s), past the bound", l.n, l.exitAfter.Seconds(), l.cause.kind)
+		}
+	}
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+	c.checkExpects()
+	for _, l := range c.launches {
+		if l.cause != nil && l.cause.kind == "sigusr1" && len(l.faults) == 1 {
+			assert.Equal(t, 3, l.code, "launch %d: SIGUSR1 alone ends a launch with exit 3 (checkpoint and stop)", l.n)
+		}
+	}
+	kinds := c.kindsSeen()
+	assert.Equal(t, c.nFaults, len(c.faults), "every scheduled fault was injected")
+	if c.nFaults >= 25 {
+		assert.GreaterOrEqual(t, len(kinds), 8, "faults of at least 8 kinds")
+	}
+}

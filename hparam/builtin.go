@@ -150,15 +150,22 @@ func offsetNarrowing(until float64) Narrowing {
 	return Narrowing{From: until, To: min(1, until+0.1), AlphaEnd: 0}
 }
 
+// searchWithoutWarmup is auto.until's default for a schedule without a
+// warm-up in a run that commits.
+const searchWithoutWarmup = 0.25
+
 // defaultUntil is the offset form's default auto.until: through the
-// schedule's warm-up and the first window boundary after it, when the
-// schedule has a warm-up; else the whole run. After the peak the probe
-// signal leans low (a replica with a smaller rate anneals faster over one
-// window: short-horizon bias), and measured on MNIST those readings pulled
-// a well-found offset back down, so u learns while the schedule rises.
-func defaultUntil(sched Schedule, s Setup) float64 {
+// schedule's warm-up and the first window boundary after it (docs/design.md
+// §6.1). A schedule without a warm-up (a constant) searches a quarter of
+// the run when it commits, so that it ends with a OneCycle learning rate's
+// usual warm-up rather than keep the run from ever committing; continuing,
+// it learns the whole run.
+func defaultUntil(sched Schedule, s Setup, commit CommitMode) float64 {
 	end := warmupEnd(sched)
-	if end <= 0 {
+	switch {
+	case end <= 0 && commit == CommitRestart:
+		return searchWithoutWarmup
+	case end <= 0:
 		return 1
 	}
 	return min(1, float64(firstUpdate(end, s.WindowSteps)+1)/float64(s.TotalSteps))
@@ -292,7 +299,7 @@ func (b *builtin) parse(s Setup) (parsedConfig, error) {
 	// Narrowing is revision 2's: it spends the end of the run on the answer
 	// the offset form found, so without it the spread keeps its width.
 	if as.Until == nil && p.auto.Form == FormOffset {
-		p.auto.Until = defaultUntil(p.sched, s)
+		p.auto.Until = defaultUntil(p.sched, s, p.auto.Commit)
 	}
 	narrow := Narrowing{From: 1, To: 1, AlphaEnd: -1}
 	if p.autoOn && p.auto.Form == FormOffset {

@@ -75,7 +75,8 @@ func TestBuiltinSearchStates(t *testing.T) {
 		{"paper form", BuiltinLR, `{"schedule": {"max_lr": 0.01}, "auto": {"form": "paper"}}`, SearchNone},
 		{"auto off: nothing to search", BuiltinDropout, `{"schedule": 0.1, "auto": {"enabled": false}}`, SearchNone},
 		{"auto off, restart asked for", BuiltinDropout, `{"schedule": 0.1, "auto": {"enabled": false, "commit": "restart", "until": 0.2}}`, SearchDone},
-		{"a constant searches the whole run by default", BuiltinWeightDecay, `{"schedule": 0.01}`, Searching},
+		{"a constant searches a quarter of the run by default", BuiltinWeightDecay, `{"schedule": 0.01}`, SearchDone},
+		{"a longer search, asked for", BuiltinWeightDecay, `{"schedule": 0.01, "auto": {"until": 0.35}}`, Searching},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := lrSetup

@@ -18,7 +18,7 @@ func threeExplorers(t testing.TB, alpha float64, autoStart int) []NamedExplorer 
 		require.NoError(t, err)
 		return NamedExplorer{Name: name, Explorer: e, Config: []byte(cfg)}
 	}
-	auto := fmt.Sprintf(`"spread": {"alpha": %v}, "auto": {"start": %d}`, alpha, autoStart)
+	auto := fmt.Sprintf(`"spread": {"alpha": %v}, "auto": {"start": %d, "commit": "continue"}`, alpha, autoStart)
 	return []NamedExplorer{
 		mk(BuiltinLR, "lr", `{"schedule": {"max_lr": 0.1}, `+auto+`}`),
 		mk(BuiltinDropout, "dropout", `{"schedule": 0.2, `+auto+`}`),

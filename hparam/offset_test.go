@@ -34,7 +34,7 @@ func window(t *testing.T, e Explorer, k int, f func(x float64) float64) (WindowP
 func constLR(t *testing.T, extra string) Explorer {
 	t.Helper()
 	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
-		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"`+extra+`}}`, lrSetup)
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train", "commit": "continue"`+extra+`}}`, lrSetup)
 	require.NoError(t, err)
 	return e
 }
@@ -290,7 +290,7 @@ func TestOffsetDefaultUntil(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{0.5, 0.5, 0.5, 0.5, 0.05, 0, 0, 0, 0, 0}, alphas, 1e-12)
 	dropSetup := lrSetup
 	dropSetup.Name = "dropout"
-	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1}`, dropSetup)
+	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1, "auto": {"commit": "continue"}}`, dropSetup)
 	require.NoError(t, err)
 	for k := range 10 {
 		wp, err := e.Plan(context.Background(), WindowRequest{Window: k, Start: 10 * k, Steps: 10})

@@ -30,15 +30,16 @@ explorers:
 `
 
 // pinnedAuto lets the explorers move their bases (the controller's plan
-// changes with the observed losses).
+// changes with the observed losses), in one pass (revision 2: auto.commit
+// continue).
 const pinnedAuto = `
 explorers:
   - name: lr
     plugin: hdet-explorer-lr
-    config: {schedule: {kind: onecycle, max_lr: 0.004}, spread: {alpha: 0.5}, auto: {start: 20}}
+    config: {schedule: {kind: onecycle, max_lr: 0.004}, spread: {alpha: 0.5}, auto: {start: 20, commit: continue}}
   - name: weight_decay
     plugin: hdet-explorer-weight-decay
-    config: {schedule: 0.01, spread: {kind: geometric, alpha: 2}, auto: {start: 0}}
+    config: {schedule: 0.01, spread: {kind: geometric, alpha: 2}, auto: {start: 0, commit: continue}}
 `
 
 const pinnedAutoSum = "f7250d94ddc12dfb"

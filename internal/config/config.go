@@ -110,7 +110,7 @@ func Default() Config {
 			Optimizer: "adamw", LR: 1e-3, Momentum: 0.9, Beta2: 0.999, Eps: 1e-8,
 			WeightDecay: 0.01, Dropout: 0.1,
 		},
-		Train: Train{Sync: "local", Window: 25, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024,
+		Train: Train{Sync: "local", Window: 50, Seed: 1, WarmNoise: 0.01, ProbeExamples: 1024,
 			Watchdog: Duration(30 * time.Minute), DivergenceFactor: 10, MaxRollbacks: 3, ReplicaSize: 1},
 		Run: Run{Dir: "runs/hdet", CheckpointEvery: 10, Keep: 3, Progress: "auto",
 			CheckpointMaxFailing: Duration(30 * time.Minute)},

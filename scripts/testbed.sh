@@ -18,12 +18,16 @@
 # (mpirun: rsh agent, TCP only) and, with --slurm, $STATE/slurm/env.sh.
 #   HDET_TESTBED_HOSTS (3)   HDET_TESTBED_SLOTS (2)   HDET_TESTBED_STATE (/tmp/hdet-testbed)
 #   HDET_TESTBED_LOCK (/tmp/hdet-testbed.lock)
+# A second bed beside this one (the hosts are still its namespaces on one
+# bridge) takes other names, state, lock and subnet:
+#   HDET_TESTBED_PREFIX (hdnode)   HDET_TESTBED_BRIDGE (hdbr0)   HDET_TESTBED_SUBNET (10.218.7.0/24)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TB=$HERE/testbed
 STATE=${HDET_TESTBED_STATE:-/tmp/hdet-testbed}
 export NETNS_HOSTS=${HDET_TESTBED_HOSTS:-3} NETNS_SLOTS=${HDET_TESTBED_SLOTS:-2}
-export NETNS_PREFIX=hdnode NETNS_BRIDGE=hdbr0 NETNS_SUBNET=10.218.7.0/24 NETNS_UTS=1
+export NETNS_PREFIX=${HDET_TESTBED_PREFIX:-hdnode} NETNS_BRIDGE=${HDET_TESTBED_BRIDGE:-hdbr0}
+export NETNS_SUBNET=${HDET_TESTBED_SUBNET:-10.218.7.0/24} NETNS_UTS=1
 export NETNS_STATE_DIR=$STATE NETNS_KILL_WAIT=2
 export SLURM_MULTI_DIR=$STATE/slurm SLURM_CTLD_PORT=16917 SLURM_NODE_CPUS=4
 LOCK=${HDET_TESTBED_LOCK:-/tmp/hdet-testbed.lock}

@@ -53,8 +53,18 @@ type Job struct {
 	// replica fills a node (or G/tasks-per-node whole nodes) and only the
 	// converge crosses the network.
 	ReplicaSize int
-	Command     string // the command line that made the script, for its header
+	// Sync is train.sync for the job ("": the config's): gradients for
+	// links fast enough to all-reduce the gradients every step, local for
+	// slower ones (docs/sync-modes.md). The script says which and why.
+	Sync    string
+	Command string // the command line that made the script, for its header
 }
+
+// Sync modes Script can set.
+const (
+	SyncLocal     = "local"
+	SyncGradients = "gradients"
+)
 
 // Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 var timeRE = regexp.MustCompile(`^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$`)
@@ -138,6 +148,9 @@ func (j Job) Validate() error {
 	}
 	if j.JobName == "" {
 		bad("--job-name: must not be empty")
+	}
+	if j.Sync != "" && j.Sync != SyncLocal && j.Sync != SyncGradients {
+		bad("--sync %q: want local or gradients (or leave it out: the config's train.sync)", j.Sync)
 	}
 	if err := j.checkReplica(); err != nil {
 		errs = append(errs, err)
@@ -306,6 +319,7 @@ func (j Job) launch(b *scriptWriter, tpn int) {
 		b.w("# Open MPI under srun speaks PMIx only. No --kill-on-bad-exit: a rank that")
 		b.w("# exits first after a preemption must not kill rank 0 while it checkpoints.")
 		dist, set := j.replicaLayout(b)
+		set += j.syncMode(b)
 		if dist != "" {
 			dist = " --distribution=block:block"
 		}
@@ -319,6 +333,7 @@ func (j Job) launch(b *scriptWriter, tpn int) {
 		b.w("# mpirun takes the task slots from the allocation. The keepalives end the job")
 		b.w("# within about 14 s when a node freezes or loses its link.")
 		rank, set := j.replicaLayout(b)
+		set += j.syncMode(b)
 		if rank != "" {
 			rank = " --rank-by slot"
 		}
@@ -343,4 +358,22 @@ func (j Job) replicaLayout(b *scriptWriter) (layout, set string) {
 	b.w("# gradient traffic stays inside a replica and only the converge (every")
 	b.w("# train.window steps, 1/%d of the parameters per rank) crosses between replicas.", g)
 	return "block", fmt.Sprintf(" --set train.replica_size=%d", g)
+}
+
+// syncMode explains the sync mode asked for in the script and returns
+// hdet's --set of train.sync ("" when the config's stands).
+func (j Job) syncMode(b *scriptWriter) string {
+	switch j.Sync {
+	case SyncGradients:
+		b.w("# train.sync gradients: the gradients are all-reduced over every rank every")
+		b.w("# step, as DDP does; for links that move 2x the gradients in a small part of")
+		b.w("# a step's compute (docs/sync-modes.md).")
+	case SyncLocal:
+		b.w("# train.sync local: nothing crosses between replicas inside a window; one")
+		b.w("# allreduce of the parameters and optimizer state every train.window steps;")
+		b.w("# for links too slow for the gradients every step (docs/sync-modes.md).")
+	default:
+		return ""
+	}
+	return " --set train.sync=" + j.Sync
 }

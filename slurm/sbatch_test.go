@@ -229,3 +229,32 @@ func TestScriptReplicaSizeMustDivide(t *testing.T) {
 	require.ErrorIs(t, err, ErrOption)
 	assert.Contains(t, err.Error(), "straddle")
 }
+
+// --sync states the job's train.sync in the script, with why; without it
+// the config's stands.
+func TestScriptSyncMode(t *testing.T) {
+	j := gpuJob()
+	j.ReplicaSize, j.Sync = 8, SyncLocal
+	s, err := Script(j)
+	require.NoError(t, err)
+	assert.Contains(t, strings.Split(s, "\n"), `srun --mpi=pmix --nodes=2 --ntasks-per-node=8 --distribution=block:block --gpus-per-node=8 "$HDET" run --run-dir "$RUN_DIR" --set train.replica_size=8 --set train.sync=local "$CONFIG" &`)
+	assert.Contains(t, s, "# train.sync local: nothing crosses between replicas inside a window")
+	bashSyntax(t, s)
+
+	j.ReplicaSize, j.Sync, j.Launcher = 0, SyncGradients, LauncherMpirun
+	s, err = Script(j)
+	require.NoError(t, err)
+	assert.Contains(t, strings.Split(s, "\n"), `mpirun -np "$SLURM_NTASKS" --map-by ppr:8:node `+MpirunKeepalive+` "$HDET" run --run-dir "$RUN_DIR" --set train.sync=gradients "$CONFIG" &`)
+	assert.Contains(t, s, "# train.sync gradients:")
+	bashSyntax(t, s)
+
+	j.Sync = ""
+	s, err = Script(j)
+	require.NoError(t, err)
+	assert.NotContains(t, s, "train.sync", "the config's mode")
+
+	j.Sync = "ring"
+	_, err = Script(j)
+	require.ErrorIs(t, err, ErrOption)
+	assert.Contains(t, err.Error(), `--sync "ring": want local or gradients`)
+}

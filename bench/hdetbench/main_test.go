@@ -159,7 +159,7 @@ func TestPlotSweepWritesAPNG(t *testing.T) {
 
 func TestRunRejectsBadFlags(t *testing.T) {
 	var out, errb bytes.Buffer
-	err := run([]string{"-studies", "7"}, &out, &errb)
+	err := run([]string{"-studies", "6"}, &out, &errb)
 	assert.ErrorContains(t, err, "-studies")
 	err = run([]string{"-np", "0"}, &out, &errb)
 	assert.ErrorContains(t, err, "-np")

@@ -38,6 +38,7 @@ type bench struct {
 	best       int      // index into sweep of the best point
 	hdetAbs    []result // study 1's AdamW HDET runs (default config, first seed), one per start
 	overheadTs map[int][]result
+	doc, plots string // -out and -plots, for study 7's plot
 }
 
 func (b *bench) epochSets() []string {

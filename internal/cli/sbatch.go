@@ -22,6 +22,7 @@ func runSbatch(s Streams, args []string) error {
 	fs.IntVar(&j.NTasksPerNode, "ntasks-per-node", 0, "tasks per node on CPU clusters (with GPUs: one per GPU)")
 	fs.IntVar(&j.CPUsPerTask, "cpus-per-task", 0, "CPUs per task (0: the cluster's default)")
 	fs.IntVar(&j.ReplicaSize, "replica-size", 0, "ranks per replica (train.replica_size; 0: the config's); a replica fills a node")
+	fs.StringVar(&j.Sync, "sync", "", "train.sync: gradients (fast links) or local (slow links; docs/sync-modes.md); empty: the config's")
 	fs.StringVar(&j.Time, "time", "", "time limit, e.g. 24:00:00 or 2-00:00:00 (required)")
 	fs.StringVar(&j.Partition, "partition", "", "partition (empty: the cluster's default)")
 	fs.StringVar(&j.Account, "account", "", "account to charge (empty: your default)")

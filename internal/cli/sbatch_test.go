@@ -109,3 +109,15 @@ func TestSbatchDoubleDashEndsFlags(t *testing.T) {
 	require.Equal(t, ExitOK, code, stderr)
 	assert.Contains(t, out, "CONFIG='"+filepath.Join(dir, "--odd.yaml")+"'\n")
 }
+
+func TestSbatchSync(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir)
+	code, out, stderr := sbatchIn(t, dir, "mnist.yaml", "--time", "10", "--ntasks-per-node", "4", "--sync", "local")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, out, ` --set train.sync=local "$CONFIG" &`)
+	code, out, stderr = sbatchIn(t, dir, "mnist.yaml", "--time", "10", "--ntasks-per-node", "4", "--sync", "allreduce")
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, stderr, `--sync "allreduce": want local or gradients`)
+	assert.Empty(t, out)
+}

@@ -59,6 +59,7 @@ type window struct {
 	tGather                       time.Time
 	sum                           string
 	eval                          *metrics.Eval
+	allreduce, evalSeconds        float64 // the gradient allreduces inside fanout, the evaluation
 }
 
 func (w *window) end() int { return w.start + w.steps }
@@ -246,6 +247,9 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 func (l *loop) gather(w *window) error {
 	l.watch.Enter(w.index, w.end(), PhaseGather)
 	w.tGather = time.Now()
+	if r, ok := l.grads.(*reducer); ok {
+		w.allreduce = r.taken().Seconds()
+	}
 	mine := rankReport{loss: w.loss, probe: w.probe, healthy: w.healthy, stop: l.o.Stop != nil && l.o.Stop()}
 	if l.o.Sync == SyncGradients && w.healthy {
 		mine.print = fingerprint(l.params)
@@ -332,10 +336,12 @@ func (l *loop) evaluate(ctx context.Context, w *window) error {
 		return nil
 	}
 	l.watch.Enter(w.index, w.end(), PhaseEvaluate)
+	t := time.Now()
 	loss, acc, err := evaluate(ctx, l.o.Comm, l.o.Replica)
 	if err != nil {
 		return fmt.Errorf("evaluate after window %d: %w", w.index, err)
 	}
+	w.evalSeconds = time.Since(t).Seconds()
 	w.eval = &metrics.Eval{Loss: metrics.Float(loss), Accuracy: metrics.Float(acc)}
 	l.res.TestLoss, l.res.TestAccuracy = loss, acc
 	return nil
@@ -359,6 +365,7 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 	if w.plan.Probe {
 		rec.Probe = floats(probes)
 	}
+	rec.AllreduceSeconds, rec.EvalSeconds = w.allreduce, w.evalSeconds
 	scaleNextLR(&rec, w.lrScale)
 	l.record(rec)
 	if l.o.Progress != nil {

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
@@ -32,8 +33,9 @@ func ParseSyncMode(s string) (SyncMode, error) {
 // reducer averages gradients across ranks in `gradients` mode, over the
 // ranks that contributed one.
 type reducer struct {
-	comm Comm
-	one  []float32 // scratch: this rank's contribution count
+	comm  Comm
+	one   []float32     // scratch: this rank's contribution count
+	spent time.Duration // in the two allreduces, since taken() last asked
 }
 
 func (r *reducer) AllreduceMean(g []float32) error {
@@ -45,12 +47,14 @@ func (r *reducer) AllreduceMean(g []float32) error {
 		clear(g)
 		r.one[0] = 0
 	}
+	t := time.Now()
 	if err := r.comm.AllreduceFloat32(g, reduce.Sum); err != nil {
 		return fmt.Errorf("gradient allreduce: %w", err)
 	}
 	if err := r.comm.AllreduceFloat32(r.one, reduce.Sum); err != nil {
 		return fmt.Errorf("gradient contributor count: %w", err)
 	}
+	r.spent += time.Since(t)
 	if r.one[0] == 0 {
 		return nil // every rank's gradient was non-finite: zeros, no step
 	}
@@ -59,6 +63,14 @@ func (r *reducer) AllreduceMean(g []float32) error {
 		g[i] *= inv
 	}
 	return nil
+}
+
+// taken returns the time spent in the allreduces since it was last called
+// and starts counting again.
+func (r *reducer) taken() time.Duration {
+	d := r.spent
+	r.spent = 0
+	return d
 }
 
 func finite32(b []float32) bool {

@@ -90,6 +90,14 @@ type Record struct {
 	Eval            *Eval              `json:"eval,omitempty"`
 	Events          []Event            `json:"events,omitempty"`
 
+	// Timers inside the phases above, rank 0's: the per-step gradient
+	// allreduces of the window, part of fanout_seconds (gradients mode, or
+	// inside a replica group; absent when there are none), and the test
+	// evaluation after the converge (absent when the window did not
+	// evaluate). The record's time is taken after the evaluation.
+	AllreduceSeconds float64 `json:"allreduce_seconds,omitempty"`
+	EvalSeconds      float64 `json:"eval_seconds,omitempty"`
+
 	// end
 	WallSeconds float64 `json:"wall_seconds,omitempty"`
 }

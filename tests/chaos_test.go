@@ -52,6 +52,7 @@ explorers:
     config:
       schedule: {kind: onecycle, max_lr: 0.004}
       spread: {alpha: 0.5, narrow_from: 1}
+      auto: {commit: continue} # one pass: its windows count once (TestRestartPassesAndResume resumes both passes)
 `, windows*chaosWindow, chaosWindow, chaosWatchdog, chaosMaxFailing)
 }
 

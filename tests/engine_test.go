@@ -27,10 +27,10 @@ explorers:
     config:
       schedule: {kind: onecycle, max_lr: 0.004}
       spread: {alpha: 0.5, narrow_from: 1}
-      auto: {start: 40}
+      auto: {start: 40, commit: continue} # one pass: the tests count windows
   - name: dropout
     plugin: hdet-explorer-dropout
-    config: {schedule: 0.1, spread: {alpha: 0.05}}
+    config: {schedule: 0.1, spread: {alpha: 0.05}, auto: {commit: continue}}
 `
 
 func cfg(sync, explorers string) string { return strings.Replace(small, "%s", sync, 1) + explorers }

@@ -579,7 +579,7 @@ run: {progress: none}
 explorers:
   - name: lr
     plugin: hdet-explorer-lr
-    config: {schedule: {kind: onecycle, max_lr: 0.004}}
+    config: {schedule: {kind: onecycle, max_lr: 0.004}, auto: {commit: continue}}
   - name: dropout
 ` + dropout + "\n"
 }

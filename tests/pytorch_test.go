@@ -402,12 +402,12 @@ func TestPyTorchWorkerFailures(t *testing.T) {
 }
 
 // hdet.OneCycleLR's hdet arguments change the run: hdet_window the
-// window, hdet_alpha lr's spread, hdet_auto lr's auto block (commit:
-// continue, one pass), an explore dict weight_decay's base, spread and
-// bounds.
+// window, hdet_alpha lr's spread, hdet_auto lr's auto block (until: the
+// search pass lasts half the run), an explore dict weight_decay's base,
+// spread and bounds.
 func TestPyTorchWorkerSettings(t *testing.T) {
 	r := runWorker(t, 2, "", nil, workerScript(t), "--steps", "100", "--hdet-window", "25", "--hdet-alpha", "0.2",
-		"--hdet-auto", `{"commit": "continue", "until": 0.5}`,
+		"--hdet-auto", `{"until": 0.5}`,
 		"--explore", `["lr", {"name": "weight_decay", "base": 0.001, "alpha": 0.0005, "spread": "additive", "lower": 0, "upper": 0.01}]`)
 	require.NoError(t, r.err, "%s\n%s", r.stdout, r.stderr)
 	recs := r.records(t)
@@ -420,8 +420,9 @@ func TestPyTorchWorkerSettings(t *testing.T) {
 	assert.Equal(t, metrics.Param{Name: "lr", Scale: "log", Spread: "multiplicative", Alpha: 0.2, Lower: 1e-8, Upper: 10}, params["lr"])
 	assert.Equal(t, metrics.Param{Name: "weight_decay", Scale: "log", Spread: "additive", Alpha: 0.0005, Lower: 0, Upper: 0.01}, params["weight_decay"])
 	wins := typed(recs, metrics.TypeWindow)
-	require.Len(t, wins, 4, "one pass (commit: continue) of 25-step windows")
-	assert.Empty(t, typed(recs, metrics.TypeCommit))
+	require.Len(t, wins, 2+4, "a search pass of two 25-step windows (hdet_auto until 0.5), then the main pass's four")
+	assert.Contains(t, r.stdout, "committed after a search pass of 50 steps: lr ")
+	require.Len(t, typed(recs, metrics.TypeCommit), 1)
 	lr, base := slices.Sorted(slices.Values(wins[0].Values["lr"])), float64(wins[0].Base["lr"])
 	require.Len(t, lr, 2)
 	assert.InDelta(t, 0.8, float64(lr[0])/base, 1e-9, "window 0: the ranks' lr spread is hdet_alpha")
@@ -456,10 +457,10 @@ func TestPyTorchWorkerConflicts(t *testing.T) {
 		})
 	}
 	// override: true makes the config's schedule win, and says so.
-	r := runWorker(t, 2, "explorers: [{name: lr, plugin: hdet-explorer-lr, override: true, config: {schedule: {max_lr: 0.2}}}]", nil,
+	r := runWorker(t, 2, "explorers: [{name: lr, plugin: hdet-explorer-lr, override: true, config: {schedule: {max_lr: 0.08}}}]", nil,
 		workerScript(t), "--steps", "100", "--explore", "lr")
 	require.NoError(t, r.err, "%s\n%s", r.stdout, r.stderr)
-	assert.Contains(t, r.stdout+r.stderr, "overrides the script's OneCycleLR (override: true): max_lr: 0.2 in the config, 0.05 in the script")
+	assert.Contains(t, r.stdout+r.stderr, "overrides the script's OneCycleLR (override: true): max_lr: 0.08 in the config, 0.05 in the script")
 }
 
 // A signal makes a worker run checkpoint and exit 3, as a built-in run does.

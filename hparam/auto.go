@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// Form is the meta-update's form (DESIGN §1, "Auto phase, revision 2").
+// Form is the meta-update's form (docs/design.md §1.1).
 type Form string
 
 const (
@@ -43,7 +43,7 @@ const (
 	EstimatorSoftmax Estimator = "softmax"
 )
 
-// AutoConfig holds the meta-update's constants (DESIGN §1, "Auto phase").
+// AutoConfig holds the meta-update's constants (docs/design.md §1.1).
 // Field names in errors are those of the explorer config ("auto.sigma").
 type AutoConfig struct {
 	Form      Form
@@ -77,7 +77,7 @@ type AutoConfig struct {
 	LogSpace bool
 }
 
-// CommitMode says what the run does with what the search found (DESIGN
+// CommitMode says what the run does with what the search found (docs/design.md
 // §1, revision 3).
 type CommitMode string
 

@@ -138,7 +138,7 @@ type AutoSpec struct {
 }
 
 // Narrowing shrinks a spread's alpha linearly from From to To (fractions
-// of the run) down to AlphaEnd (DESIGN §1, "Narrowing spread").
+// of the run) down to AlphaEnd (docs/design.md §1, "Narrowing spread").
 type Narrowing struct {
 	From, To, AlphaEnd float64
 }
@@ -652,7 +652,7 @@ func (b *builtin) signal(o Observation) []float64 {
 }
 
 // observeOffset is the offset form's update at the boundary after window
-// o.Window (DESIGN §1 revision 2, steps 3-5), when update is set; the
+// o.Window (docs/design.md §1.1, steps 3-5), when update is set; the
 // returned Feedback's Base is filled by the caller.
 func (b *builtin) observeOffset(o Observation, signal []float64, update bool) (Feedback, error) {
 	sc := b.kind.desc.Scale

@@ -60,7 +60,7 @@ func (e Event) String() string {
 		e.Window, e.Param, e.Op, e.Err, e.Base, e.Spread)
 }
 
-// Passes of a run (DESIGN §1, revision 3). A run whose explorers all
+// Passes of a run (docs/design.md §1.2). A run whose explorers all
 // settle before its last window commits and restarts: the search pass,
 // then the main pass. Any other run is one pass, PassSearch.
 const (

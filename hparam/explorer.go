@@ -2,7 +2,7 @@ package hparam
 
 import "context"
 
-// SpreadKind names how a base value fans out over the N replicas (DESIGN §1).
+// SpreadKind names how a base value fans out over the N replicas (docs/design.md §1).
 type SpreadKind string
 
 const (
@@ -55,7 +55,7 @@ type Setup struct {
 	TotalSteps  int    // S
 	WindowSteps int    // T
 	Seed        uint64
-	// Probe: the workload can evaluate the probe signal (DESIGN §1,
+	// Probe: the workload can evaluate the probe signal (docs/design.md §1,
 	// revision 2), so a WindowPlan that asks for it gets Observation.Probe.
 	Probe bool
 }
@@ -99,7 +99,7 @@ type Feedback struct {
 	Base    float64
 	// Estimate is x*, the estimated best offset from the window's centre in
 	// the hyperparameter's scale (log or linear), and Offset the learned
-	// offset u after this update (DESIGN §1, revision 2); both 0 outside
+	// offset u after this update (docs/design.md §1.1); both 0 outside
 	// the auto phase.
 	Estimate float64
 	Offset   float64
@@ -110,7 +110,7 @@ type Feedback struct {
 	Search SearchState
 }
 
-// SearchState is an explorer's part in the run's search pass (DESIGN §1,
+// SearchState is an explorer's part in the run's search pass (docs/design.md §1,
 // revision 3).
 type SearchState int
 

@@ -7,7 +7,7 @@ import (
 )
 
 // Offset is the revision-2 meta-update's state for one hyperparameter
-// (DESIGN §1): the learned offset U in the hyperparameter's scale, the
+// (docs/design.md §1): the learned offset U in the hyperparameter's scale, the
 // velocity V, and Held, set when the warm-up guard holds the next window's
 // base where the schedule's rise would have taken it.
 type Offset struct {

@@ -22,7 +22,7 @@ type Plan struct {
 	// Probe: some explorer asked for probe losses at the end of this window.
 	Probe bool
 	// Pass is PassSearch or PassMain: the first main-pass plan tells every
-	// rank to restore the step-0 state (DESIGN §1, revision 3).
+	// rank to restore the step-0 state (docs/design.md §1.2).
 	Pass int
 }
 

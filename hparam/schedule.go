@@ -6,7 +6,7 @@ import (
 )
 
 // Schedule is a base value over a run's steps: the value before the auto
-// phase (DESIGN §1, "Base schedule").
+// phase (docs/design.md §1, "Base schedule").
 type Schedule interface {
 	// At returns the value used at step, 0 <= step < Steps(); any other step
 	// is an error wrapping ErrStepRange.

@@ -50,7 +50,7 @@ func pinnedCfg(sync, explorers string) string {
 
 // The final parameters of a few short configs, pinned so a refactoring
 // keeps behaviour bit for bit. Only an intended change of the algorithm
-// (DESIGN.md §1) or of the built-in trainer's arithmetic may re-pin them,
+// (docs/design.md §1) or of the built-in trainer's arithmetic may re-pin them,
 // saying so in its commit.
 func TestPinnedChecksums(t *testing.T) {
 	cases := []struct{ name, cfg, want string }{

@@ -38,7 +38,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/forkthread"
 )
 
-// Sync modes (DESIGN §1). A worker's mode is what its script does: a
+// Sync modes (docs/design.md §1). A worker's mode is what its script does: a
 // script that set up torch.distributed (DDP) by the time it constructs the
 // scheduler runs in gradients mode, any other in local mode.
 const (
@@ -510,7 +510,7 @@ func (w *Worker) kill() {
 
 // Restart ends the script and starts it again, with torch.distributed's
 // rendezvous on masterPort and HDET_PASS=main in its environment: the
-// start of a run's main pass (DESIGN §1, revision 3), where the script's
+// start of a run's main pass (docs/design.md §1.2), where the script's
 // own initialisation is the step-0 state. The engine keeps this Worker:
 // only the process, its connection and its buffer are new. The script must
 // announce the same model as the first time (else ErrConflict).

@@ -13,7 +13,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/session"
 )
 
-// Exit codes (DESIGN §3).
+// Exit codes (docs/design.md §5).
 const (
 	ExitOK      = 0
 	ExitFailure = 1

@@ -79,7 +79,7 @@ type Options struct {
 	Converge Converger
 	// Restart restores every rank's step-0 state (parameters, optimizer
 	// state, data order, random streams) when the explorers commit and
-	// the main pass begins (DESIGN §1, revision 3); the replica's sync
+	// the main pass begins (docs/design.md §1.2); the replica's sync
 	// buffer may be a new one afterwards. nil: a run cannot commit.
 	Restart func(ctx context.Context) error
 	// Stop is polled at each converge; when any rank's Stop returns true the

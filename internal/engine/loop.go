@@ -195,7 +195,7 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 	return w, nil
 }
 
-// restart begins the main pass when the plan is its first (DESIGN §1,
+// restart begins the main pass when the plan is its first (docs/design.md §1,
 // revision 3): every rank restores its step-0 state, the divergence
 // guards start afresh, and the main pass gets a step-0 checkpoint of its
 // own to roll back to.
@@ -229,7 +229,7 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 	t := time.Now()
 	tail := 0
 	if w.plan.Probe {
-		tail = max(1, w.steps/2) // DESIGN §1: the average of the window's last T/2 iterates
+		tail = max(1, w.steps/2) // docs/design.md §1: the average of the window's last T/2 iterates
 	}
 	wr, err := l.o.Replica.TrainWindow(ctx, Window{Start: w.start, Steps: w.steps, V: w.values, Grads: l.grads, ProbeTail: tail})
 	if err != nil {

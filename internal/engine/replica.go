@@ -22,7 +22,7 @@ type Window struct {
 	Start, Steps int
 	V            Values
 	Grads        GradReducer
-	// ProbeTail > 0 asks for the probe signal (DESIGN §1, revision 2): the
+	// ProbeTail > 0 asks for the probe signal (docs/design.md §1.1): the
 	// replica averages its parameter iterates over the window's last
 	// ProbeTail steps and reports, in WindowResult.Probe, the eval-mode loss
 	// of that average on the run's fixed probe examples. The average is a

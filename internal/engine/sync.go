@@ -8,7 +8,7 @@ import (
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
-// SyncMode is how the ranks communicate inside a window (DESIGN §1).
+// SyncMode is how the ranks communicate inside a window (docs/design.md §1).
 type SyncMode string
 
 // The sync modes; ParseSyncMode refuses anything else.

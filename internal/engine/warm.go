@@ -6,7 +6,7 @@ import (
 )
 
 // WarmStart sets params to theta0 plus this rank's noise eps ~ N(0, nu^2 *
-// ||theta0||^2 / d) (DESIGN §1), each rank with its own stream derived from
+// ||theta0||^2 / d) (docs/design.md §1), each rank with its own stream derived from
 // (seed, rank), so replicas start near a trained model but apart.
 func WarmStart(params, theta0 []float32, nu float64, seed uint64, rank int) {
 	d := len(theta0)

@@ -62,7 +62,7 @@ type Record struct {
 	WorldSize   int `json:"world_size,omitempty"`
 
 	// window, commit
-	// Pass is 1 for the main pass of a run that committed (DESIGN §1,
+	// Pass is 1 for the main pass of a run that committed (docs/design.md §1,
 	// revision 3): windows and steps count from 0 again. 0 (absent) is the
 	// search pass, or the one pass of a run that never commits.
 	Pass int `json:"pass,omitempty"`
@@ -80,7 +80,7 @@ type Record struct {
 	BaseSteps       map[string][]Float `json:"base_steps,omitempty"`   // per hyperparameter, the base at each step of the window (a rank's value: its slot's spread of it, clamped)
 	NextBase        map[string]Float   `json:"next_base,omitempty"`    // per hyperparameter, base for the next window
 	Weights         map[string][]Float `json:"weights,omitempty"`      // per hyperparameter, softmax weight per rank (auto phase)
-	Probe           []Float            `json:"probe,omitempty"`        // per rank, the probe loss (DESIGN §1 rev. 2); absent when the window did not probe
+	Probe           []Float            `json:"probe,omitempty"`        // per rank, the probe loss (docs/design.md §1.1); absent when the window did not probe
 	Estimate        map[string]Float   `json:"estimate,omitempty"`     // per hyperparameter, x*: the estimated best offset from the window's centre (hyperparameter's scale)
 	Offset          map[string]Float   `json:"offset,omitempty"`       // per hyperparameter, the learned offset u after this window
 	PlanSeconds     float64            `json:"plan_seconds,omitempty"` // rank 0's controller plan + the plan broadcast

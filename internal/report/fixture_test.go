@@ -159,7 +159,7 @@ func writeRun(t *testing.T, dir string, fx fixture) {
 	}
 }
 
-// Two-pass fixture (DESIGN §1, revision 3): a search pass of fx2Search
+// Two-pass fixture (docs/design.md §1.2): a search pass of fx2Search
 // windows, a commit, then a main pass over the whole schedule of fx2Steps
 // steps (its last window short), every window with base_steps.
 const (

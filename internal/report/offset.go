@@ -14,7 +14,7 @@ import (
 )
 
 // OffsetPath is what the controller concluded for one hyperparameter: the
-// learned offset u over the run (DESIGN §1, revision 2: the base is the
+// learned offset u over the run (docs/design.md §1.1: the base is the
 // schedule combined with u, s(t)*exp(u) on a log scale, s(t)+u on a linear
 // one) and, where the run's config names the schedule's peak, the
 // effective peak, the peak combined with the final u.

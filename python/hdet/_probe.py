@@ -17,7 +17,7 @@ def _cross_entropy(output, target):
 
 
 def probe_dataset(model, dataset, loss_fn=_cross_entropy, examples=1024, batch_size=256, seed=0):
-    """Give hdet a probe on `examples` items of `dataset` (DESIGN §1, revision 2).
+    """Give hdet a probe on `examples` items of `dataset` (docs/design.md §1.1).
 
     One line after the model is built, e.g. probe_dataset(model, train_set).
     The items are drawn once with a fixed seed, so every rank probes the same

@@ -12,7 +12,7 @@ _probe_fn = None
 
 
 def probe(fn):
-    """Give hdet a probe function for the `probe` signal (DESIGN §1, revision 2).
+    """Give hdet a probe function for the `probe` signal (docs/design.md §1.1).
 
     fn() -> float evaluates the current model, in eval mode and without
     gradients, on fixed examples (the same on every rank; e.g. 1024 training

@@ -62,7 +62,7 @@ type Config struct {
 	Beta2 float64 // AdamW; default 0.999
 	Eps   float64 // AdamW; default 1e-8
 
-	// ProbeExamples is the size of the probe set (DESIGN §1, revision 2):
+	// ProbeExamples is the size of the probe set (docs/design.md §1.1):
 	// that many training examples, drawn by Seed, capped at the training
 	// set's size; default 1024.
 	ProbeExamples int

@@ -2,7 +2,7 @@ package mnist
 
 import "context"
 
-// The probe signal (DESIGN §1, revision 2): at the end of a window that asks
+// The probe signal (docs/design.md §1.1): at the end of a window that asks
 // for it, each rank evaluates the average of its parameter iterates over the
 // window's last ProbeTail steps, in eval mode (no dropout, no label
 // smoothing), on the same probe examples on every rank.

@@ -326,7 +326,7 @@ type Setup struct {
 	TotalSteps  int64  `protobuf:"varint,4,opt,name=total_steps,json=totalSteps,proto3" json:"total_steps,omitempty"`
 	WindowSteps int64  `protobuf:"varint,5,opt,name=window_steps,json=windowSteps,proto3" json:"window_steps,omitempty"`
 	Seed        uint64 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
-	// The workload can evaluate the probe signal (DESIGN §1, revision 2): a
+	// The workload can evaluate the probe signal (docs/design.md §1.1): a
 	// plan that asks for it gets Observation.probe.
 	Probe         bool `protobuf:"varint,7,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -657,7 +657,7 @@ type Feedback struct {
 	// the auto phase.
 	Estimate float64 `protobuf:"fixed64,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
 	Offset   float64 `protobuf:"fixed64,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	// The explorer's part in the run's search pass (DESIGN §1, revision 3).
+	// The explorer's part in the run's search pass (docs/design.md §1.2).
 	Search        SearchState `protobuf:"varint,5,opt,name=search,proto3,enum=hdet.explorer.v1.SearchState" json:"search,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -82,7 +82,8 @@ func TestDiverged(t *testing.T) {
 	assert.False(t, result{TestLoss: 0.1}.diverged())
 	assert.True(t, result{TestLoss: math.NaN()}.diverged())
 	assert.True(t, result{TestLoss: 2.31}.diverged(), "no better than chance")
-	assert.True(t, result{TestLoss: 0.1, NonFinite: true}.diverged())
+	assert.True(t, result{TestLoss: 0.1, Stopped: true}.diverged())
+	assert.False(t, result{TestLoss: 0.1, Unhealthy: 3}.diverged(), "ranks left out of some windows: the safety net, not the outcome")
 	assert.Equal(t, 40.0, result{TrainSeconds: 10}.rankSeconds(4))
 	assert.Equal(t, 48.0, result{ProcessSeconds: 12}.processRankSeconds(4))
 }

@@ -23,8 +23,9 @@ type result struct {
 	WallSeconds float64
 	// TrainSeconds is the run's training time: for hdet runs the sum, over
 	// every window record of both passes (a window redone after a rollback
-	// counts twice: it was trained twice), of fanout + converge + plan; for
-	// a plain script its training loop as the script printed it.
+	// counts twice: it was trained twice), of fanout + converge + plan, the
+	// restart between the passes left out (passTimes.Restart); for a plain
+	// script its training loop as the script printed it.
 	TrainSeconds float64
 	// ProcessSeconds is the launch's wall time, start-up included; NaN for
 	// a run reused from before hdetbench recorded it.
@@ -33,13 +34,13 @@ type result struct {
 	Passes         []passTimes // [0] the search pass (or the only pass), [1] the main pass of a run that committed
 	Committed      float64     // the committed max_lr (the commit record's lr value); NaN when the run did not commit
 	CommitStep     int         // where the search pass ended
-	Unhealthy      int         // windows in which some rank was left out of the average
-	NonFinite      bool
-	FinalBase      float64 // the lr base of the last window, NaN without an lr explorer
-	FinalOffset    float64 // the lr offset u after the last window, NaN when no window has one
-	Cached         bool    // reused from an earlier hdetbench invocation, not run now
-	Checksum       string  // of the final parameters (end record)
-	Failed         string  // why the run failed, for a study that goes on without it
+	Unhealthy      int         // windows in which some rank was left out of the average (a rolled-back window counts too)
+	Stopped        bool        // the run stopped because every rank diverged (hdet's allUnhealthy)
+	FinalBase      float64     // the lr base of the last window, NaN without an lr explorer
+	FinalOffset    float64     // the lr offset u after the last window, NaN when no window has one
+	Cached         bool        // reused from an earlier hdetbench invocation, not run now
+	Checksum       string      // of the final parameters (end record)
+	Failed         string      // why the run failed, for a study that goes on without it
 }
 
 // passTimes are one pass's window timings, in seconds per window record.
@@ -47,7 +48,12 @@ type passTimes struct {
 	Steps                         int // the steps the pass trained (its last window's end)
 	Fanout, Probe, Converge, Plan []float64
 	Probed                        int     // windows that probed
-	FirstTime, LastTime           float64 // unix seconds: the record before the pass's first window, and its last window's
+	FirstTime, LastTime           float64 // unix seconds: the pass's start (see addWindow) and its last window's record
+	// Restart is the main pass's first plan_seconds, which holds the
+	// restart (the step-0 state restored; a worker's script started again)
+	// besides the plan: kept out of Plan and of the training time, it is a
+	// start-up cost, like a plain script's start-up outside its loop.
+	Restart float64
 }
 
 // seconds is the pass's time in its windows: training (with the probe),
@@ -76,10 +82,13 @@ func (p passTimes) wallPerStep() float64 {
 	return (p.LastTime - p.FirstTime) / float64(p.Steps)
 }
 
-// diverged is true when training blew up: a NaN anywhere in the run, or a
-// final test loss no better than guessing among 10 classes (ln 10).
+// diverged is true when training ended blown up: the run stopped with every
+// rank diverged, or its final test loss is NaN or no better than guessing
+// among 10 classes (ln 10). A window that went NaN and was rolled back, or
+// a rank left out of one window's average, is hdet's safety net at work,
+// not the run's outcome: Unhealthy counts those.
 func (r result) diverged() bool {
-	return r.NonFinite || math.IsNaN(r.TestLoss) || r.TestLoss >= math.Log(10)
+	return r.Stopped || math.IsNaN(r.TestLoss) || r.TestLoss >= math.Log(10)
 }
 
 // rankSeconds is the compute the run held in training: N ranks for its
@@ -121,7 +130,7 @@ func readRun(dir string, diverged bool) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	res := result{Dir: dir, TestLoss: nan, Accuracy: nan, NonFinite: diverged, FinalBase: nan, FinalOffset: nan,
+	res := result{Dir: dir, TestLoss: nan, Accuracy: nan, Stopped: diverged, FinalBase: nan, FinalOffset: nan,
 		Committed: nan, ProcessSeconds: nan}
 	var first, last float64
 	var end *metrics.Record
@@ -170,19 +179,19 @@ func (r *result) addWindow(w metrics.Record, before float64) {
 		r.Passes = append(r.Passes, passTimes{})
 	}
 	p := &r.Passes[w.Pass]
+	plan := w.PlanSeconds
 	if len(p.Fanout) == 0 {
 		p.FirstTime = before
+		if w.Pass > 0 { // the restart: the pass starts after it
+			p.Restart, plan = plan, 0
+			p.FirstTime += p.Restart
+		}
 	}
 	p.Steps, p.LastTime = max(p.Steps, w.Step), w.Time
 	p.Fanout, p.Probe = append(p.Fanout, w.FanoutSeconds), append(p.Probe, w.ProbeSeconds)
-	p.Converge, p.Plan = append(p.Converge, w.ConvergeSeconds), append(p.Plan, w.PlanSeconds)
+	p.Converge, p.Plan = append(p.Converge, w.ConvergeSeconds), append(p.Plan, plan)
 	if len(w.Probe) > 0 {
 		p.Probed++
-	}
-	for _, l := range w.Losses {
-		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-			r.NonFinite = true
-		}
 	}
 	if slices.Contains(w.Healthy, false) {
 		r.Unhealthy++
@@ -225,7 +234,7 @@ func readPlainScript(dir, out string, _ bool) (result, error) {
 		return result{}, err
 	}
 	return result{Dir: dir, TestLoss: loss, Accuracy: acc, Steps: steps, TrainSeconds: loop, WallSeconds: nan,
-		ProcessSeconds: nan, Committed: nan, FinalBase: nan, FinalOffset: nan, NonFinite: math.IsNaN(loss)}, nil
+		ProcessSeconds: nan, Committed: nan, FinalBase: nan, FinalOffset: nan}, nil
 }
 
 // readWorkerRun reads an hdet --worker run: the metrics from its
@@ -241,6 +250,5 @@ func readWorkerRun(dir, out string, diverged bool) (result, error) {
 		return result{}, err
 	}
 	res.TestLoss, res.Accuracy = loss, acc
-	res.NonFinite = res.NonFinite || math.IsNaN(loss)
 	return res, nil
 }

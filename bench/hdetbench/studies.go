@@ -78,7 +78,7 @@ func (b *bench) studyStability(ctx context.Context) (*table, error) {
 		t.add(c.label, lrText(lr), yesNo(r.diverged()), fmt.Sprint(r.Unhealthy), num(r.TestLoss, 4), num(r.Accuracy, 4), lrText(r.FinalBase))
 	}
 	t.note("9 x the best sweep max_lr (%s); the HDET spread is symmetric, so the replicas' mean learning rate is the base's.", lrText(b.sweepLRs[b.best]))
-	t.note("diverged: a NaN/Inf window loss, or a final test loss >= ln 10 (no better than chance). NaN windows: windows in which some replica was left out of the average.")
+	t.note("diverged: the run stopped with every rank diverged, or its final test loss is NaN or >= ln 10 (no better than chance). NaN windows: windows in which some replica was left out of the average, or that went NaN everywhere and rolled back.")
 	return t, nil
 }
 

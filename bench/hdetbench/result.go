@@ -82,13 +82,17 @@ func (p passTimes) wallPerStep() float64 {
 	return (p.LastTime - p.FirstTime) / float64(p.Steps)
 }
 
+// chance is the test loss of guessing among 10 classes, ln 10, less the
+// rounding of a script's printed loss (4 decimals: 2.3025 is chance).
+var chance = math.Log(10) - 1e-3
+
 // diverged is true when training ended blown up: the run stopped with every
 // rank diverged, or its final test loss is NaN or no better than guessing
-// among 10 classes (ln 10). A window that went NaN and was rolled back, or
+// among 10 classes (chance). A window that went NaN and was rolled back, or
 // a rank left out of one window's average, is hdet's safety net at work,
 // not the run's outcome: Unhealthy counts those.
 func (r result) diverged() bool {
-	return r.Stopped || math.IsNaN(r.TestLoss) || r.TestLoss >= math.Log(10)
+	return r.Stopped || math.IsNaN(r.TestLoss) || r.TestLoss >= chance
 }
 
 // rankSeconds is the compute the run held in training: N ranks for its

@@ -260,7 +260,7 @@ func lossOrInf(r result) float64 {
 // chanceLoss caps a loss for the gap fraction: a diverged run is no worse
 // than guessing among 10 classes.
 func chanceLoss(r result) float64 {
-	if math.IsNaN(r.TestLoss) || r.TestLoss > math.Log(10) {
+	if r.diverged() || r.TestLoss > math.Log(10) {
 		return math.Log(10)
 	}
 	return r.TestLoss

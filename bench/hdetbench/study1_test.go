@@ -31,9 +31,9 @@ func fakeRuns(sweep []float64, plain, hdet, committed [][]float64) *setupRuns {
 	for j := range plain {
 		var p, h []result
 		for si := range 3 {
-			p = append(p, result{Dir: "d", Command: "c", TestLoss: plain[j][si], TrainSeconds: 6, ProcessSeconds: 8})
+			p = append(p, result{Dir: "d", Command: "c", TestLoss: plain[j][si], TrainSeconds: 6, ProcessSeconds: 8, Steps: 100})
 			h = append(h, result{Dir: "d", Command: "c", TestLoss: hdet[j][si], TrainSeconds: 8.4, ProcessSeconds: 14.4,
-				Committed: committed[j][si], FinalOffset: nan})
+				Committed: committed[j][si], FinalOffset: nan, Steps: 100, Passes: []passTimes{{Steps: 40}, {Steps: 100}}})
 		}
 		sr.plain = append(sr.plain, p)
 		sr.hdet[0] = append(sr.hdet[0], h)
@@ -64,6 +64,7 @@ func TestStudy1Stats(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{0.12, 0.12}, below.share, 1e-12, "8.4 s against 7 sweep runs of 10 s")
 	assert.InDeltaSlice(t, []float64{14.4 / 84, 14.4 / 84}, below.procShare, 1e-12)
 	assert.InDeltaSlice(t, []float64{1.4, 1.4}, below.runs, 1e-12, "8.4 s against the reference's 6 s")
+	assert.InDeltaSlice(t, []float64{1.4, 1.4}, below.stepRuns, 1e-12, "a search pass of 40 steps and a main pass of 100 against 100")
 
 	at := sr.stats(0, 1, 4)
 	assert.Empty(t, at.closed, "no gap to close at the best start")
@@ -71,6 +72,8 @@ func TestStudy1Stats(t *testing.T) {
 
 	above := sr.stats(0, 2, 4)
 	assert.True(t, math.IsInf(above.plainVsRef[0], 1), "plain diverged: worse than any loss")
+	assert.True(t, result{TestLoss: 2.3025}.diverged(), "a script's loss printed to 4 decimals at chance")
+	assert.False(t, result{TestLoss: 2.29}.diverged())
 	assert.InDelta(t, (math.Log(10)-0.106)/(math.Log(10)-0.1), above.closed[0], 1e-12)
 
 	assert.InDelta(t, 0.02, committedLR(result{Committed: nan, FinalOffset: math.Log(2)}, forms[1], 0.01), 1e-12, "continue: start x exp(u)")
@@ -118,7 +121,7 @@ func TestStudy1TablesRenderTargetsAndMissingRuns(t *testing.T) {
 	assert.Contains(t, s, "Target NOT met (MLP AdamW): HDET default within +5% of the reference from every start, median over the held-out seeds: 10x below +7.0%, at best +1.0%, 10x above +3.0%.")
 	assert.Contains(t, s, "Target met (MLP AdamW): the worst seed within +10% from every start: 10x below +10.0%, at best +1.0%, 10x above +6.0%.")
 	assert.Contains(t, s, "Target met (MLP AdamW): at the best start within +2%: +1.0%.")
-	assert.Contains(t, s, "Target met (MLP AdamW): every HDET default run at most 1/8 (12.5%) of the 7-point sweep's compute: median 12.0%, max 12.0%.")
+	assert.Contains(t, s, "Target met (MLP AdamW): every HDET default run at most 1/8 (12.5%) of the 7-point sweep's compute: median 12.0%, max 12.0% (by steps, which no load changes: 20.0% of the sweep's).")
 	assert.Contains(t, s, "| MLP AdamW | HDET paper form (1 failed: exit status 2) | 10x below | 0.001 | 1 | NaN | NaN | - | - | - | - | - |")
 	assert.NotContains(t, s, "HDET continue (rev. 2) |", "a form with no runs has no rows")
 	assert.Contains(t, s, "### Study 1 sweep, MLP AdamW")
@@ -141,16 +144,19 @@ func TestSummaryTextSaysWhenHDETPaysOff(t *testing.T) {
 	assert.Contains(t, s, "| start | MLP AdamW |\n|---|---|\n")
 	assert.Contains(t, s, "| 10x below the best max_lr | HDET **+7.0%** (plain +200.0%, closes 97%) |")
 	assert.Contains(t, s, "| at the best max_lr | HDET **+1.0%** (plain: the reference) |")
-	assert.Contains(t, s, "| cost of one HDET run | 1.40 plain runs' training time, 12.0% of the 7-run sweep |")
+	assert.Contains(t, s, "| cost of one HDET run (median over the starts) | 1.40 plain runs' steps; 1.40 runs' training time, 12.0% of the 7-run sweep |")
 	assert.Contains(t, s, "**Pays off** when the guess is off (2 of 2 off starts): MLP AdamW from 10x below: HDET +7.0% against plain +200.0%; MLP AdamW from 10x above: HDET +3.0% against plain diverged.")
 	assert.Contains(t, s, "**At the best max_lr it can only cost**: plain training there is the reference, and HDET ends MLP AdamW +1.0% (worst seed +1.0%)")
 	assert.Contains(t, s, "one HDET run costs 12.0% to 12.0% of the sweep's compute")
+	assert.Contains(t, s, "and ends at most +7.0% above the reference (median over seeds, the worst setup and start)")
 	assert.NotContains(t, s, "Does not pay off")
 
 	worse := twoSeeds()
 	worse.hdet[0][0][0].TestLoss, worse.hdet[0][1][0].TestLoss = 0.5, 0.5
 	b.study1 = []*setupRuns{worse}
 	assert.Contains(t, b.summaryText(), "**Does not pay off** from: MLP AdamW from 10x below: HDET +377.3% against plain +200.0%.")
+	worse.hdet[0][0][2].TestLoss = nan
+	assert.Contains(t, b.summaryText(), "diverges in the worst case")
 }
 
 func TestStudy1PlotPerSetup(t *testing.T) {

@@ -120,10 +120,14 @@ lint: deps
 clean:
 	rm -rf $(BIN) runs
 
-# Benchmarks (issues 11, 14): bench/hdetbench runs five studies under mpirun,
-# prints one table each, replaces their generated blocks in docs/benchmarks.md
-# (hand-written sections stay) and writes docs/sweep-<setup>.png. Finished
-# plain runs under runs/bench are reused (see docs/benchmarks.md). bench-quick
-# is the short variant: one seed, 7 sweep points (under 10 minutes on 2 cores).
+# Benchmarks (issues 11, 14, 29): bench/hdetbench runs five studies under
+# mpirun, prints one table each, replaces their generated blocks (and the
+# summary at the top) in docs/benchmarks.md (hand-written sections stay) and
+# writes docs/sweep-<setup>.png. Study 1 needs PyTorch for its ConvNet setup
+# (`-setups adamw,sgd` leaves it out). Finished runs under runs/bench are
+# reused while their key holds (see docs/benchmarks.md). bench-quick is the
+# short variant: one sweep seed and one held-out seed, 7 sweep points, a tiny
+# ConvNet.
 bench bench-quick: build data allreduce-bins
+	scripts/deps.sh torch
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hdet-dev/hdet/internal/atomicfile"
@@ -20,42 +22,68 @@ import (
 // numbers; only timings would differ.
 const keyFile = "hdetbench.key"
 
-// cacheKey is the text that decides reuse: the rank count, the hdet
-// arguments (without the run directory), the config file's bytes, and a
-// fingerprint of what the trainer computes (canaryFingerprint).
-func cacheKey(np int, config, fingerprint string, args []string) (string, error) {
-	data, err := os.ReadFile(config)
-	if err != nil {
-		return "", fmt.Errorf("cache key: %w", err)
+// cacheKey is the text that decides reuse: the rank (or process) count,
+// the command's arguments (without the run directory), the bytes of the
+// files it reads (config, script) and a fingerprint of what else the
+// numbers depend on (canaryFingerprint, programFingerprint).
+func cacheKey(np int, files []string, fingerprint string, args []string) (string, error) {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "hdetbench run key v2\nnp %d\nargs %s\n", np, strings.Join(args, " "))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("cache key: %w", err)
+		}
+		sum := sha256.Sum256(data)
+		fmt.Fprintf(&sb, "file %s %s\n", f, hex.EncodeToString(sum[:]))
 	}
-	sum := sha256.Sum256(data)
-	return fmt.Sprintf("hdetbench run key v1\nnp %d\nargs %s\nconfig %s\ntrainer %s\n",
-		np, strings.Join(args, " "), hex.EncodeToString(sum[:]), fingerprint), nil
+	fmt.Fprintf(&sb, "trainer %s\n", fingerprint)
+	return sb.String(), nil
 }
 
 // divergedFile, beside the key, marks a run that stopped because training
-// diverged on every rank; it is as reusable as a finished one.
-const divergedFile = "hdetbench.diverged"
+// diverged on every rank; it is as reusable as a finished one. secondsFile
+// holds the launch's wall time, start-up included.
+const (
+	divergedFile = "hdetbench.diverged"
+	secondsFile  = "hdetbench.seconds"
+)
 
-// saveKey records the key (and the divergence) of a run just made.
-func saveKey(dir, key string, diverged bool) error {
+// saveKey records the key, the divergence and the wall time of a run just
+// made.
+func saveKey(dir, key string, diverged bool, seconds float64) error {
 	if diverged {
 		if err := atomicfile.Write(filepath.Join(dir, divergedFile), []byte(allUnhealthy+"\n")); err != nil {
 			return err
 		}
 	}
+	if err := atomicfile.Write(filepath.Join(dir, secondsFile), []byte(strconv.FormatFloat(seconds, 'g', -1, 64)+"\n")); err != nil {
+		return err
+	}
 	return atomicfile.Write(filepath.Join(dir, keyFile), []byte(key))
 }
 
-// reuse reads a finished or diverged run whose key file equals key.
-func reuse(dir, key string) (result, bool) {
+// reuse reads, with read, a finished or diverged run whose key file equals
+// key.
+func reuse(dir, key string, read func(dir, out string, diverged bool) (result, error)) (result, bool) {
 	got, err := os.ReadFile(filepath.Join(dir, keyFile))
 	if err != nil || string(got) != key {
 		return result{}, false
 	}
 	_, err = os.Stat(filepath.Join(dir, divergedFile))
-	res, err := readRun(dir, err == nil)
-	return res, err == nil
+	diverged := err == nil
+	out, _ := os.ReadFile(filepath.Join(dir, logFile))
+	res, err := read(dir, string(out), diverged)
+	if err != nil {
+		return result{}, false
+	}
+	res.ProcessSeconds = math.NaN()
+	if data, err := os.ReadFile(filepath.Join(dir, secondsFile)); err == nil {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(string(data)), 64); err == nil {
+			res.ProcessSeconds = v
+		}
+	}
+	return res, true
 }
 
 // canaryFingerprint is what a run's numbers depend on besides its command
@@ -69,10 +97,9 @@ func reuse(dir, key string) (result, bool) {
 // see a change that acts only in runs far from its start, which is why
 // the HDET runs' key also carries programFingerprint. Delete runs/bench to
 // be sure.
-func (b *bench) canaryFingerprint(ctx context.Context, s setup, name, config string, steps int, extra ...string) (string, error) {
-	sets := slices.Concat([]string{"train.epochs=0", fmt.Sprintf("train.steps=%d", steps), "train.seed=1"}, s.Sets,
-		[]string{maxLRSet(gridLR(s.GridFrom + 6))}, extra)
-	r, err := b.rn.run(ctx, filepath.Join("canary", s.Name+"-"+name), config, "", sets...)
+func (b *bench) canaryFingerprint(ctx context.Context, name, config string, steps int, sets ...string) (string, error) {
+	sets = slices.Concat([]string{"train.epochs=0", fmt.Sprintf("train.steps=%d", steps), "train.seed=1"}, sets)
+	r, err := b.rn.run(ctx, filepath.Join("canary", name), config, "", sets...)
 	if err != nil {
 		return "", fmt.Errorf("canary: %w", err)
 	}

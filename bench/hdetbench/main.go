@@ -31,14 +31,17 @@ type settings struct {
 	NP                  int
 	Bin                 string
 	Quick               bool
-	Epochs              int   // per training run of studies 1 and 2
-	Seeds               []int // study 1's seeds
-	SweepN              int   // study 1's sweep points per setup
-	SweepSeeds          int   // how many of Seeds sweep every point (the others: the points around the best)
-	PaperSeeds          int   // how many of Seeds run the paper form
-	OverheadSteps       int   // steps per run of study 3
-	OverheadReps        int   // repetitions of every study-3 row
-	Windows             []int // study 3's T values
+	Python              string   // the interpreter of study 1's PyTorch setups
+	Setups              []string // study 1's setups by name; empty: all
+	Epochs              int      // per training run of the MLP in studies 1 and 2
+	Seeds               []int    // study 1's sweep seeds: they pick the best point
+	HeldOut             []int    // study 1's held-out seeds: the reference and the HDET runs
+	SweepN              int      // study 1's sweep points per setup
+	FullSweeps          int      // how many of Seeds sweep every point (the others: the points next to the best)
+	FormSeeds           int      // how many of HeldOut run the forms other than the default
+	OverheadSteps       int      // scheduled steps per run of study 3
+	OverheadReps        int      // repetitions (pairs) of study 3
+	Windows             []int    // study 3's T values
 	AllreduceRounds     int
 	AllreduceReps       int
 	ControllerBenchtime string // go test -benchtime of study 5
@@ -46,11 +49,12 @@ type settings struct {
 }
 
 func defaults(quick bool) settings {
-	s := settings{NP: 4, Bin: "bin", Quick: quick, Epochs: 3, Seeds: []int{1, 2, 3}, SweepN: 12, SweepSeeds: 1, PaperSeeds: 1,
-		OverheadSteps: 2000, OverheadReps: 3, Windows: []int{10, 100, 1000},
+	s := settings{NP: 4, Bin: "bin", Quick: quick, Python: "/usr/bin/python3", Epochs: 3, Seeds: []int{1, 2, 3},
+		HeldOut: []int{4, 5, 6, 7, 8}, SweepN: 12, FullSweeps: 1, FormSeeds: 3,
+		OverheadSteps: 2000, OverheadReps: 3, Windows: []int{10, 50, 100},
 		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", ControllerCount: 5}
 	if quick {
-		s.Seeds, s.SweepN = []int{1}, 7
+		s.Seeds, s.HeldOut, s.SweepN, s.FormSeeds = []int{1}, []int{2}, 7, 1
 		s.OverheadSteps, s.OverheadReps = 1000, 2
 		s.AllreduceRounds, s.AllreduceReps = 3, 5
 		s.ControllerBenchtime, s.ControllerCount = "100x", 3
@@ -76,19 +80,22 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("hdetbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 seed, 7 sweep points, fewer repetitions")
+	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 sweep seed and 1 held-out seed, 7 sweep points, a tiny ConvNet, fewer repetitions")
 	np := fs.Int("np", 4, "ranks per run")
 	bin := fs.String("bin", "bin", "folder holding hdet, plugins/ and allreduce-c, allreduce-go")
 	out := fs.String("out", "docs/benchmarks.md", "the markdown report; only its generated blocks are replaced")
 	plotDir := fs.String("plots", "docs", "where study 1's plots go (sweep-<setup>.png)")
 	runs := fs.String("runs", "runs/bench", "where the run directories go")
 	only := fs.String("studies", "1,2,3,4,5,7", "comma-separated studies to run (2 needs 1; 7 needs root and the test bed, else it is skipped); the doc keeps the others' blocks")
-	seeds := fs.String("seeds", "", "study 1's seeds, comma-separated (default 1,2,3; the quick variant 1)")
+	seeds := fs.String("seeds", "", "study 1's sweep seeds, comma-separated (default 1,2,3; the quick variant 1)")
+	heldOut := fs.String("heldout", "", "study 1's held-out seeds, comma-separated (default 4,5,6,7,8; the quick variant 2)")
+	setupList := fs.String("setups", "", "study 1's setups, comma-separated, of "+strings.Join(setupNames, ",")+" (default: all)")
+	python := fs.String("python", "/usr/bin/python3", "the Python that runs the PyTorch setups")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	o := options{p: defaults(*quick), out: *out, plotDir: *plotDir, runs: *runs, want: map[int]bool{}, args: args}
-	o.p.NP, o.p.Bin = *np, *bin
+	o.p.NP, o.p.Bin, o.p.Python = *np, *bin, *python
 	for _, f := range strings.Split(*only, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 7 || n == 6 {
@@ -99,17 +106,39 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if *np < 1 {
 		return o, fmt.Errorf("-np: want >= 1, got %d", *np)
 	}
-	if *seeds != "" {
-		o.p.Seeds = nil
-		for _, f := range strings.Split(*seeds, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 0 || slices.Contains(o.p.Seeds, n) {
-				return o, fmt.Errorf("-seeds: %q is not a new seed (a whole number >= 0)", f)
+	var err error
+	if o.p.Seeds, err = seedFlag("-seeds", *seeds, o.p.Seeds, nil); err != nil {
+		return o, err
+	}
+	if o.p.HeldOut, err = seedFlag("-heldout", *heldOut, o.p.HeldOut, o.p.Seeds); err != nil {
+		return o, err
+	}
+	if *setupList != "" {
+		for _, f := range strings.Split(*setupList, ",") {
+			if f = strings.TrimSpace(f); !slices.Contains(setupNames, f) || slices.Contains(o.p.Setups, f) {
+				return o, fmt.Errorf("-setups: %q is not one of %s, or is named twice", f, strings.Join(setupNames, ", "))
 			}
-			o.p.Seeds = append(o.p.Seeds, n)
+			o.p.Setups = append(o.p.Setups, f)
 		}
 	}
 	return o, nil
+}
+
+// seedFlag parses a comma-separated list of new seeds (none of taken);
+// the default when the flag is empty.
+func seedFlag(name, v string, def, taken []int) ([]int, error) {
+	if v == "" {
+		return def, nil
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || slices.Contains(out, n) || slices.Contains(taken, n) {
+			return nil, fmt.Errorf("%s: %q is not a new seed (a whole number >= 0, not a sweep seed)", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -124,8 +153,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	b := &bench{p: o.p, best: -1, rn: &runner{np: o.p.NP, mpirun: mpirunArgs(o.p.NP),
 		hdet: filepath.Join(o.p.Bin, "hdet"), root: o.runs, log: logf}}
+	b.setups = b.newSetups(o.p.Setups)
 	if o.p.Quick {
-		fmt.Fprintf(stdout, "make bench-quick: the short variant: study 1 with %d seed and %d sweep points per setup (the full study: 3 seeds, 12 points), studies 3-5 with fewer steps and repetitions\n", len(o.p.Seeds), o.p.SweepN)
+		fmt.Fprintf(stdout, "make bench-quick: the short variant: study 1 with sweep seed %s, held-out seed %s, %d sweep points per setup and a tiny ConvNet (the full study: sweep seeds 1-3, held-out seeds 4-8, 12 points), studies 3-5 with fewer steps and repetitions\n",
+			seedList(o.p.Seeds), seedList(o.p.HeldOut), o.p.SweepN)
 	}
 	h := docHeader{Quick: o.p.Quick, Settings: o.p, Machine: describeMachine(ctx), LoadBefore: loadAvg(), Args: o.args, OutPath: o.out}
 	began := time.Now()
@@ -141,6 +172,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		for _, p := range paths {
 			fmt.Fprintf(stdout, "plot: %s\n", p)
 		}
+		h.Summary = b.summaryText()
+		fmt.Fprintf(stdout, "\n%s", h.Summary)
 	}
 	if err := writeDoc(o.out, h, tables); err != nil {
 		errs = append(errs, err)
@@ -189,15 +222,16 @@ func (b *bench) runStudies(ctx context.Context, want map[int]bool, stdout io.Wri
 }
 
 // plot draws study 1 per setup: the sweep's median test loss per max_lr,
-// and every seed's HDET run of each form at its start; a diverged run is
-// drawn at ln 10, the loss of guessing, so that it shows.
+// the reference, and every held-out seed's HDET run of each form at its
+// start; a diverged run is drawn at ln 10, the loss of guessing, so that
+// it shows.
 func (b *bench) plot(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var paths []string
 	for _, sr := range b.study1 {
-		sweep := series{Label: "plain DP sweep (median over the seeds that ran the point; diverged runs at ln 10, chance)"}
+		sweep := series{Label: "plain sweep (median over the sweep seeds that ran the point; diverged runs at ln 10, chance)"}
 		for i, k := range sr.ks {
 			var ls []float64
 			for _, r := range column(sr.sweep, i) {
@@ -207,7 +241,11 @@ func (b *bench) plot(dir string) ([]string, error) {
 			}
 			sweep.LR, sweep.Loss = append(sweep.LR, gridLR(k)), append(sweep.Loss, median(ls))
 		}
-		var others []series
+		ref := series{Label: "reference: plain at the best point, every held-out seed"}
+		for _, row := range sr.plain {
+			ref.LR, ref.Loss = append(ref.LR, sr.bestLR()), append(ref.Loss, chanceLoss(row[1]))
+		}
+		others := []series{ref}
 		for fi, f := range forms {
 			s := series{Label: f.Label + ", every seed, at its start"}
 			for _, runs := range sr.hdet[fi] {
@@ -220,7 +258,7 @@ func (b *bench) plot(dir string) ([]string, error) {
 			others = append(others, s)
 		}
 		path := filepath.Join(dir, "sweep-"+sr.s.Name+".png")
-		title := fmt.Sprintf("Final test loss vs starting max_lr (MNIST MLP, %s, %d ranks)", sr.s.Label, b.p.NP)
+		title := fmt.Sprintf("Final test loss vs starting max_lr (%s, %d ranks)", sr.s.Label, b.p.NP)
 		if err := plotSweep(path, title, sweep, others...); err != nil {
 			return paths, err
 		}

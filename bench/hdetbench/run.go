@@ -6,23 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hdet-dev/hdet/internal/atomicfile"
-	"github.com/hdet-dev/hdet/internal/metrics"
-	"github.com/hdet-dev/hdet/internal/report"
 )
 
 // ErrRun is wrapped by every failed benchmark run.
 var ErrRun = errors.New("benchmark run failed")
 
-// runner launches `hdet run` under mpirun, one run at a time, and remembers
-// the command lines for the doc.
+// runner launches runs one at a time and remembers the command lines for
+// the doc.
 type runner struct {
 	np     int
 	mpirun []string // the launcher and its flags, before the program
@@ -37,97 +38,165 @@ func mpirunArgs(np int) []string {
 	return []string{"mpirun", "-np", fmt.Sprint(np), "--oversubscribe", "--bind-to", "none"}
 }
 
-// result is what a study needs from one finished run.
-type result struct {
-	Dir           string
-	Command       string
-	TestLoss      float64 // final evaluation; NaN when the model diverged
-	Accuracy      float64
-	WallSeconds   float64 // the run's own wall time (end record), without process start-up
-	Steps         int
-	Unhealthy     int // windows in which some rank was left out of the average
-	NonFinite     bool
-	PlanSeconds   []float64 // per window: rank 0's controller plan + broadcast
-	ConvergeSecs  []float64
-	FinalBase     float64 // the lr base of the last window, NaN without an lr explorer
-	FinalOffset   float64 // the lr offset u after the last window, NaN when no window has one
-	Cached        bool    // reused from an earlier hdetbench invocation, not run now
-	Checksum      string  // of the final parameters (end record)
-	Failed        string  // why the run failed, for a study that goes on without it
-	Pace          float64 // seconds per step at the run's calmest: the first quartile over its windows
-	ProcessSecond float64 // mpirun's wall time, start-up included
+// launch is one run: its command, how it is started, what decides its
+// reuse and how its result is read. Setups build them (setup.go), so a new
+// workload only says what its commands are.
+type launch struct {
+	Name string                    // the run directory, under the runner's root
+	Cmd  func(dir string) []string // the command, given the run directory
+	// Procs > 0 starts Procs copies of Cmd with torchrun's environment
+	// (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as
+	// torchrun --nproc_per_node would; rank 0's output is the run's. 0
+	// starts Cmd once (mpirun ...).
+	Procs int
+	// Key is what of the command decides reuse (never the run directory);
+	// nil: the run is made afresh every time.
+	Key         []string
+	Files       []string // files whose bytes the key holds (configs, scripts)
+	Fingerprint string   // what else the numbers depend on (a canary's checksum, the program's hash)
+	// Read reads the finished run from its directory and its output.
+	Read func(dir, out string, diverged bool) (result, error)
 }
 
-// diverged is true when training blew up: a NaN anywhere in the run, or a
-// final test loss no better than guessing among 10 classes (ln 10).
-func (r result) diverged() bool {
-	return r.NonFinite || math.IsNaN(r.TestLoss) || r.TestLoss >= math.Log(10)
-}
-
-// rankSeconds is the compute the run held: N ranks for its wall time.
-func (r result) rankSeconds(np int) float64 { return float64(np) * r.WallSeconds }
-
-// calmRankSeconds is the compute the run would hold at its calmest pace:
-// on a machine shared with other work one run's wall time can be 10x
-// another's for the same steps, depending on the load while it ran; the
-// first quartile of the per-step time over a run's windows is close to
-// what its steps cost at the lowest load it saw.
-func (r result) calmRankSeconds(np int) float64 { return float64(np) * r.Pace * float64(r.Steps) }
-
-// run starts `hdet run config --run-dir root/name --set ...` and reads the
-// run's metrics. The run directory is wiped first so that a stale metrics
-// file can never be read as this run's. With a non-empty fingerprint (what
-// the trainer's numbers depend on besides the command and the config, see
-// cacheKey) a finished run whose key file matches is reused instead.
-func (rn *runner) run(ctx context.Context, name, config, fingerprint string, sets ...string) (result, error) {
-	dir := filepath.Join(rn.root, name)
-	hdetArgs := []string{"run", config, "--run-dir", dir, "--progress", "none"}
-	for _, s := range sets {
-		hdetArgs = append(hdetArgs, "--set", s)
-	}
-	args := append(append(append([]string{}, rn.mpirun...), rn.hdet), hdetArgs...)
-	cmdline := strings.Join(args, " ")
+// launch runs l, or reuses a finished run whose key matches: the run
+// directory is wiped first, so a stale file can never be read as this run's.
+func (rn *runner) launch(ctx context.Context, l launch) (result, error) {
+	dir := filepath.Join(rn.root, l.Name)
+	cmd := l.Cmd(dir)
 	var key string
-	if fingerprint != "" {
+	if l.Key != nil {
 		var err error
-		keyArgs := slices.Concat(hdetArgs[:2], hdetArgs[4:]) // the run directory is where the key lives, not part of it
-		if key, err = cacheKey(rn.np, config, fingerprint, keyArgs); err != nil {
-			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
+		if key, err = cacheKey(max(rn.np, l.Procs), l.Files, l.Fingerprint, l.Key); err != nil {
+			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, l.Name, err)
 		}
-		if res, ok := reuse(dir, key); ok {
+		if res, ok := reuse(dir, key, l.Read); ok {
 			rn.log("  reused %s", dir)
-			res.Command, res.Cached = cmdline, true
+			res.Command, res.Cached = commandText(cmd, l.Procs, 0), true
 			return res, nil
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
+		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, l.Name, err)
 	}
-	rn.log("  %s", cmdline)
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	t0 := time.Now()
-	err := cmd.Run()
-	elapsed := time.Since(t0).Seconds()
+	out, cmdline, elapsed, err := rn.start(ctx, cmd, l.Procs)
 	if mkErr := os.MkdirAll(dir, 0o755); mkErr == nil {
-		_ = atomicfile.Write(filepath.Join(dir, "hdetbench.log"), out.Bytes())
+		_ = atomicfile.Write(filepath.Join(dir, logFile), []byte(out))
 	}
-	diverged := err != nil && strings.Contains(out.String(), allUnhealthy)
+	diverged := err != nil && strings.Contains(out, allUnhealthy)
 	if err != nil && !diverged {
-		return result{}, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(out.String(), 2000))
+		return result{}, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(out, 2000))
 	}
-	res, err := readRun(dir, diverged)
+	res, err := l.Read(dir, out, diverged)
 	if err != nil {
 		return result{}, fmt.Errorf("%w: %s: %w", ErrRun, cmdline, err)
 	}
+	res.Command, res.ProcessSeconds = cmdline, elapsed
 	if key != "" {
-		if err := saveKey(dir, key, diverged); err != nil {
-			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, name, err)
+		if err := saveKey(dir, key, diverged, elapsed); err != nil {
+			return result{}, fmt.Errorf("%w: %s: %w", ErrRun, l.Name, err)
 		}
 	}
-	res.Command, res.ProcessSecond = cmdline, elapsed
 	return res, nil
+}
+
+// logFile, in a run directory, holds the run's output (rank 0's for a
+// torchrun-style start).
+const logFile = "hdetbench.log"
+
+// start runs cmd (procs copies with torchrun's environment when procs >
+// 0) and returns its output, its command line and its wall time.
+func (rn *runner) start(ctx context.Context, cmd []string, procs int) (string, string, float64, error) {
+	if procs == 0 {
+		cmdline := strings.Join(cmd, " ")
+		rn.log("  %s", cmdline)
+		var out bytes.Buffer
+		c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+		c.Stdout, c.Stderr = &out, &out
+		t0 := time.Now()
+		err := c.Run()
+		return out.String(), cmdline, time.Since(t0).Seconds(), err
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", "", 0, err
+	}
+	cmdline := commandText(cmd, procs, port)
+	rn.log("  %s", cmdline)
+	outs := make([]bytes.Buffer, procs)
+	errs := make([]error, procs)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for r := range procs {
+		c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(procs),
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(procs), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		c.Stdout, c.Stderr = &outs[r], &outs[r]
+		if errs[r] = c.Start(); errs[r] != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = c.Wait() }()
+	}
+	wg.Wait()
+	elapsed := time.Since(t0).Seconds()
+	out := outs[0].String()
+	for r, e := range errs {
+		if e != nil && r > 0 {
+			out += fmt.Sprintf("\n[rank %d: %v]\n%s", r, e, tail(outs[r].String(), 1000))
+		}
+	}
+	return out, cmdline, elapsed, errors.Join(errs...)
+}
+
+// commandText is how the doc shows a command: a torchrun-style start as
+// the shell loop that makes it (port 0: not started yet).
+func commandText(cmd []string, procs, port int) string {
+	if procs == 0 {
+		return strings.Join(cmd, " ")
+	}
+	p := "PORT"
+	if port > 0 {
+		p = strconv.Itoa(port)
+	}
+	return fmt.Sprintf("for r in $(seq 0 %d); do RANK=$r LOCAL_RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%s %s & done; wait",
+		procs-1, procs, p, strings.Join(cmd, " "))
+}
+
+// freePort is a TCP port on 127.0.0.1 nothing listens on right now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("a free port for torch.distributed: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// builtinLaunch is `mpirun hdet run CONFIG --run-dir DIR --set ...` on the
+// built-in workload; fingerprint "" makes it afresh every time.
+func (rn *runner) builtinLaunch(name, config, fingerprint string, sets ...string) launch {
+	var setArgs []string
+	for _, s := range sets {
+		setArgs = append(setArgs, "--set", s)
+	}
+	l := launch{Name: name, Files: []string{config}, Fingerprint: fingerprint,
+		Cmd: func(dir string) []string {
+			return slices.Concat(rn.mpirun, []string{rn.hdet, "run", config, "--run-dir", dir, "--progress", "none"}, setArgs)
+		},
+		Read: func(dir, _ string, diverged bool) (result, error) { return readRun(dir, diverged) },
+	}
+	if fingerprint != "" {
+		l.Key = slices.Concat([]string{"run", config, "--progress", "none"}, setArgs)
+	}
+	return l
+}
+
+// run starts `hdet run config --run-dir root/name --set ...` on the
+// built-in workload and reads the run's metrics. With a non-empty
+// fingerprint (what the trainer's numbers depend on besides the command and
+// the config, see cacheKey) a finished run whose key matches is reused.
+func (rn *runner) run(ctx context.Context, name, config, fingerprint string, sets ...string) (result, error) {
+	return rn.launch(ctx, rn.builtinLaunch(name, config, fingerprint, sets...))
 }
 
 // allUnhealthy is how hdet run fails when training diverged on every rank
@@ -135,82 +204,12 @@ func (rn *runner) run(ctx context.Context, name, config, fingerprint string, set
 // learning rate far too high that is a result, not a broken benchmark.
 const allUnhealthy = "every rank is unhealthy"
 
-// readResult summarises a finished run directory's metrics.jsonl.
-func readResult(dir string) (result, error) { return readRun(dir, false) }
-
-// readRun summarises a run directory's metrics.jsonl; a diverged run, which
-// stopped without an end record, has a NaN test loss and the wall time up
-// to its last window.
-func readRun(dir string, diverged bool) (result, error) {
-	r, err := report.Load(dir)
-	if err != nil {
-		return result{}, err
-	}
-	if r.End == nil && !diverged {
-		return result{}, fmt.Errorf("%s: the run has no end record", dir)
-	}
-	s := report.Summarize(r)
-	res := result{
-		Dir: dir, TestLoss: s.FinalTestLoss, Accuracy: s.FinalAccuracy, NonFinite: diverged,
-		WallSeconds: r.WallSeconds(), Steps: s.Steps, FinalBase: math.NaN(), FinalOffset: math.NaN(),
-	}
-	if r.End != nil {
-		res.Checksum = r.End.Checksum
-	} else {
-		res.TestLoss, res.Accuracy = math.NaN(), math.NaN()
-	}
-	res.Pace = pace(r.Windows)
-	for _, w := range r.Windows {
-		if !finiteRecord(w) {
-			res.NonFinite = true
-		}
-		for _, h := range w.Healthy {
-			if !h {
-				res.Unhealthy++
-				break
-			}
-		}
-		if w.PlanSeconds > 0 {
-			res.PlanSeconds = append(res.PlanSeconds, w.PlanSeconds)
-		}
-		res.ConvergeSecs = append(res.ConvergeSecs, w.ConvergeSeconds)
-		if b, ok := w.Base["lr"]; ok {
-			res.FinalBase = float64(b)
-		}
-		if u, ok := w.Offset["lr"]; ok {
-			res.FinalOffset = float64(u)
-		}
-	}
-	return res, nil
-}
-
-// pace is the first quartile over windows of the seconds per step a window
-// took (training, probe, converge and plan).
-func pace(ws []metrics.Record) float64 {
-	var per []float64
-	prev := 0
-	for _, w := range ws {
-		if n := w.Step - prev; n > 0 {
-			per = append(per, (w.FanoutSeconds+w.ConvergeSeconds+w.PlanSeconds)/float64(n))
-		}
-		prev = w.Step
-	}
-	return quantile(per, 0.25)
-}
-
-// finiteRecord is false when a window saw a NaN/Inf loss.
-func finiteRecord(w metrics.Record) bool {
-	for _, l := range w.Losses {
-		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-			return false
-		}
-	}
-	return true
-}
-
 func tail(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return "..." + s[len(s)-n:]
 }
+
+// nan is a fresh NaN, for fields a run does not have.
+var nan = math.NaN()

@@ -29,14 +29,15 @@ const modelFloats = 784*256 + 256 + 256*256 + 256 + 256*10 + 10
 // bench holds what the studies share: the settings, the runner and the
 // results later studies build on.
 type bench struct {
-	p  settings
-	rn *runner
+	p      settings
+	rn     *runner
+	setups []*setup // study 1's
 
 	study1     []*setupRuns
-	sweepLRs   []float64 // study 1's AdamW sweep, first seed, for studies 2 and 5
+	sweepLRs   []float64 // study 1's first setup's sweep (MLP AdamW), first seed, for studies 2 and 5
 	sweep      []result
 	best       int      // index into sweep of the best point
-	hdetAbs    []result // study 1's AdamW HDET runs (default config, first seed), one per start
+	hdetAbs    []result // study 1's first setup's HDET runs (default form, first held-out seed), one per start
 	overheadTs map[int][]result
 	doc, plots string // -out and -plots, for study 7's plot
 }
@@ -58,7 +59,7 @@ func (b *bench) studyStability(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 2: stability at 9x the best learning rate",
 		Header: []string{"run", "max_lr", "diverged", "NaN windows", "test loss", "accuracy", "final lr base"}}
 	if b.best < 0 || len(b.sweep) == 0 {
-		return t, errors.New("study 2 needs study 1's best learning rate")
+		return t, errors.New("study 2 needs study 1's best learning rate of the MLP AdamW setup")
 	}
 	lr := 9 * b.sweepLRs[b.best]
 	runs := []struct {
@@ -78,75 +79,7 @@ func (b *bench) studyStability(ctx context.Context) (*table, error) {
 		t.add(c.label, lrText(lr), yesNo(r.diverged()), fmt.Sprint(r.Unhealthy), num(r.TestLoss, 4), num(r.Accuracy, 4), lrText(r.FinalBase))
 	}
 	t.note("9 x the best sweep max_lr (%s); the HDET spread is symmetric, so the replicas' mean learning rate is the base's.", lrText(b.sweepLRs[b.best]))
-	t.note("diverged: a NaN/Inf window loss, or a final test loss >= ln 10 (no better than chance). NaN windows: windows in which some replica was left out of the average.")
-	return t, nil
-}
-
-// studyOverhead is study 3: wall time per step of plain synchronous DP
-// against HDET at T = 10, 100, 1000 with the default three explorers, all
-// in gradients mode, interleaved, medians of repeated runs.
-func (b *bench) studyOverhead(ctx context.Context) (*table, error) {
-	t := &table{Title: "Study 3: overhead per step, plain synchronous DP vs HDET (gradients mode)",
-		Header: []string{"run", "converges", "ms/step (median)", "min", "max", "overhead", "plan ms/window", "converge ms/window"}}
-	steps := b.p.OverheadSteps
-	common := []string{fmt.Sprintf("train.steps=%d", steps), "train.epochs=0", "train.sync=gradients",
-		"train.eval_every=0", "run.checkpoint_every=0", "run.keep=1"}
-	type side struct {
-		label string
-		t     int // window; 0 for the plain baseline
-	}
-	sides := []side{{"plain DP, no explorers", 0}}
-	for _, w := range b.p.Windows {
-		sides = append(sides, side{fmt.Sprintf("HDET T = %d, 3 explorers", w), w})
-	}
-	perStep := map[int][]float64{}
-	b.overheadTs = map[int][]result{}
-	for rep := range b.p.OverheadReps {
-		for _, s := range sides {
-			var r result
-			var err error
-			if s.t == 0 {
-				r, err = b.rn.run(ctx, fmt.Sprintf("s3-plain-%d", rep), plainConfig, "", append(common, fmt.Sprintf("train.window=%d", steps))...)
-			} else {
-				r, err = b.rn.run(ctx, fmt.Sprintf("s3-T%d-%d", s.t, rep), trioConfig, "", append(common, fmt.Sprintf("train.window=%d", s.t))...)
-			}
-			if err != nil {
-				return t, err
-			}
-			t.Commands = append(t.Commands, r.Command)
-			perStep[s.t] = append(perStep[s.t], 1000*r.WallSeconds/float64(r.Steps))
-			b.overheadTs[s.t] = append(b.overheadTs[s.t], r)
-		}
-	}
-	base := median(perStep[0])
-	var at100 float64 = math.NaN()
-	for _, s := range sides {
-		v := perStep[s.t]
-		m := median(v)
-		over := "-"
-		plan, conv := "-", "-"
-		converges := 1
-		if s.t > 0 {
-			over = pct(m/base - 1)
-			if s.t == 100 {
-				at100 = m/base - 1
-			}
-			converges = (steps + s.t - 1) / s.t
-			var ps, cs []float64
-			for _, r := range b.overheadTs[s.t] {
-				ps = append(ps, r.PlanSeconds...)
-				cs = append(cs, r.ConvergeSecs...)
-			}
-			plan, conv = num(1000*median(ps), 2), num(1000*median(cs), 2)
-		}
-		t.add(s.label, fmt.Sprint(converges), num(m, 2), num(slices.Min(v), 2), num(slices.Max(v), 2), over, plan, conv)
-	}
-	t.note("%d steps per run, %d repetition(s) of every row, interleaved (plain, T=%v, plain, ...); ms/step = the run's wall time / steps. Evaluation and checkpoints off on both sides.",
-		steps, b.p.OverheadReps, b.p.Windows)
-	t.note("plain DP: bench/configs/plain.yaml, gradients all-reduced every step, window = %d (one converge, at the end). HDET: examples/mnist.yaml (lr, dropout, weight decay explorer plugins) in gradients mode.", steps)
-	if !math.IsNaN(at100) {
-		t.note("%s: overhead at T = 100 is %s (target: at most +1%%). The machine is shared and loaded; spread between repetitions is shown as min/max.", verdict(at100 <= 0.01), pct(at100))
-	}
+	t.note("diverged: the run stopped with every rank diverged, or its final test loss is NaN or >= ln 10 (no better than chance). NaN windows: windows in which some replica was left out of the average, or that went NaN everywhere and rolled back.")
 	return t, nil
 }
 
@@ -242,18 +175,18 @@ func (b *bench) studyController(ctx context.Context) (*table, error) {
 		Header: []string{"N", "measured in", "us/window (median)", "p90", "CPU us/window"}}
 	var hdetPlan []float64
 	for _, r := range b.hdetAbs {
-		hdetPlan = append(hdetPlan, r.PlanSeconds...)
+		hdetPlan = append(hdetPlan, r.planSeconds()...)
 	}
 	if len(hdetPlan) > 0 {
-		t.add(fmt.Sprint(b.p.NP), "study 1 HDET runs: 1 explorer plugin, plan + MPI broadcast", num(1e6*median(hdetPlan), 0), num(1e6*quantile(hdetPlan, 0.9), 0), "-")
+		t.add(fmt.Sprint(b.p.NP), "study 1 HDET runs: 1 explorer plugin, plan + MPI broadcast, both passes", num(1e6*median(hdetPlan), 0), num(1e6*quantile(hdetPlan, 0.9), 0), "-")
 	}
 	for _, w := range b.p.Windows {
 		var ps []float64
 		for _, r := range b.overheadTs[w] {
-			ps = append(ps, r.PlanSeconds...)
+			ps = append(ps, r.planSeconds()...)
 		}
 		if len(ps) > 0 {
-			t.add(fmt.Sprint(b.p.NP), fmt.Sprintf("study 3 T = %d: 3 explorer plugins, plan + MPI broadcast", w), num(1e6*median(ps), 0), num(1e6*quantile(ps, 0.9), 0), "-")
+			t.add(fmt.Sprint(b.p.NP), fmt.Sprintf("study 3 T = %d: 3 explorer plugins, plan + MPI broadcast, both passes", w), num(1e6*median(ps), 0), num(1e6*quantile(ps, 0.9), 0), "-")
 		}
 	}
 	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkControllerWindow$", "-benchtime", b.p.ControllerBenchtime, "-count", fmt.Sprint(b.p.ControllerCount), "./hparam/"}

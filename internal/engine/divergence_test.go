@@ -152,7 +152,8 @@ type lrReplica struct {
 	buf       []float32
 	nanFrom   int
 	nanOnce   int
-	spikeOnce int // the first time it trains from this step its loss is 50 (0: never)
+	spikeOnce int     // the first time it trains from this step its loss is 50 (0: never)
+	probeSecs float64 // reported as every window's ProbeSeconds
 	lrs       []float64
 }
 
@@ -175,7 +176,7 @@ func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, erro
 	if r.spikeOnce > 0 && w.Start == r.spikeOnce {
 		loss, r.spikeOnce = 50, 0
 	}
-	return WindowResult{Losses: []float64{loss}}, nil
+	return WindowResult{Losses: []float64{loss}, ProbeSeconds: r.probeSecs}, nil
 }
 
 // soloRun runs 6 windows of 2 steps on one rank with a constant learning
@@ -304,4 +305,26 @@ func TestMetricsWriteFailureOnlyWarns(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 12, res.Steps)
 	assert.Contains(t, logs.String(), "metrics.jsonl write failed; training goes on")
+}
+
+// The window record carries the time the replica says its probe took.
+func TestWindowRecordCarriesProbeSeconds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	mw, err := metrics.OpenWriter(path)
+	require.NoError(t, err)
+	require.NoError(t, mw.Write(metrics.Record{Type: metrics.TypeStart})) // the CLI's part
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, probeSecs: 0.25}
+	_, logs, err := soloRun(t, rep, 3, mw)
+	require.NoError(t, err, logs.String())
+	require.NoError(t, mw.Close())
+	recs, _, err := metrics.ReadFile(path)
+	require.NoError(t, err)
+	windows := 0
+	for _, r := range recs {
+		if r.Type == metrics.TypeWindow {
+			windows++
+			assert.Equal(t, 0.25, r.ProbeSeconds, "window %d", r.Window)
+		}
+	}
+	assert.Equal(t, 6, windows)
 }

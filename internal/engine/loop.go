@@ -56,6 +56,7 @@ type window struct {
 	stop         bool // some rank asked to stop
 
 	planSeconds, fanout, converge float64
+	probeSeconds                  float64 // this rank's, inside fanout
 	tGather                       time.Time
 	sum                           string
 	eval                          *metrics.Eval
@@ -235,7 +236,7 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 	if err != nil {
 		return fmt.Errorf("rank %d, window %d: %w", l.rank, w.index, err)
 	}
-	w.fanout = time.Since(t).Seconds()
+	w.fanout, w.probeSeconds = time.Since(t).Seconds(), wr.ProbeSeconds
 	w.loss, w.probe = mean(wr.Losses), wr.Probe
 	w.healthy = !math.IsNaN(w.loss) && !math.IsInf(w.loss, 0) && finite32(l.buf)
 	return nil
@@ -361,7 +362,7 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 	}
 	w.events = append(w.events, frozenEvents(evs)...)
 	rec := windowRecord(&w.plan, fb, w.losses, w.healthyRanks, w.fanout, w.converge, w.sum, w.eval, w.events)
-	rec.Step, rec.PlanSeconds = w.end(), w.planSeconds
+	rec.Step, rec.PlanSeconds, rec.ProbeSeconds = w.end(), w.planSeconds, w.probeSeconds
 	if w.plan.Probe {
 		rec.Probe = floats(probes)
 	}

@@ -35,6 +35,10 @@ type Window struct {
 type WindowResult struct {
 	Losses []float64 // training loss of each step
 	Probe  float64   // the probe loss; NaN when ProbeTail was 0 or the replica cannot probe
+	// ProbeSeconds is the part of TrainWindow the probe took (the tail
+	// average and its evaluation), for the window record; 0 when the
+	// window did not probe or the replica does not time it.
+	ProbeSeconds float64
 }
 
 // Replica is one rank's copy of the model. The built-in MNIST workload and the

@@ -85,6 +85,7 @@ type Record struct {
 	Offset          map[string]Float   `json:"offset,omitempty"`       // per hyperparameter, the learned offset u after this window
 	PlanSeconds     float64            `json:"plan_seconds,omitempty"` // rank 0's controller plan + the plan broadcast
 	FanoutSeconds   float64            `json:"fanout_seconds,omitempty"`
+	ProbeSeconds    float64            `json:"probe_seconds,omitempty"` // the part of fanout_seconds rank 0's probe took (tail average + evaluation); absent when not timed
 	ConvergeSeconds float64            `json:"converge_seconds,omitempty"`
 	Checksum        string             `json:"checksum,omitempty"` // of the parameters after converge
 	Eval            *Eval              `json:"eval,omitempty"`

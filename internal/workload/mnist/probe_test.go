@@ -69,6 +69,7 @@ func TestProbeIsTheEvalLossOfTheTailAverage(t *testing.T) {
 				}
 				want := handProbe(hand, iterates)
 				require.InEpsilon(t, want, res.Probe, 1e-5, "tail %d", tail)
+				require.Positive(t, res.ProbeSeconds, "the probe's time is reported")
 				// The probe is scratch: training went exactly as without it.
 				require.Equal(t, hand.SyncBuffer(true), probed.SyncBuffer(true))
 			}
@@ -81,6 +82,7 @@ func TestNoProbeTailNoProbe(t *testing.T) {
 	res, err := r.TrainWindow(context.Background(), engine.Window{Steps: 3, V: lrRamp(0, 3)})
 	require.NoError(t, err)
 	require.True(t, math.IsNaN(res.Probe))
+	require.Zero(t, res.ProbeSeconds)
 	require.Nil(t, r.probe, "no probe scratch allocated for a window that does not probe")
 }
 

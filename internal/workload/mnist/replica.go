@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/workload/internal/blas"
@@ -191,6 +192,7 @@ func (r *Replica) TrainWindow(ctx context.Context, w engine.Window) (engine.Wind
 	}
 	res := engine.WindowResult{Losses: make([]float64, 0, steps), Probe: math.NaN()}
 	tail := min(max(w.ProbeTail, 0), steps)
+	var probing time.Duration // the tail average's and the probe's share of the window
 	for i := range steps {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -201,15 +203,18 @@ func (r *Replica) TrainWindow(ctx context.Context, w engine.Window) (engine.Wind
 		}
 		res.Losses = append(res.Losses, loss)
 		if k := i - (steps - tail) + 1; k >= 1 {
+			t := time.Now()
 			r.accumulateTail(k)
+			probing += time.Since(t)
 		}
 	}
 	if tail > 0 {
+		t := time.Now()
 		p, err := r.probeLoss(ctx)
 		if err != nil {
 			return res, err
 		}
-		res.Probe = p
+		res.Probe, res.ProbeSeconds = p, (probing + time.Since(t)).Seconds()
 	}
 	return res, nil
 }

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/hdet-dev/hdet/internal/metrics"
+)
+
+// result is what a study needs from one finished run.
+type result struct {
+	Dir      string
+	Command  string
+	TestLoss float64 // final evaluation; NaN when the model diverged
+	Accuracy float64
+	// WallSeconds is the run's own wall time (end record: both passes and
+	// the restart between them), without process start-up; NaN for a run
+	// without metrics (a plain script).
+	WallSeconds float64
+	// TrainSeconds is the run's training time: for hdet runs the sum, over
+	// every window record of both passes (a window redone after a rollback
+	// counts twice: it was trained twice), of fanout + converge + plan, the
+	// restart between the passes left out (passTimes.Restart); for a plain
+	// script its training loop as the script printed it.
+	TrainSeconds float64
+	// ProcessSeconds is the launch's wall time, start-up included; NaN for
+	// a run reused from before hdetbench recorded it.
+	ProcessSeconds float64
+	Steps          int         // the schedule's steps: the main pass's, or the one pass's
+	Passes         []passTimes // [0] the search pass (or the only pass), [1] the main pass of a run that committed
+	Committed      float64     // the committed max_lr (the commit record's lr value); NaN when the run did not commit
+	CommitStep     int         // where the search pass ended
+	Unhealthy      int         // windows in which some rank was left out of the average (a rolled-back window counts too)
+	Stopped        bool        // the run stopped because every rank diverged (hdet's allUnhealthy)
+	FinalBase      float64     // the lr base of the last window, NaN without an lr explorer
+	FinalOffset    float64     // the lr offset u after the last window, NaN when no window has one
+	Cached         bool        // reused from an earlier hdetbench invocation, not run now
+	Checksum       string      // of the final parameters (end record)
+	Failed         string      // why the run failed, for a study that goes on without it
+}
+
+// passTimes are one pass's window timings, in seconds per window record.
+type passTimes struct {
+	Steps                         int // the steps the pass trained (its last window's end)
+	Fanout, Probe, Converge, Plan []float64
+	Probed                        int     // windows that probed
+	FirstTime, LastTime           float64 // unix seconds: the pass's start (see addWindow) and its last window's record
+	// Restart is the main pass's first plan_seconds, which holds the
+	// restart (the step-0 state restored; a worker's script started again)
+	// besides the plan: kept out of Plan and of the training time, it is a
+	// start-up cost, like a plain script's start-up outside its loop.
+	Restart float64
+}
+
+// seconds is the pass's time in its windows: training (with the probe),
+// converge and plan.
+func (p passTimes) seconds() float64 {
+	s := 0.0
+	for i := range p.Fanout {
+		s += p.Fanout[i] + p.Converge[i] + p.Plan[i]
+	}
+	return s
+}
+
+// perStep is seconds() per step, NaN for an empty pass.
+func (p passTimes) perStep() float64 {
+	if p.Steps == 0 {
+		return math.NaN()
+	}
+	return p.seconds() / float64(p.Steps)
+}
+
+// wallPerStep is the pass's wall clock per step, from the records' times.
+func (p passTimes) wallPerStep() float64 {
+	if p.Steps == 0 || p.FirstTime == 0 {
+		return math.NaN()
+	}
+	return (p.LastTime - p.FirstTime) / float64(p.Steps)
+}
+
+// chance is the test loss of guessing among 10 classes, ln 10, less the
+// rounding of a script's printed loss (4 decimals: 2.3025 is chance).
+var chance = math.Log(10) - 1e-3
+
+// diverged is true when training ended blown up: the run stopped with every
+// rank diverged, or its final test loss is NaN or no better than guessing
+// among 10 classes (chance). A window that went NaN and was rolled back, or
+// a rank left out of one window's average, is hdet's safety net at work,
+// not the run's outcome: Unhealthy counts those.
+func (r result) diverged() bool {
+	return r.Stopped || math.IsNaN(r.TestLoss) || r.TestLoss >= chance
+}
+
+// rankSeconds is the compute the run held in training: N ranks for its
+// training time.
+func (r result) rankSeconds(np int) float64 { return float64(np) * r.TrainSeconds }
+
+// processRankSeconds is N ranks for the launch's wall time.
+func (r result) processRankSeconds(np int) float64 { return float64(np) * r.ProcessSeconds }
+
+// planSeconds is every window's plan + broadcast, both passes.
+func (r result) planSeconds() []float64 {
+	var out []float64
+	for _, p := range r.Passes {
+		for _, s := range p.Plan {
+			if s > 0 {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// pass is the i-th pass's timings, empty when the run has none.
+func (r result) pass(i int) passTimes {
+	if i < len(r.Passes) {
+		return r.Passes[i]
+	}
+	return passTimes{}
+}
+
+// readResult summarises a finished run directory's metrics.jsonl.
+func readResult(dir string) (result, error) { return readRun(dir, false) }
+
+// readRun summarises a run directory's metrics.jsonl, pass by pass; a
+// diverged run, which stopped without an end record, has a NaN test loss
+// and the wall time up to its last window.
+func readRun(dir string, diverged bool) (result, error) {
+	recs, _, err := metrics.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		return result{}, err
+	}
+	res := result{Dir: dir, TestLoss: nan, Accuracy: nan, Stopped: diverged, FinalBase: nan, FinalOffset: nan,
+		Committed: nan, ProcessSeconds: nan}
+	var first, last float64
+	var end *metrics.Record
+	for i, rec := range recs {
+		if i == 0 {
+			first = rec.Time
+		}
+		last = max(last, rec.Time)
+		switch rec.Type {
+		case metrics.TypeWindow:
+			res.addWindow(rec, recs[i-1].Time)
+		case metrics.TypeCommit:
+			res.CommitStep = rec.Step
+			if c, ok := rec.Committed["lr"]; ok {
+				res.Committed = float64(c.Value)
+			}
+		case metrics.TypeEnd:
+			end = &recs[i]
+		}
+	}
+	if end == nil && !diverged {
+		return result{}, fmt.Errorf("%s: the run has no end record", dir)
+	}
+	res.WallSeconds = last - first
+	if end != nil {
+		res.Checksum, res.Steps = end.Checksum, end.Step
+		if end.WallSeconds > 0 {
+			res.WallSeconds = end.WallSeconds
+		}
+		if end.Eval != nil {
+			res.TestLoss, res.Accuracy = float64(end.Eval.Loss), float64(end.Eval.Accuracy)
+		}
+	} else if n := len(res.Passes); n > 0 {
+		res.Steps = res.Passes[n-1].Steps
+	}
+	for _, p := range res.Passes {
+		res.TrainSeconds += p.seconds()
+	}
+	return res, nil
+}
+
+// addWindow takes one window record into its pass; before is the time of
+// the record before it.
+func (r *result) addWindow(w metrics.Record, before float64) {
+	for len(r.Passes) <= w.Pass {
+		r.Passes = append(r.Passes, passTimes{})
+	}
+	p := &r.Passes[w.Pass]
+	plan := w.PlanSeconds
+	if len(p.Fanout) == 0 {
+		p.FirstTime = before
+		if w.Pass > 0 { // the restart: the pass starts after it
+			p.Restart, plan = plan, 0
+			p.FirstTime += p.Restart
+		}
+	}
+	p.Steps, p.LastTime = max(p.Steps, w.Step), w.Time
+	p.Fanout, p.Probe = append(p.Fanout, w.FanoutSeconds), append(p.Probe, w.ProbeSeconds)
+	p.Converge, p.Plan = append(p.Converge, w.ConvergeSeconds), append(p.Plan, plan)
+	if len(w.Probe) > 0 {
+		p.Probed++
+	}
+	if slices.Contains(w.Healthy, false) {
+		r.Unhealthy++
+	}
+	if b, ok := w.Base["lr"]; ok {
+		r.FinalBase = float64(b)
+	}
+	if u, ok := w.Offset["lr"]; ok {
+		r.FinalOffset = float64(u)
+	}
+}
+
+// scriptLine is the last line the example scripts print on rank 0: "N
+// steps in S s, test loss L, test accuracy A" (a worker's lines under hdet
+// carry a "[rank 0] " prefix).
+var scriptLine = regexp.MustCompile(`(\d+) steps in ([0-9.]+) s, test loss (\S+), test accuracy (\S+)`)
+
+// scriptOutcome reads the last such line of out: the steps, the training
+// loop's seconds, the test loss and accuracy ("nan" parses as NaN).
+func scriptOutcome(out string) (steps int, loop, loss, acc float64, err error) {
+	all := scriptLine.FindAllStringSubmatch(out, -1)
+	if len(all) == 0 {
+		return 0, 0, 0, 0, fmt.Errorf("no \"N steps in S s, test loss L, test accuracy A\" line in the output:\n%s", tail(out, 1000))
+	}
+	m := all[len(all)-1]
+	steps, _ = strconv.Atoi(m[1])
+	loop, _ = strconv.ParseFloat(m[2], 64)
+	loss, err1 := strconv.ParseFloat(m[3], 64)
+	acc, err2 := strconv.ParseFloat(m[4], 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, 0, 0, fmt.Errorf("unreadable test loss or accuracy in %q", m[0])
+	}
+	return steps, loop, loss, acc, nil
+}
+
+// readPlainScript reads a plain script run from its output.
+func readPlainScript(dir, out string, _ bool) (result, error) {
+	steps, loop, loss, acc, err := scriptOutcome(out)
+	if err != nil {
+		return result{}, err
+	}
+	return result{Dir: dir, TestLoss: loss, Accuracy: acc, Steps: steps, TrainSeconds: loop, WallSeconds: nan,
+		ProcessSeconds: nan, Committed: nan, FinalBase: nan, FinalOffset: nan}, nil
+}
+
+// readWorkerRun reads an hdet --worker run: the metrics from its
+// directory, the test loss from the script's last line (hdet's end record
+// has none for a worker); a diverged run has neither.
+func readWorkerRun(dir, out string, diverged bool) (result, error) {
+	res, err := readRun(dir, diverged)
+	if err != nil || diverged {
+		return res, err
+	}
+	_, _, loss, acc, err := scriptOutcome(out)
+	if err != nil {
+		return result{}, err
+	}
+	res.TestLoss, res.Accuracy = loss, acc
+	return res, nil
+}

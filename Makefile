@@ -17,7 +17,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam does no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps test test-go test-faults test-multihost test-chaos run data bench bench-quick bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps test test-go test-faults test-multihost test-chaos run data bench bench-quick bench-run bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -131,3 +131,11 @@ clean:
 bench bench-quick: build data allreduce-bins
 	scripts/deps.sh torch
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)
+
+# What `make run` buys (issue 29): the embedded default against plain
+# synchronous DP at the same start, seeds 1-10 (SEEDS="1 2" for fewer); a
+# markdown table of test accuracy per seed (docs/benchmarks.md, "make run
+# against plain synchronous DP"). About 4 minutes a seed on 2 cores.
+SEEDS ?=
+bench-run: build data
+	scripts/bench-make-run.sh $(BIN) runs/bench/make-run $(SEEDS)

@@ -19,7 +19,8 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 )
 
-// Config is a whole run configuration. README.md documents every field.
+// Config is a whole run configuration. README.md lists every field
+// with its default; docs/configuration.md explains each.
 type Config struct {
 	Workload  Workload   `yaml:"workload"`
 	Train     Train      `yaml:"train"`
@@ -183,8 +184,7 @@ var (
 	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-// Upper bounds of the config's sizes, counts and durations (README's
-// config table): far beyond a real run, and small enough that nothing
+// Upper bounds of the config's sizes, counts and durations (docs/configuration.md): far beyond a real run, and small enough that nothing
 // computed from them overflows or exhausts the machine.
 const (
 	MaxLayers     = 64

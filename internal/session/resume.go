@@ -97,7 +97,7 @@ func (s *session) ownUnsavedLog(path string) bool {
 }
 
 // compatible refuses a checkpoint written by another run, or for a config
-// it cannot continue (README: "Resuming"), naming each field that differs
+// it cannot continue (docs/run-directory.md, "What may change on resume"), naming each field that differs
 // with both values.
 func (s *session) compatible(ck *checkpoint.State, path string) error {
 	old, err := config.Load(ck.Config, nil)

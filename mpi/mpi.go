@@ -314,8 +314,20 @@ func (c *Comm) AllreduceFloat64(buf []float64, o Op) error {
 	return c.AllreducePtr(unsafe.Pointer(unsafe.SliceData(buf)), len(buf), Float64, o)
 }
 
+// overlap reports whether a and b share memory, which MPI forbids between
+// a collective's send and receive buffers.
+func overlap(a, b []float64) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	const w = unsafe.Sizeof(a[0])
+	return pa < pb+uintptr(len(b))*w && pb < pa+uintptr(len(a))*w
+}
+
 // AllgatherFloat64 gathers len(send) values from every rank into recv, in
-// rank order; len(recv) must be Size()*len(send).
+// rank order; len(recv) must be Size()*len(send), and the two
+// must not overlap.
 func (c *Comm) AllgatherFloat64(send, recv []float64) error {
 	if len(recv) != c.size*len(send) {
 		return fmt.Errorf("%w: allgather of %d values from %d ranks needs %d receive slots, got %d",
@@ -323,6 +335,9 @@ func (c *Comm) AllgatherFloat64(send, recv []float64) error {
 	}
 	if len(send) == 0 {
 		return nil
+	}
+	if overlap(send, recv) {
+		return fmt.Errorf("%w: allgather's send and receive buffers overlap", ErrArgument)
 	}
 	cn, err := count(len(send))
 	if err != nil {

@@ -47,6 +47,11 @@ func TestArgumentErrors(t *testing.T) {
 	w := World()
 	assert.ErrorIs(t, w.AllreduceFloat64([]float64{1}, Op(9)), ErrArgument)
 	assert.ErrorIs(t, w.AllgatherFloat64([]float64{1}, make([]float64, 3)), ErrArgument)
+	buf := make([]float64, 2*w.Size())
+	err := w.AllgatherFloat64(buf[:2], buf) // aliased: a rank could send what it received
+	assert.ErrorIs(t, err, ErrArgument)
+	assert.ErrorContains(t, err, "overlap")
+	assert.False(t, overlap(buf[:1], buf[1:]), "adjacent is not overlapping")
 }
 
 func TestBadRootIsAGoError(t *testing.T) {

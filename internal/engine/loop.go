@@ -255,9 +255,11 @@ func (l *loop) gather(w *window) error {
 	if l.o.Sync == SyncGradients && w.healthy {
 		mine.print = fingerprint(l.params)
 	}
-	flat := make([]float64, reportLen*l.n)
-	mine.pack(flat)
-	if err := l.o.Comm.AllgatherFloat64(flat[:reportLen], flat); err != nil {
+	// Send and receive buffers must not overlap (MPI forbids it): with
+	// them aliased, a rank could send or keep another's report as its own.
+	send, flat := make([]float64, reportLen), make([]float64, reportLen*l.n)
+	mine.pack(send)
+	if err := l.o.Comm.AllgatherFloat64(send, flat); err != nil {
 		return fmt.Errorf("gather window losses: %w", err)
 	}
 	all := make([]rankReport, l.n)

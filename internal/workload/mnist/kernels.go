@@ -1,41 +1,26 @@
 package mnist
 
-import "math"
+import (
+	"math"
 
-// kernels are the element-wise loops of a training step. goKernels is the
-// reference; kernels_avx2.go replaces it, at start-up and only on a CPU with
-// AVX2, with C loops that compute every element with the same float32
-// operations in the same order (no fused multiply-add), so results are bit
-// for bit the same either way (kernels_avx2_test.go checks it).
-type kernels struct {
-	// reluDropout applies ReLU to z, then, with p > 0, draws mask[i] = 0
-	// with probability p and scale otherwise from the stream whose state is
-	// state, and multiplies z by it.
-	reluDropout func(z, mask []float32, state uint64, p, scale float32)
-	// backMask zeroes prev where act <= 0 (the unit did not pass) and
-	// multiplies it by mask elsewhere; mask nil means no dropout.
-	backMask func(prev, act, mask []float32)
-	// biasGrad sets gb to the column sums of the rows×len(gb) matrix delta.
-	biasGrad func(gb, delta []float32)
-	// average folds p into the running average avg of k-1 iterates:
-	// avg += (p - avg)/k.
-	average func(avg, p []float32, k float32)
-	adamW   func(p, g, m, v []float32, c adamWConsts)
-	sgd     func(p, g, buf []float32, mu, lr, wd float32)
-}
+	"github.com/hdet-dev/hdet/internal/workload/internal/blas"
+)
 
-// adamWConsts are one segment's AdamW constants, in float32 as applied.
-type adamWConsts struct {
-	b1, b2, keep, step, invSqrtBc2, eps float32
-}
+// kernels are the element-wise loops of a training step (blas.Kernels).
+// goKernels is the reference; at start-up, on a CPU with AVX2 and when built
+// with cgo, blas.AVX2 replaces it: C loops whose results are bit for bit the
+// same (kernels_avx2_test.go checks it).
+type kernels = blas.Kernels
+
+type adamWConsts = blas.AdamWConsts
 
 var goKernels = kernels{
-	reluDropout: goReluDropout,
-	backMask:    goBackMask,
-	biasGrad:    goBiasGrad,
-	average:     goAverage,
-	adamW:       goAdamW,
-	sgd:         goSGD,
+	ReluDropout: goReluDropout,
+	BackMask:    goBackMask,
+	BiasGrad:    goBiasGrad,
+	Average:     goAverage,
+	AdamW:       goAdamW,
+	SGD:         goSGD,
 }
 
 // kern is what training uses, kernName its name for benchmarks.
@@ -43,6 +28,12 @@ var (
 	kern     = goKernels
 	kernName = "go"
 )
+
+func init() {
+	if blas.AVX2 != nil {
+		kern, kernName = *blas.AVX2, "avx2"
+	}
+}
 
 func goReluDropout(z, mask []float32, state uint64, p, scale float32) {
 	for i, v := range z {
@@ -118,10 +109,10 @@ func goAdamW(p, g, m, v []float32, c adamWConsts) {
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)] // lets the compiler drop bounds checks
 	for i := range p {
 		gi := g[i]
-		mi := flushTiny(c.b1*m[i] + (1-c.b1)*gi)
-		vi := flushTiny(c.b2*v[i] + (1-c.b2)*gi*gi)
+		mi := flushTiny(c.B1*m[i] + (1-c.B1)*gi)
+		vi := flushTiny(c.B2*v[i] + (1-c.B2)*gi*gi)
 		m[i], v[i] = mi, vi
-		p[i] = p[i]*c.keep - c.step*mi/(float32(math.Sqrt(float64(vi)))*c.invSqrtBc2+c.eps)
+		p[i] = p[i]*c.Keep - c.Step*mi/(float32(math.Sqrt(float64(vi)))*c.InvSqrtBc2+c.Eps)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/workload/internal/blas"
 )
 
 func needAVX2(t *testing.T) {
@@ -62,8 +63,8 @@ func TestAVX2KernelsMatchGoBitForBit(t *testing.T) {
 		z, mask := randomVec(s, n, 3), make([]float32, n)
 		for _, p := range []float32{0, 0.1, 0.5} {
 			a, b := clone(z, mask), clone(z, mask)
-			goKernels.reluDropout(a[0], a[1], 12345+uint64(n), p, 1/(1-p))
-			avx2Kernels.reluDropout(b[0], b[1], 12345+uint64(n), p, 1/(1-p))
+			goKernels.ReluDropout(a[0], a[1], 12345+uint64(n), p, 1/(1-p))
+			blas.AVX2.ReluDropout(b[0], b[1], 12345+uint64(n), p, 1/(1-p))
 			sameBits(t, "reluDropout z", a[0], b[0])
 			if p > 0 {
 				sameBits(t, "reluDropout mask", a[1], b[1])
@@ -72,36 +73,36 @@ func TestAVX2KernelsMatchGoBitForBit(t *testing.T) {
 		prev, act, m := randomVec(s, n, 1), randomVec(s, n, 1), randomVec(s, n, 2)
 		for _, mk := range [][]float32{nil, m} {
 			a, b := clone(prev), clone(prev)
-			goKernels.backMask(a[0], act, mk)
-			avx2Kernels.backMask(b[0], act, mk)
+			goKernels.BackMask(a[0], act, mk)
+			blas.AVX2.BackMask(b[0], act, mk)
 			sameBits(t, "backMask", a[0], b[0])
 		}
 		for _, cols := range []int{1, 10, 13, 256} {
 			delta := randomVec(s, cols*(n%70), 1)
 			ga, gb := randomVec(s, cols, 1), randomVec(s, cols, 1) // overwritten
-			goKernels.biasGrad(ga, delta)
-			avx2Kernels.biasGrad(gb, delta)
+			goKernels.BiasGrad(ga, delta)
+			blas.AVX2.BiasGrad(gb, delta)
 			sameBits(t, "biasGrad", ga, gb)
 		}
 		avg, it := randomVec(s, n, 1), randomVec(s, n, 1)
 		a, b := clone(avg), clone(avg)
-		goKernels.average(a[0], it, 3)
-		avx2Kernels.average(b[0], it, 3)
+		goKernels.Average(a[0], it, 3)
+		blas.AVX2.Average(b[0], it, 3)
 		sameBits(t, "average", a[0], b[0])
 		p, g, m1, v := randomVec(s, n, 1), randomVec(s, n, 1), randomVec(s, n, 0.1), randomVec(s, n, 0.01)
 		for i := range v {
 			v[i] = float32(math.Abs(float64(v[i])))
 		}
-		c := adamWConsts{b1: 0.9, b2: 0.999, keep: 0.99999, step: 1.3e-3, invSqrtBc2: 3.2, eps: 1e-8}
+		c := adamWConsts{B1: 0.9, B2: 0.999, Keep: 0.99999, Step: 1.3e-3, InvSqrtBc2: 3.2, Eps: 1e-8}
 		a, b = clone(p, m1, v), clone(p, m1, v)
-		goKernels.adamW(a[0], g, a[1], a[2], c)
-		avx2Kernels.adamW(b[0], g, b[1], b[2], c)
+		goKernels.AdamW(a[0], g, a[1], a[2], c)
+		blas.AVX2.AdamW(b[0], g, b[1], b[2], c)
 		for i, what := range []string{"adamW p", "adamW m", "adamW v"} {
 			sameBits(t, what, a[i], b[i])
 		}
 		a, b = clone(p, m1), clone(p, m1)
-		goKernels.sgd(a[0], g, a[1], 0.9, 0.05, 1e-4)
-		avx2Kernels.sgd(b[0], g, b[1], 0.9, 0.05, 1e-4)
+		goKernels.SGD(a[0], g, a[1], 0.9, 0.05, 1e-4)
+		blas.AVX2.SGD(b[0], g, b[1], 0.9, 0.05, 1e-4)
 		sameBits(t, "sgd p", a[0], b[0])
 		sameBits(t, "sgd buf", a[1], b[1])
 	}
@@ -113,22 +114,22 @@ func TestAVX2KernelsMatchGoBitForBit(t *testing.T) {
 func TestOptimizerStateFlushesSubnormals(t *testing.T) {
 	const n = 11             // a vector of 8 and a scalar tail
 	tiny := float32(1.2e-38) // normal; times 0.9 or 0.5 it is subnormal
-	c := adamWConsts{b1: 0.9, b2: 0.5, keep: 1, step: 1e-3, invSqrtBc2: 1, eps: 1e-8}
+	c := adamWConsts{B1: 0.9, B2: 0.5, Keep: 1, Step: 1e-3, InvSqrtBc2: 1, Eps: 1e-8}
 	sets := map[string]kernels{"go": goKernels}
 	if cpu.X86.HasAVX2 { // without it training runs the Go kernels only
-		sets["avx2"] = avx2Kernels
+		sets["avx2"] = *blas.AVX2
 	}
 	for name, k := range sets {
 		p, g, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
 		for i := range m {
 			m[i], v[i], p[i] = tiny, tiny, 1
 		}
-		k.adamW(p, g, m, v, c)
+		k.AdamW(p, g, m, v, c)
 		buf := make([]float32, n)
 		for i := range buf {
 			buf[i] = -tiny
 		}
-		k.sgd(make([]float32, n), g, buf, 0.9, 0.1, 0)
+		k.SGD(make([]float32, n), g, buf, 0.9, 0.1, 0)
 		for i := range n {
 			require.Equal(t, uint32(0), math.Float32bits(m[i]), "%s: m[%d]", name, i)
 			require.Equal(t, uint32(0), math.Float32bits(v[i]), "%s: v[%d]", name, i)
@@ -145,7 +146,7 @@ func TestTrainingIsTheSameWithEitherKernels(t *testing.T) {
 		t.Run(opt, func(t *testing.T) {
 			var slabs [][]float32
 			var losses [][]float64
-			for _, k := range []kernels{goKernels, avx2Kernels} {
+			for _, k := range []kernels{goKernels, *blas.AVX2} {
 				old := kern
 				kern = k
 				cfg := smallConfig(opt)

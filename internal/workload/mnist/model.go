@@ -82,7 +82,7 @@ func forward(layers []layer, ws *workspace, n int, dropout, labelSmoothing float
 		if dropout > 0 {
 			state, mask = drop(li).s, ws.mask[li][:n*l.out]
 		}
-		kern.reluDropout(z, mask, state, float32(dropout), float32(1/(1-dropout)))
+		kern.ReluDropout(z, mask, state, float32(dropout), float32(1/(1-dropout)))
 		in = z
 	}
 	out := layers[len(layers)-1].out
@@ -138,7 +138,7 @@ func backward(layers []layer, ws *workspace, n int, dropout float64) {
 			in = ws.act[li-1]
 		}
 		gemm.Sgemm(true, false, l.in, l.out, n, 1, in, l.in, delta, l.out, 0, l.gw, l.out)
-		kern.biasGrad(l.gb, delta)
+		kern.BiasGrad(l.gb, delta)
 		if li == 0 {
 			break // no gradient w.r.t. the inputs needed
 		}
@@ -150,6 +150,6 @@ func backward(layers []layer, ws *workspace, n int, dropout float64) {
 		if dropout > 0 {
 			mask = ws.mask[li-1][:n*l.in]
 		}
-		kern.backMask(prev, ws.act[li-1][:n*l.in], mask)
+		kern.BackMask(prev, ws.act[li-1][:n*l.in], mask)
 	}
 }

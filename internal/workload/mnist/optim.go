@@ -37,8 +37,8 @@ func adamWStep(p, g, m, v []float32, segs []segment, h hyper, beta2, eps float64
 		if s.decay {
 			keep = float32(1 - lr*h.weightDecay)
 		}
-		kern.adamW(p[s.lo:s.hi], g[s.lo:s.hi], m[s.lo:s.hi], v[s.lo:s.hi],
-			adamWConsts{b1: b1, b2: b2, keep: keep, step: float32(lr / bc1), invSqrtBc2: invSqrtBc2, eps: e})
+		kern.AdamW(p[s.lo:s.hi], g[s.lo:s.hi], m[s.lo:s.hi], v[s.lo:s.hi],
+			adamWConsts{B1: b1, B2: b2, Keep: keep, Step: float32(lr / bc1), InvSqrtBc2: invSqrtBc2, Eps: e})
 	}
 }
 
@@ -53,6 +53,6 @@ func sgdStep(p, g, buf []float32, segs []segment, h hyper) {
 		if s.decay {
 			wd = float32(h.weightDecay)
 		}
-		kern.sgd(p[s.lo:s.hi], g[s.lo:s.hi], buf[s.lo:s.hi], mu, lr, wd)
+		kern.SGD(p[s.lo:s.hi], g[s.lo:s.hi], buf[s.lo:s.hi], mu, lr, wd)
 	}
 }

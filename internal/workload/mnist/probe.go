@@ -52,7 +52,7 @@ func (r *Replica) accumulateTail(k int) {
 		copy(avg, p)
 		return
 	}
-	kern.average(avg, p, float32(k))
+	kern.Average(avg, p, float32(k))
 }
 
 // probeLoss is the eval-mode mean cross-entropy of the tail average on the

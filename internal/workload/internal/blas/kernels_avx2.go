@@ -1,6 +1,6 @@
 //go:build cgo && amd64
 
-package mnist
+package blas
 
 /*
 #cgo CFLAGS: -O2 -std=c11
@@ -17,8 +17,8 @@ import (
 // avx2Kernels run kernels_avx2.c's loops. cgo costs tens of nanoseconds a
 // call; every call here covers at least a layer's bias (hundreds of
 // elements), most a whole activation or parameter segment.
-var avx2Kernels = kernels{
-	reluDropout: func(z, mask []float32, state uint64, p, scale float32) {
+var avx2Kernels = Kernels{
+	ReluDropout: func(z, mask []float32, state uint64, p, scale float32) {
 		if len(z) == 0 {
 			return
 		}
@@ -29,7 +29,7 @@ var avx2Kernels = kernels{
 		}
 		C.hdet_relu_dropout(f32p(z), mp, C.int64_t(len(z)), C.uint64_t(state), C.float(p), C.float(scale))
 	},
-	backMask: func(prev, act, mask []float32) {
+	BackMask: func(prev, act, mask []float32) {
 		if len(prev) == 0 {
 			return
 		}
@@ -41,7 +41,7 @@ var avx2Kernels = kernels{
 		}
 		C.hdet_back_mask(f32p(prev), f32p(act), mp, C.int64_t(len(prev)))
 	},
-	biasGrad: func(gb, delta []float32) {
+	BiasGrad: func(gb, delta []float32) {
 		if len(gb) == 0 || len(delta) == 0 {
 			clear(gb)
 			return
@@ -50,23 +50,23 @@ var avx2Kernels = kernels{
 		_ = delta[rows*len(gb)-1]
 		C.hdet_bias_grad(f32p(gb), f32p(delta), C.int64_t(len(gb)), C.int64_t(rows))
 	},
-	average: func(avg, p []float32, k float32) {
+	Average: func(avg, p []float32, k float32) {
 		if len(avg) == 0 {
 			return
 		}
 		p = p[:len(avg)]
 		C.hdet_average(f32p(avg), f32p(p), C.int64_t(len(avg)), C.float(k))
 	},
-	adamW: func(p, g, m, v []float32, c adamWConsts) {
+	AdamW: func(p, g, m, v []float32, c AdamWConsts) {
 		if len(p) == 0 {
 			return
 		}
 		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-		cc := C.hdet_adamw_consts{b1: C.float(c.b1), b2: C.float(c.b2), keep: C.float(c.keep),
-			step: C.float(c.step), inv_sqrt_bc2: C.float(c.invSqrtBc2), eps: C.float(c.eps)}
+		cc := C.hdet_adamw_consts{b1: C.float(c.B1), b2: C.float(c.B2), keep: C.float(c.Keep),
+			step: C.float(c.Step), inv_sqrt_bc2: C.float(c.InvSqrtBc2), eps: C.float(c.Eps)}
 		C.hdet_adamw(f32p(p), f32p(g), f32p(m), f32p(v), C.int64_t(len(p)), &cc)
 	},
-	sgd: func(p, g, buf []float32, mu, lr, wd float32) {
+	SGD: func(p, g, buf []float32, mu, lr, wd float32) {
 		if len(p) == 0 {
 			return
 		}
@@ -81,6 +81,6 @@ func f32p(x []float32) *C.float { return (*C.float)(unsafe.Pointer(&x[0])) }
 
 func init() {
 	if cpu.X86.HasAVX2 {
-		kern, kernName = avx2Kernels, "avx2"
+		AVX2 = &avx2Kernels
 	}
 }

@@ -1,9 +1,10 @@
 //go:build cgo && amd64
 
-// AVX2 versions of kernels.go's reference loops. Each computes every element
+// AVX2 versions of the built-in workload's reference loops
+// (internal/workload/mnist/kernels.go). Each computes every element
 // with the float32 operations of the Go code, in its order, and the build
-// forbids contracting a*b+c into a fused multiply-add (-ffp-contract=off in
-// kernels_avx2.go), so the results are bit-identical to the Go loops as the
+// forbids contracting a*b+c into a fused multiply-add (-std=c11 in
+// kernels_avx2.go: GCC's ISO modes do not contract), so the results are bit-identical to the Go loops as the
 // Go compiler builds them for amd64 below GOAMD64=v3 (the default).
 
 #include <immintrin.h>

@@ -25,7 +25,7 @@ type Signal string
 const (
 	// SignalProbe compares each rank's tail-averaged parameters on the
 	// run's probe examples; where the workload cannot evaluate them, the
-	// training losses stand in (Controller.Notices says so).
+	// training losses stand in (the controller says so once).
 	SignalProbe Signal = "probe"
 	// SignalTrain is the paper's: each rank's mean training loss over the window.
 	SignalTrain Signal = "train"

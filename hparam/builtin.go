@@ -226,14 +226,6 @@ func NewBuiltinExplorer(kind string) (Explorer, error) {
 
 func (b *builtin) Describe(context.Context) (Descriptor, error) { return b.kind.desc, nil }
 
-func checkSetup(s Setup) error {
-	if s.Ranks < 1 || s.TotalSteps < 1 || s.WindowSteps < 1 || s.WindowSteps > MaxWindowSteps {
-		return fmt.Errorf("%w: setup: ranks %d, total steps %d, window steps %d; want ranks >= 1, total steps >= 1, 1 <= window steps <= %d",
-			ErrInvalid, s.Ranks, s.TotalSteps, s.WindowSteps, MaxWindowSteps)
-	}
-	return nil
-}
-
 // parsedConfig is a BuiltinConfig decoded and checked against the run.
 type parsedConfig struct {
 	sched     Schedule
@@ -403,7 +395,7 @@ func (p *parsedConfig) autoConfig(as AutoSpec) error {
 }
 
 func (b *builtin) Init(_ context.Context, s Setup) error {
-	if err := checkSetup(s); err != nil {
+	if err := s.Validate(); err != nil {
 		return err
 	}
 	p, err := b.parse(s)

@@ -191,34 +191,6 @@ func TestOffsetProbeSignal(t *testing.T) {
 	}
 }
 
-func TestControllerProbeNotice(t *testing.T) {
-	ctx := context.Background()
-	for _, canProbe := range []bool{true, false} {
-		e, err := NewBuiltinExplorer(BuiltinLR)
-		require.NoError(t, err)
-		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Probe: canProbe},
-			[]NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(`{"schedule": {"max_lr": 0.01}}`)}})
-		require.NoError(t, err)
-		p, _, err := c.Plan(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, canProbe, p.Probe)
-		b, err := p.MarshalBinary()
-		require.NoError(t, err)
-		var q Plan
-		require.NoError(t, q.UnmarshalBinary(b))
-		assert.Equal(t, canProbe, q.Probe, "the flag crosses the broadcast")
-		if canProbe {
-			assert.Empty(t, c.Notices())
-		} else {
-			n := c.Notices()
-			require.Len(t, n, 1)
-			assert.Contains(t, n[0], "training losses")
-			assert.Contains(t, n[0], "hdet.probe_dataset(model, dataset)", "what to do about it")
-			assert.Empty(t, c.Notices(), "said once")
-		}
-	}
-}
-
 // The paper form is revision 1's update without decay: this trajectory was
 // recorded from revision 1 with `decay: none` and must not change.
 func TestPaperFormPinned(t *testing.T) {

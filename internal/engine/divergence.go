@@ -9,6 +9,7 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/stats"
 )
 
@@ -140,7 +141,7 @@ func blownUp(med, last, factor float64, window int) (metrics.Event, bool) {
 // planning and observing in their own, unscaled terms, so the applied
 // learning rate is the explorer's times s, and so are the values and bases
 // metrics.jsonl records. Values stay clamped to the explorer's bounds.
-func scaleLR(p *hparam.Plan, s float64) {
+func scaleLR(p *plan.Plan, s float64) {
 	if s == 1 {
 		return
 	}

@@ -65,15 +65,11 @@ type AutoConfig struct {
 	// Guard is the warm-up guard's threshold (offset form) as a fraction
 	// of the spread's half-width in scale space: while the schedule rises,
 	// v <= -Guard*max|x_r| holds the next window's base; 0 turns it off.
-	// The default is small: any clear "lower" reading holds (builtin.go,
-	// guardAndClamp, says why).
+	// The default is small: any clear "lower" reading holds (docs/design.md §6.1).
 	Guard float64
 	// LogSpace (paper form) takes hbar and htilde as geometric means (exp
-	// of the mean of log h). A geometric spread is symmetric in log h, not
-	// in h: its arithmetic mean lies above the base (by 37% at alpha = 2,
-	// N = 4), so with arithmetic means the base would climb window after
-	// window with no signal at all. The built-in explorers set it for
-	// geometric spreads.
+	// of the mean of log h); the built-in explorers set it for geometric
+	// spreads (docs/design.md §6.6).
 	LogSpace bool
 }
 

@@ -130,8 +130,7 @@ type Narrowing struct {
 }
 
 // offsetNarrowing is the offset form's default: explore while u learns,
-// then narrow to 0 over a tenth of the run (measured: an abrupt stop was
-// not tried, a narrowing from 30% to the end of the run cost more).
+// then narrow to 0 over a tenth of the run (docs/design.md §6.1).
 func offsetNarrowing(until float64) Narrowing {
 	return Narrowing{From: until, To: min(1, until+0.1), AlphaEnd: 0}
 }

@@ -1,3 +1,9 @@
+// Package controller is rank 0's meta-controller (docs/design.md §1 and
+// §3): it asks every explorer (package hparam's Explorer, in process or a
+// plugin) for its window plan, draws the slot permutations, feeds the
+// window's losses back, commits the explorers when the search pass ends,
+// freezes one that fails, and saves and restores all of it for
+// checkpoints. The plan it hands out is package plan's.
 package controller
 
 import (
@@ -38,7 +44,7 @@ type NamedExplorer struct {
 // Event kinds.
 const (
 	EventFrozen  = "frozen"  // the explorer failed; its hyperparameter is frozen
-	EventClamped = "clamped" // its plan left what the hyperparameter admits and was clamped (admissible.go)
+	EventClamped = "clamped" // its plan left what the hyperparameter admits and was clamped (admit.go)
 )
 
 // Event reports that an explorer failed during window Window's call Op and
@@ -89,7 +95,7 @@ type param struct {
 	bounds  hparam.Bounds
 	search  hparam.SearchState // what its last feedback said of the search
 	commit  hparam.Commitment  // what it committed (main pass)
-	// violations counts the windows whose plan was clamped (admissible.go);
+	// violations counts the windows whose plan was clamped (admit.go);
 	// not checkpointed.
 	violations int
 

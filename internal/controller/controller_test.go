@@ -250,7 +250,7 @@ func TestControllerFreezesFailingExplorer(t *testing.T) {
 		if !f.nanBase {
 			assert.ErrorIs(t, events[0].Err, errBoom)
 		}
-		calls := 2*f.failWindow + 2 // setup's plan of window 0 (admissible.go), plans 0..w, observations 0..w-1
+		calls := 2*f.failWindow + 2 // setup's plan of window 0 (admit.go), plans 0..w, observations 0..w-1
 		if f.failOp == "observe" {
 			calls++
 		}

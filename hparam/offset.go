@@ -33,9 +33,6 @@ type Offset struct {
 	xs, ls, masked []float64
 }
 
-// U is the learned offset u.
-func (o *Offset) U() float64 { return o.u }
-
 // NewOffset returns an offset-form meta-update with u = 0.
 func NewOffset(cfg AutoConfig) (*Offset, error) {
 	if err := cfg.Validate(); err != nil {
@@ -43,6 +40,9 @@ func NewOffset(cfg AutoConfig) (*Offset, error) {
 	}
 	return &Offset{cfg: cfg}, nil
 }
+
+// U is the learned offset u.
+func (o *Offset) U() float64 { return o.u }
 
 // Combine is s (+) u in scale sc: s*exp(u) on a log scale, s+u on a linear one.
 func Combine(sc Scale, s, u float64) float64 {

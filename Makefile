@@ -15,7 +15,7 @@ EXPLORERS := lr dropout weight-decay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Packages that must build without cgo (the engine sees MPI only through
 # interfaces; hparam does no I/O).
-NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./mpi/reduce ./internal/faults
+NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
 .PHONY: all build deps test test-go test-faults test-multihost test-chaos run data bench bench-quick bench-run bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
 

@@ -25,7 +25,7 @@ type Signal string
 const (
 	// SignalProbe compares each rank's tail-averaged parameters on the
 	// run's probe examples; where the workload cannot evaluate them, the
-	// training losses stand in (Controller.Notices says so).
+	// training losses stand in (the controller says so once).
 	SignalProbe Signal = "probe"
 	// SignalTrain is the paper's: each rank's mean training loss over the window.
 	SignalTrain Signal = "train"
@@ -65,15 +65,11 @@ type AutoConfig struct {
 	// Guard is the warm-up guard's threshold (offset form) as a fraction
 	// of the spread's half-width in scale space: while the schedule rises,
 	// v <= -Guard*max|x_r| holds the next window's base; 0 turns it off.
-	// The default is small: any clear "lower" reading holds (builtin.go,
-	// guardAndClamp, says why).
+	// The default is small: any clear "lower" reading holds (docs/design.md §6.1).
 	Guard float64
 	// LogSpace (paper form) takes hbar and htilde as geometric means (exp
-	// of the mean of log h). A geometric spread is symmetric in log h, not
-	// in h: its arithmetic mean lies above the base (by 37% at alpha = 2,
-	// N = 4), so with arithmetic means the base would climb window after
-	// window with no signal at all. The built-in explorers set it for
-	// geometric spreads.
+	// of the mean of log h); the built-in explorers set it for geometric
+	// spreads (docs/design.md §6.6).
 	LogSpace bool
 }
 

@@ -18,7 +18,7 @@ var (
 	// ErrOrder marks calls in the wrong order (observing window 3 before 2,
 	// planning an auto-phase window before observing the one before it).
 	ErrOrder = errors.New("out of order")
-	// ErrDecode marks bytes that are not a valid encoding (a Plan, a saved state).
+	// ErrDecode marks bytes that are not a valid encoding (a plan, a saved state).
 	ErrDecode = errors.New("cannot decode")
 )
 

@@ -1,6 +1,9 @@
 package hparam
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // SpreadKind names how a base value fans out over the N replicas (docs/design.md §1).
 type SpreadKind string
@@ -58,6 +61,20 @@ type Setup struct {
 	// Probe: the workload can evaluate the probe signal (docs/design.md §1,
 	// revision 2), so a WindowPlan that asks for it gets Observation.Probe.
 	Probe bool
+}
+
+// MaxWindowSteps is the longest window a run may have (Setup.WindowSteps),
+// a bound that keeps a plan decoder from allocating without limit.
+const MaxWindowSteps = 1 << 20
+
+// Validate checks the run's shape: at least one rank and one step, and a
+// window of 1 to MaxWindowSteps steps.
+func (s Setup) Validate() error {
+	if s.Ranks < 1 || s.TotalSteps < 1 || s.WindowSteps < 1 || s.WindowSteps > MaxWindowSteps {
+		return fmt.Errorf("%w: setup: ranks %d, total steps %d, window steps %d; want ranks >= 1, total steps >= 1, 1 <= window steps <= %d",
+			ErrInvalid, s.Ranks, s.TotalSteps, s.WindowSteps, MaxWindowSteps)
+	}
+	return nil
 }
 
 // WindowRequest asks for the plan of window Window, covering steps [Start, Start+Steps).

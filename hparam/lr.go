@@ -1,30 +1,8 @@
 package hparam
 
-import (
-	"math"
-	"slices"
-	"strings"
-)
+import "strings"
 
 // IsLR reports whether a hyperparameter is a learning rate: "lr" or any
 // "lr/GROUP" (a per-group rate such as "lr/hidden" or "lr/backbone").
 // Rollbacks halve these, and progress shows one as the base lr.
 func IsLR(name string) bool { return name == "lr" || strings.HasPrefix(name, "lr/") }
-
-// BaseLR is the learning-rate base a display shows for a plan: "lr" when
-// explored, else the first learning-rate group by name; NaN when the plan
-// explores none. The value is the base at the window's last step.
-func BaseLR(p *Plan) float64 {
-	var names []string
-	for i := range p.Params {
-		if IsLR(p.Params[i].Name) {
-			names = append(names, p.Params[i].Name)
-		}
-	}
-	if len(names) == 0 {
-		return math.NaN()
-	}
-	slices.Sort(names) // "lr" sorts before every "lr/..."
-	pp, _ := p.Param(names[0])
-	return pp.Base[len(pp.Base)-1]
-}

@@ -7,26 +7,24 @@ import (
 )
 
 // Offset is the revision-2 meta-update's state for one hyperparameter
-// (docs/design.md §1): the learned offset U in the hyperparameter's scale, the
-// velocity V, and Held, set when the warm-up guard holds the next window's
-// base where the schedule's rise would have taken it.
+// (docs/design.md §1.1): the learned offset u in the hyperparameter's
+// scale, the velocity v, and held, set when the warm-up guard holds the
+// next window's base where the schedule's rise would have taken it.
 type Offset struct {
 	cfg AutoConfig
 
-	U, V    float64
-	Held    bool
-	Updates int // meta-updates applied so far
+	u, v    float64
+	held    bool
+	updates int // meta-updates applied so far
 
-	// Polyak averaging: u after each of the meta-updates from number
-	// avgFrom on (as Step leaves it, before the warm-up guard's hold) is
-	// summed, and Settle replaces u with their mean once the updates end.
-	// A single late u carries the last windows' reading noise; the mean
-	// over the second half of the updates much less of it (measured: every
-	// MNIST median of study 1 1-2 points closer to the best sweep point).
-	// avgFrom comes from the configuration; Sum and Count are state.
+	// Polyak averaging (docs/design.md §6.1): u after each of the
+	// meta-updates from number avgFrom on (as Step leaves it, before the
+	// warm-up guard's hold) is summed, and Settle replaces u with their
+	// mean once the updates end. avgFrom comes from the configuration;
+	// sum and count are state.
 	avgFrom int
-	Sum     float64
-	Count   int
+	sum     float64
+	count   int
 
 	// Scratch for Estimate, reused every window (at N = 16384 allocating
 	// it afresh was a sixth of the controller's cost): the healthy ranks'
@@ -42,6 +40,9 @@ func NewOffset(cfg AutoConfig) (*Offset, error) {
 	}
 	return &Offset{cfg: cfg}, nil
 }
+
+// U is the learned offset u.
+func (o *Offset) U() float64 { return o.u }
 
 // Combine is s (+) u in scale sc: s*exp(u) on a log scale, s+u on a linear one.
 func Combine(sc Scale, s, u float64) float64 {
@@ -244,13 +245,13 @@ func (f quadFit) vertex(xs, ls []float64, clip float64) float64 {
 // Step applies the update v <- beta*v + (1-beta)*x*, u <- u + lambda*v,
 // and adds u to the average when the update is one of those averaged.
 func (o *Offset) Step(est float64) {
-	o.V = float64(o.cfg.Beta*o.V) + float64((1-o.cfg.Beta)*est)
-	o.U += float64(o.cfg.Lambda * o.V)
-	if o.Updates >= o.avgFrom {
-		o.Sum += o.U
-		o.Count++
+	o.v = float64(o.cfg.Beta*o.v) + float64((1-o.cfg.Beta)*est)
+	o.u += float64(o.cfg.Lambda * o.v)
+	if o.updates >= o.avgFrom {
+		o.sum += o.u
+		o.count++
 	}
-	o.Updates++
+	o.updates++
 }
 
 // AverageOver sets the updates averaged to the second half of the total
@@ -261,11 +262,11 @@ func (o *Offset) AverageOver(total int) { o.avgFrom = total / 2 }
 // u, once (the sum is cleared, so a later call or a resume keeps it). It
 // reports whether it set u, which the caller then clamps to the bounds.
 func (o *Offset) Settle() bool {
-	if o.Count == 0 {
+	if o.count == 0 {
 		return false
 	}
-	o.U = o.Sum / float64(o.Count)
-	o.Sum, o.Count = 0, 0
+	o.u = o.sum / float64(o.count)
+	o.sum, o.count = 0, 0
 	return true
 }
 
@@ -276,16 +277,16 @@ const offsetStateLen = 2*8 + 1 + 8 + 8 + 8
 // MarshalBinary encodes the state bit-exactly; the version is the explorer state's.
 func (o *Offset) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, offsetStateLen)
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.U))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.V))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.u))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.v))
 	var flags byte
-	if o.Held {
+	if o.held {
 		flags = 1
 	}
 	b = append(b, flags)
-	b = binary.LittleEndian.AppendUint64(b, uint64(o.Updates))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.Sum))
-	return binary.LittleEndian.AppendUint64(b, uint64(o.Count)), nil
+	b = binary.LittleEndian.AppendUint64(b, uint64(o.updates))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.sum))
+	return binary.LittleEndian.AppendUint64(b, uint64(o.count)), nil
 }
 
 // UnmarshalBinary restores a state from MarshalBinary.
@@ -297,10 +298,10 @@ func (o *Offset) UnmarshalBinary(b []byte) error {
 	if updates > math.MaxInt32 || count > updates {
 		return fmt.Errorf("%w: offset state: %d updates, %d averaged", ErrDecode, updates, count)
 	}
-	o.U = math.Float64frombits(binary.LittleEndian.Uint64(b))
-	o.V = math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))
-	o.Held, o.Updates = b[16] == 1, int(updates)
-	o.Sum, o.Count = math.Float64frombits(binary.LittleEndian.Uint64(b[25:])), int(count)
+	o.u = math.Float64frombits(binary.LittleEndian.Uint64(b))
+	o.v = math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))
+	o.held, o.updates = b[16] == 1, int(updates)
+	o.sum, o.count = math.Float64frombits(binary.LittleEndian.Uint64(b[25:])), int(count)
 	return nil
 }
 

@@ -191,34 +191,6 @@ func TestOffsetProbeSignal(t *testing.T) {
 	}
 }
 
-func TestControllerProbeNotice(t *testing.T) {
-	ctx := context.Background()
-	for _, canProbe := range []bool{true, false} {
-		e, err := NewBuiltinExplorer(BuiltinLR)
-		require.NoError(t, err)
-		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Probe: canProbe},
-			[]NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(`{"schedule": {"max_lr": 0.01}}`)}})
-		require.NoError(t, err)
-		p, _, err := c.Plan(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, canProbe, p.Probe)
-		b, err := p.MarshalBinary()
-		require.NoError(t, err)
-		var q Plan
-		require.NoError(t, q.UnmarshalBinary(b))
-		assert.Equal(t, canProbe, q.Probe, "the flag crosses the broadcast")
-		if canProbe {
-			assert.Empty(t, c.Notices())
-		} else {
-			n := c.Notices()
-			require.Len(t, n, 1)
-			assert.Contains(t, n[0], "training losses")
-			assert.Contains(t, n[0], "hdet.probe_dataset(model, dataset)", "what to do about it")
-			assert.Empty(t, c.Notices(), "said once")
-		}
-	}
-}
-
 // The paper form is revision 1's update without decay: this trajectory was
 // recorded from revision 1 with `decay: none` and must not change.
 func TestPaperFormPinned(t *testing.T) {
@@ -311,23 +283,23 @@ func TestOffsetPolyakAverage(t *testing.T) {
 	var us []float64
 	for _, est := range []float64{1, 1, -1, 0.5, 0.25} {
 		o.Step(est)
-		us = append(us, o.U)
+		us = append(us, o.u)
 	}
 	assert.Equal(t, []float64{1, 2, 1, 1.5, 1.75}, us)
-	assert.Equal(t, 3, o.Count, "updates 3 to 5 of 5")
+	assert.Equal(t, 3, o.count, "updates 3 to 5 of 5")
 	o.Settle()
-	assert.InDelta(t, (1+1.5+1.75)/3.0, o.U, 1e-15)
+	assert.InDelta(t, (1+1.5+1.75)/3.0, o.u, 1e-15)
 	o.Settle()
-	assert.InDelta(t, (1+1.5+1.75)/3.0, o.U, 1e-15, "a second Settle keeps u")
+	assert.InDelta(t, (1+1.5+1.75)/3.0, o.u, 1e-15, "a second Settle keeps u")
 	o, err = NewOffset(o.cfg)
 	require.NoError(t, err)
 	o.AverageOver(1)
 	o.Step(0.5)
 	o.Settle()
-	assert.Equal(t, 0.5, o.U, "one update: its own u")
+	assert.Equal(t, 0.5, o.u, "one update: its own u")
 	o = &Offset{cfg: o.cfg}
 	o.Settle()
-	assert.Zero(t, o.U, "no update: u stays")
+	assert.Zero(t, o.u, "no update: u stays")
 }
 
 // At the first boundary after the learning updates, the explorer's offset

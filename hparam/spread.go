@@ -116,20 +116,21 @@ func (s Spread) Values(base float64, n int, b Bounds) []float64 {
 // ValuesTo is Values into dst, for n = len(dst) slots, without allocating.
 // Each value is bit-identical to b.Clamp(s.Value(base, j, n)).
 func (s Spread) ValuesTo(dst []float64, base float64, b Bounds) {
-	s.coefs(dst)
+	s.Coefs(dst)
 	add := s.Kind == Additive
 	for j, c := range dst {
 		dst[j] = b.Clamp(withCoef(add, base, c))
 	}
 }
 
-// coefs fills coef with each of n = len(coef) slots' coefficient, which
+// Coefs fills coef with each of n = len(coef) slots' coefficient, which
 // depends on the spread and n but not on the base: the multiplier of a
-// multiplicative or geometric spread, the added alpha*offset of an
-// additive one. Computed with Value's operations, and mirrored slots share
-// one multiplier computation, so withCoef gives Value's results bit for
-// bit; a caller whose spread holds over many windows computes them once.
-func (s Spread) coefs(coef []float64) {
+// multiplicative or geometric spread (the value is base*c), the added
+// alpha*offset of an additive one (base+c). Computed with Value's
+// operations, and mirrored slots share one multiplier computation, so
+// base*c or base+c gives Value's results bit for bit; a caller whose
+// spread holds over many windows computes them once.
+func (s Spread) Coefs(coef []float64) {
 	n := len(coef)
 	switch s.Kind {
 	case Multiplicative:
@@ -154,7 +155,7 @@ func (s Spread) coefs(coef []float64) {
 }
 
 // withCoef is the value, before clamping, of a slot with coefficient c
-// (coefs) for base, add telling an additive spread: its caller compares
+// (Coefs) for base, add telling an additive spread: its caller compares
 // the kind, a string, once rather than for every slot.
 func withCoef(add bool, base, c float64) float64 {
 	if add {

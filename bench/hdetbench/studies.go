@@ -169,7 +169,7 @@ func parseAllreduce(out string) (map[int]float64, error) {
 
 // studyController is study 5: the plan + broadcast per window measured in
 // the N = 4 runs, and the controller's compute for simulated large N from
-// hparam's BenchmarkControllerWindow (in-process built-in explorers).
+// internal/controller's BenchmarkControllerWindow (in-process built-in explorers).
 func (b *bench) studyController(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 5: controller cost per window",
 		Header: []string{"N", "measured in", "us/window (median)", "p90", "CPU us/window"}}
@@ -189,7 +189,7 @@ func (b *bench) studyController(ctx context.Context) (*table, error) {
 			t.add(fmt.Sprint(b.p.NP), fmt.Sprintf("study 3 T = %d: 3 explorer plugins, plan + MPI broadcast, both passes", w), num(1e6*median(ps), 0), num(1e6*quantile(ps, 0.9), 0), "-")
 		}
 	}
-	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkControllerWindow$", "-benchtime", b.p.ControllerBenchtime, "-count", fmt.Sprint(b.p.ControllerCount), "./hparam/"}
+	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkControllerWindow$", "-benchtime", b.p.ControllerBenchtime, "-count", fmt.Sprint(b.p.ControllerCount), "./internal/controller/"}
 	cmdline := "go " + strings.Join(args, " ")
 	b.rn.log("  %s", cmdline)
 	t.Commands = append(t.Commands, cmdline)
@@ -209,7 +209,7 @@ func (b *bench) studyController(ctx context.Context) (*table, error) {
 			at16k = r.Median
 		}
 	}
-	t.note("N = %d rows: plan_seconds of every window in metrics.jsonl (rank 0's controller, gRPC calls to the explorer plugins, and the plan broadcast). Simulated rows: `%s` (hparam/bench_test.go), wall time per window, median (min..max) over the %d repetitions, and the median CPU time.", b.p.NP, cmdline, b.p.ControllerCount)
+	t.note("N = %d rows: plan_seconds of every window in metrics.jsonl (rank 0's controller, gRPC calls to the explorer plugins, and the plan broadcast). Simulated rows: `%s` (internal/controller/bench_test.go), wall time per window, median (min..max) over the %d repetitions, and the median CPU time.", b.p.NP, cmdline, b.p.ControllerCount)
 	if !math.IsNaN(at16k) {
 		t.note("%s: %s ms per window at N = 16384 (target: under 1 ms).", verdict(at16k < 1e6), num(at16k/1e6, 3))
 	}

@@ -55,6 +55,29 @@ func (r *Reader) Int(what string, limit int) int {
 	return int(v)
 }
 
+// Byte reads one byte.
+func (r *Reader) Byte(what string) byte {
+	if r.err == nil && len(r.b) < 1 {
+		r.Fail(what)
+	}
+	if r.err != nil {
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+// Rest reads every byte left (not a copy); nil after a failure.
+func (r *Reader) Rest() []byte {
+	if r.err != nil {
+		return nil
+	}
+	v := r.b
+	r.b = r.b[len(r.b):]
+	return v
+}
+
 // Bytes reads a varint length and that many bytes (a copy).
 func (r *Reader) Bytes(what string) []byte {
 	n := r.Int(what, math.MaxInt)

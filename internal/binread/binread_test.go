@@ -46,3 +46,13 @@ func TestBoundsAreChecked(t *testing.T) {
 	assert.ErrorIs(t, r.End(), ErrShort, "trailing bytes")
 	assert.ErrorContains(t, r.End(), "bad trailing bytes")
 }
+
+func TestByteAndRest(t *testing.T) {
+	r := New([]byte{7, 1, 2}, nil)
+	assert.Equal(t, byte(7), r.Byte("flag"))
+	assert.Equal(t, []byte{1, 2}, r.Rest())
+	assert.Empty(t, r.Rest())
+	assert.Zero(t, r.Byte("another flag"))
+	assert.ErrorIs(t, r.End(), ErrShort, "a byte past the end")
+	assert.Nil(t, r.Rest(), "nothing after a failure")
+}

@@ -43,13 +43,13 @@ const maxCount = 1 << 40
 // State is what a checkpoint holds.
 type State struct {
 	Config     []byte    // the resolved config.yaml of the run that wrote it
-	Pass       int       // hparam.PassSearch or PassMain (revision 3's two passes)
+	Pass       int       // plan.PassSearch or PassMain (revision 3's two passes)
 	Step       int       // steps done in the pass
 	Window     int       // windows done in the pass
 	Ranks      int       // N when written
 	ParamCount int       // parameters at the start of Buffer (the model's shape)
 	Buffer     []float32 // parameters then optimizer state, as all ranks hold them after a converge
-	Controller []byte    // hparam.Controller.SaveState
+	Controller []byte    // controller.Controller.SaveState
 }
 
 // Encode serialises s with its trailing checksum.

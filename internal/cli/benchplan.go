@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/controller"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/stats"
 	"github.com/hdet-dev/hdet/mpi"
 )
@@ -100,15 +102,15 @@ func benchPlans(s Streams, w *mpi.Comm, counts []int, iters, steps int) error {
 
 // benchPlan times iters broadcasts of a plan for n ranks.
 func benchPlan(w *mpi.Comm, n, iters, steps int) (int, float64, error) {
-	plan := hparam.Plan{Window: 1, Start: steps, Steps: steps}
-	perm := hparam.NewPermuter(1)
+	pl := plan.Plan{Window: 1, Start: steps, Steps: steps}
+	perm := controller.NewPermuter(1)
 	for _, name := range planParams {
-		p := hparam.ParamPlan{Name: name, Base: make([]float64, steps), Spread: hparam.Spread{Kind: hparam.Multiplicative, Alpha: 0.5}, Slots: make([]uint32, n)}
+		p := plan.ParamPlan{Name: name, Base: make([]float64, steps), Spread: hparam.Spread{Kind: hparam.Multiplicative, Alpha: 0.5}, Slots: make([]uint32, n)}
 		for i := range p.Base {
 			p.Base[i] = 1e-3 * float64(i+1)
 		}
 		perm.Perm(p.Slots)
-		plan.Params = append(plan.Params, p)
+		pl.Params = append(pl.Params, p)
 	}
 	times := make([]float64, 0, iters)
 	size := 0
@@ -120,14 +122,14 @@ func benchPlan(w *mpi.Comm, n, iters, steps int) (int, float64, error) {
 		var msg []byte
 		var err error
 		if w.Rank() == 0 {
-			if msg, err = plan.MarshalBinary(); err != nil {
+			if msg, err = pl.MarshalBinary(); err != nil {
 				return 0, 0, err
 			}
 		}
 		if msg, err = w.BcastMessage(msg, 0); err != nil {
 			return 0, 0, err
 		}
-		var got hparam.Plan
+		var got plan.Plan
 		if err := got.UnmarshalBinary(msg); err != nil {
 			return 0, 0, err
 		}

@@ -9,21 +9,14 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/stats"
 )
 
 // checkDivergence is gather's last step: it makes unhealthy each replica
-// whose window loss, or probe loss when the window probed, diverged
-// (markDiverged), and every replica when the window blew up everywhere
-// (blownUp) and a rollback is left. The probe loss is checked against the
-// square root of the factor: it is a clean evaluation (the tail-averaged
-// parameters on fixed examples), where the window loss carries the
-// window's first, noisiest steps, and wrecked replicas read only 4x to 9x
-// the reference there (measured on the PyTorch ConvNet, where averaging
-// them in ruined the run). A blown-up window is only worth flagging
-// when it can roll back: with no rollback left (or none at all, as with
-// --worker) it would stop a run on a heuristic, so the window is averaged
-// as before.
+// whose window loss, or probe loss (against the factor's square root) when
+// the window probed, diverged (markDiverged), and every replica when the
+// window blew up everywhere (blownUp) and a rollback is left; why: docs/design.md §6.4.
 func (l *loop) checkDivergence(w *window) {
 	before := healthyMedian(w.losses, w.healthyRanks)
 	f := l.o.DivergenceFactor
@@ -66,14 +59,10 @@ type divergence struct {
 // (but not below the best replica's loss: when every replica blew up, that
 // is blownUp's to judge), sets its loss to NaN as for a NaN replica, and
 // returns one event per such replica, naming it and its ranks as lay lays
-// them out. The median
-// catches a replica that blew up alone; the previous window's median, where
-// the window started from, one that blew up while another half did and
-// lifted the median (measured on a PyTorch ConvNet: a replica at chance,
-// 2.30, against 0.17 to 0.86 for the others, 4x their median and 15x the
-// previous window's). healthy is per replica. Every rank runs it on the
-// same gathered losses, so all reach the same verdict. d.factor 0, or a
-// reference <= 0 (a loss that is not a positive cross-entropy), disables it.
+// them out; why the previous window's median too: docs/design.md §6.4.
+// healthy is per replica. Every rank runs it on the same gathered losses,
+// so all reach the same verdict. d.factor 0, or a reference <= 0 (a loss
+// that is not a positive cross-entropy), disables it.
 func markDiverged(lay Layout, d divergence, healthy []bool, window int) []metrics.Event {
 	if d.factor == 0 {
 		return nil
@@ -140,7 +129,7 @@ func blownUp(med, last, factor float64, window int) (metrics.Event, bool) {
 // planning and observing in their own, unscaled terms, so the applied
 // learning rate is the explorer's times s, and so are the values and bases
 // metrics.jsonl records. Values stay clamped to the explorer's bounds.
-func scaleLR(p *hparam.Plan, s float64) {
+func scaleLR(p *plan.Plan, s float64) {
 	if s == 1 {
 		return
 	}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
@@ -123,7 +125,7 @@ func TestCheckDivergence(t *testing.T) {
 }
 
 func TestScaleLROnlyTouchesLearningRates(t *testing.T) {
-	p := hparam.Plan{Params: []hparam.ParamPlan{
+	p := plan.Plan{Params: []plan.ParamPlan{
 		{Name: "lr", Base: []float64{0.1, 0.2}}, {Name: "lr/hidden", Base: []float64{1}},
 		{Name: "dropout", Base: []float64{0.1}}, {Name: "lrx", Base: []float64{1}},
 	}}
@@ -186,8 +188,8 @@ func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer,
 	ctx := context.Background()
 	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
 	require.NoError(t, err)
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: 1, TotalSteps: 12, WindowSteps: 2, Seed: 1},
-		[]hparam.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})
+	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: 1, TotalSteps: 12, WindowSteps: 2, Seed: 1},
+		[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})
 	require.NoError(t, err)
 	var logs bytes.Buffer
 	log := zerolog.New(&logs)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
@@ -47,7 +47,7 @@ type Progress interface {
 
 // Checkpointer writes a checkpoint after a converge, when due, and a
 // pass's step-0 checkpoint where a rollback could use it (pass is
-// hparam.PassSearch or PassMain). The engine calls it on every rank;
+// plan.PassSearch or PassMain). The engine calls it on every rank;
 // implementations write from rank 0 only.
 type Checkpointer interface {
 	AtStart(ctx context.Context, pass int)
@@ -65,13 +65,13 @@ type Options struct {
 	// Groups.Replica. Converge, when set, must then reduce over the
 	// cross-replica communicator. nil: every rank is a replica.
 	Groups     *Groups
-	Controller *hparam.Controller // rank 0 only; nil elsewhere
-	Steps      int                // S
-	Window     int                // T
+	Controller *controller.Controller // rank 0 only; nil elsewhere
+	Steps      int                    // S
+	Window     int                    // T
 	Sync       SyncMode
 	EvalEvery  int             // windows between evaluations; 0: at the end only
 	StartStep  int             // > 0 when resuming
-	StartPass  int             // hparam.PassMain when resuming in the main pass
+	StartPass  int             // plan.PassMain when resuming in the main pass
 	Metrics    *metrics.Writer // rank 0 only
 	Progress   Progress        // rank 0 only; may be nil
 	Checkpoint Checkpointer    // may be nil
@@ -90,7 +90,7 @@ type Options struct {
 	Watch Watch
 	// Events (rank 0) go into the first window's record: what setup's
 	// controller calls reported (an explorer frozen in the first plan).
-	Events []hparam.Event
+	Events []controller.Event
 	// DivergenceFactor: a rank whose finite window loss exceeds this many
 	// times the healthy ranks' median, or whose probe loss exceeds its
 	// square root times theirs, is unhealthy, and so is every rank when
@@ -106,7 +106,7 @@ type Options struct {
 
 // Result summarises a finished run.
 type Result struct {
-	Pass         int // the pass it ended in: hparam.PassMain after a commit
+	Pass         int // the pass it ended in: plan.PassMain after a commit
 	Steps        int
 	TestLoss     float64
 	TestAccuracy float64

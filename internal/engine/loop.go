@@ -10,6 +10,7 @@ import (
 
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 )
 
 // loop is one rank's window loop. Each window goes through the phases
@@ -27,7 +28,7 @@ type loop struct {
 	accepted  map[string]bool
 	watch     Watch
 	rollbacks int
-	pass      int // hparam.PassSearch, or PassMain once the explorers committed
+	pass      int // plan.PassSearch, or PassMain once the explorers committed
 	// lastMedian and lastProbe are the healthy replicas' median window
 	// and probe losses of the last converged window (of the last that
 	// probed), 0 before the first one of this process (a resume starts
@@ -41,7 +42,7 @@ type loop struct {
 // window is what one window's phases hand each other.
 type window struct {
 	index, start, steps int
-	plan                hparam.Plan
+	plan                plan.Plan
 	lrScale             float64
 	values              Values
 	events              []metrics.Event
@@ -154,7 +155,7 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 	t := time.Now()
 	var msg []byte
 	if l.rank == 0 {
-		plan, evs, err := l.o.Controller.Plan(ctx)
+		p, evs, err := l.o.Controller.Plan(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("plan window %d: %w", w.index, err)
 		}
@@ -163,7 +164,7 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 		for _, n := range l.o.Controller.Notices() {
 			l.o.Log.Warn().Int("window", w.index).Msg(n)
 		}
-		if msg, err = plan.MarshalBinary(); err != nil {
+		if msg, err = p.MarshalBinary(); err != nil {
 			return nil, fmt.Errorf("encode plan of window %d: %w", w.index, err)
 		}
 	}
@@ -201,7 +202,7 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 // guards start afresh, and the main pass gets a step-0 checkpoint of its
 // own to roll back to.
 func (l *loop) restart(ctx context.Context, w *window) error {
-	if w.plan.Pass != hparam.PassMain || l.pass != hparam.PassSearch || w.plan.Start != 0 {
+	if w.plan.Pass != plan.PassMain || l.pass != plan.PassSearch || w.plan.Start != 0 {
 		return fmt.Errorf("plan of window %d is for pass %d from step %d, but the run is in pass %d at step %d", w.plan.Window, w.plan.Pass, w.plan.Start, l.pass, w.start)
 	}
 	l.watch.Enter(0, 0, PhaseRestart)
@@ -214,7 +215,7 @@ func (l *loop) restart(ctx context.Context, w *window) error {
 	l.buf = l.o.Replica.SyncBuffer(l.o.Sync == SyncLocal)
 	l.params = l.buf[:l.o.Replica.ParamCount()]
 	// The rollbacks' halving stays: the search found its rate at that scale.
-	l.pass, l.lastMedian, l.lastProbe = hparam.PassMain, 0, 0
+	l.pass, l.lastMedian, l.lastProbe = plan.PassMain, 0, 0
 	w.index, w.start, w.steps = 0, 0, min(l.o.Window, l.o.Steps)
 	l.o.Log.Info().Msg("search pass over: the main pass trains from step 0 at the committed values, without spread")
 	if l.o.Checkpoint != nil && l.canRollBack() {
@@ -372,9 +373,9 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 	scaleNextLR(&rec, w.lrScale)
 	l.record(rec)
 	if l.o.Progress != nil {
-		l.o.Progress.Update(w.plan.Pass, w.end(), l.o.Steps, meanHealthy(w.losses), hparam.BaseLR(&w.plan))
+		l.o.Progress.Update(w.plan.Pass, w.end(), l.o.Steps, meanHealthy(w.losses), plan.BaseLR(&w.plan))
 	}
-	if w.plan.Pass == hparam.PassSearch && l.o.Controller.Pass() == hparam.PassMain {
+	if w.plan.Pass == plan.PassSearch && l.o.Controller.Pass() == plan.PassMain {
 		l.recordCommit(w.end(), w.lrScale)
 	}
 	return nil

@@ -11,10 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine/enginetest"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 )
 
 // Four ranks: each trains at its own learning rate from the plan, the
@@ -102,7 +103,7 @@ func TestEveryRankUnhealthyRollsBackTogether(t *testing.T) {
 }
 
 // saver is the real checkpoint.Saver for rank of ranks (rank 0 writes).
-func saver(rank, ranks int, dir string, ctrl *hparam.Controller, rep *toyReplica) *checkpoint.Saver {
+func saver(rank, ranks int, dir string, ctrl *controller.Controller, rep *toyReplica) *checkpoint.Saver {
 	s := &checkpoint.Saver{Dir: dir, Every: 1, Keep: 2, Rank: rank, Ranks: ranks, ParamCount: toyParams,
 		Buffer: func() []float32 { return rep.buf }}
 	if rank == 0 {
@@ -242,7 +243,7 @@ func TestStopThenResumeIsBitExact(t *testing.T) {
 			resumed := runRanks(t, s)
 			for rank, err := range resumed.errs {
 				require.NoError(t, err, "rank %d: %s", rank, resumed.logs[rank])
-				assert.Equal(t, hparam.PassMain, resumed.res[rank].Pass)
+				assert.Equal(t, plan.PassMain, resumed.res[rank].Pass)
 				assert.Equal(t, whole.res[rank], resumed.res[rank], "rank %d", rank)
 			}
 		})
@@ -291,13 +292,13 @@ func TestCommitRestartsEveryRankForTheMainPass(t *testing.T) {
 	require.Positive(t, search, "a commit record")
 	for rank, rep := range r.reps {
 		assert.Equal(t, 1, rep.restarts, "rank %d", rank)
-		assert.Equal(t, hparam.PassMain, r.res[rank].Pass)
+		assert.Equal(t, plan.PassMain, r.res[rank].Pass)
 		require.Len(t, rep.calls, search+6)
 		main := rep.calls[search:]
 		assert.Equal(t, 0, main[0].start)
 		assert.Equal(t, make([]float32, toyParams+1), main[0].before, "rank %d: the main pass starts from the step-0 state", rank)
 		assert.Equal(t, r.reps[0].calls[search].lr, main[0].lr, "no spread in the main pass")
-		assert.Equal(t, ckptCall{atStart: true, pass: hparam.PassMain}, cks[rank].calls[search+1], "rank %d", rank)
+		assert.Equal(t, ckptCall{atStart: true, pass: plan.PassMain}, cks[rank].calls[search+1], "rank %d", rank)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
@@ -22,8 +23,8 @@ func TestSetupEventsReachTheFirstRecordAndSyncIsChecked(t *testing.T) {
 	ctx := context.Background()
 	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
 	require.NoError(t, err)
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: 1, TotalSteps: 4, WindowSteps: 2, Seed: 1},
-		[]hparam.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})
+	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: 1, TotalSteps: 4, WindowSteps: 2, Seed: 1},
+		[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	mw, err := metrics.OpenWriter(path)
@@ -31,7 +32,7 @@ func TestSetupEventsReachTheFirstRecordAndSyncIsChecked(t *testing.T) {
 	require.NoError(t, mw.Write(metrics.Record{Type: metrics.TypeStart, Ranks: 1, TotalSteps: 4, WindowSteps: 2}))
 	o := Options{Comm: soloComm{}, Replica: &lrReplica{buf: []float32{0}, nanFrom: -1}, Controller: ctrl, Steps: 4, Window: 2,
 		Sync: "ring", Metrics: mw, Log: zerolog.Nop(),
-		Events: []hparam.Event{{Kind: hparam.EventFrozen, Param: "lr", Op: "plan", Err: errors.New("boom")}}}
+		Events: []controller.Event{{Kind: controller.EventFrozen, Param: "lr", Op: "plan", Err: errors.New("boom")}}}
 	_, err = Run(ctx, o)
 	require.ErrorContains(t, err, `sync mode "ring": want local or gradients`)
 

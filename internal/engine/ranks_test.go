@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine/enginetest"
 	"github.com/hdet-dev/hdet/internal/metrics"
 )
@@ -182,8 +183,8 @@ func (s ranksSpec) options(t *testing.T, r *ranksRun, rank int, metricsPath stri
 	if rank == 0 {
 		ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
 		require.NoError(t, err)
-		o.Controller, err = hparam.NewController(context.Background(), hparam.RunShape{Ranks: s.world / s.g, TotalSteps: s.steps, WindowSteps: s.window, Seed: 7},
-			[]hparam.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(s.lr)}})
+		o.Controller, err = controller.NewController(context.Background(), controller.RunShape{Ranks: s.world / s.g, TotalSteps: s.steps, WindowSteps: s.window, Seed: 7},
+			[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(s.lr)}})
 		require.NoError(t, err)
 		o.Metrics, err = metrics.OpenWriter(metricsPath)
 		require.NoError(t, err)

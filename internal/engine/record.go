@@ -5,8 +5,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
@@ -70,10 +71,10 @@ func lastOf(v Values) map[string]float64 {
 	return out
 }
 
-func frozenEvents(evs []hparam.Event) []metrics.Event {
+func frozenEvents(evs []controller.Event) []metrics.Event {
 	out := make([]metrics.Event, 0, len(evs))
 	for _, e := range evs {
-		// hparam.EventFrozen and EventClamped are metrics' kinds of the same names.
+		// controller.EventFrozen and EventClamped are metrics' kinds of the same names.
 		out = append(out, metrics.Event{Kind: e.Kind, Param: e.Param, Message: e.String()})
 	}
 	return out
@@ -81,7 +82,7 @@ func frozenEvents(evs []hparam.Event) []metrics.Event {
 
 func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }
 
-func windowRecord(p *hparam.Plan, fb []hparam.ParamFeedback, losses []float64, healthy []bool,
+func windowRecord(p *plan.Plan, fb []controller.ParamFeedback, losses []float64, healthy []bool,
 	fanout, converge float64, sum string, eval *metrics.Eval, events []metrics.Event) metrics.Record {
 	rec := metrics.Record{
 		Type: metrics.TypeWindow, Time: now(), Pass: p.Pass, Window: p.Window,

@@ -9,8 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
@@ -19,7 +19,7 @@ type RestoreOptions struct {
 	Comm       Comm
 	Dir        string
 	Replica    Replica
-	Controller *hparam.Controller // rank 0 only
+	Controller *controller.Controller // rank 0 only
 	Log        zerolog.Logger
 	// Check, when set, runs on every rank between reading and loading
 	// (a resume's compatibility check); its error stops the restore.
@@ -39,7 +39,7 @@ type Restored struct {
 // (its step and checksum), then each copies it into its replica and rank 0
 // restores its controller, returning the explorers' events. An error
 // wrapping checkpoint.ErrNone means no rank found one.
-func Restore(ctx context.Context, o RestoreOptions) (Restored, []hparam.Event, error) {
+func Restore(ctx context.Context, o RestoreOptions) (Restored, []controller.Event, error) {
 	ck, path, skipped, rerr := checkpoint.Latest(o.Dir)
 	if o.Comm.Rank() == 0 {
 		for _, sk := range skipped {

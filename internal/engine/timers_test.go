@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
@@ -62,8 +63,8 @@ func TestWindowRecordCarriesAllreduceAndEvalSeconds(t *testing.T) {
 	ctx := context.Background()
 	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
 	require.NoError(t, err)
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: 1, TotalSteps: 12, WindowSteps: 3, Seed: 1},
-		[]hparam.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})
+	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: 1, TotalSteps: 12, WindowSteps: 3, Seed: 1},
+		[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	mw, err := metrics.OpenWriter(path)

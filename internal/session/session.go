@@ -13,9 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hdet-dev/hdet/device"
-	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/watchdog"
@@ -112,15 +112,15 @@ type session struct {
 	inside     World         // G > 1: this rank's replica
 	cross      World         // G > 1: the same position in every replica
 	steps      int
-	ctrl       *hparam.Controller // rank 0
-	mw         *metrics.Writer    // rank 0
-	resumeAt   int                // the step a resume starts from; 0 for a fresh run
-	resumePass int                // the pass it is in (hparam.PassMain after a commit)
-	resumed    bool               // a checkpoint was loaded (resumeAt 0: the step-0 one)
+	ctrl       *controller.Controller // rank 0
+	mw         *metrics.Writer        // rank 0
+	resumeAt   int                    // the step a resume starts from; 0 for a fresh run
+	resumePass int                    // the pass it is in (plan.PassMain after a commit)
+	resumed    bool                   // a checkpoint was loaded (resumeAt 0: the step-0 one)
 	// restarted: no checkpoint, but this run's own metrics.jsonl from a
 	// launch that ended before writing one; the run starts over.
 	restarted bool
-	events    []hparam.Event // rank 0: setup's explorer events, for the first record
+	events    []controller.Event // rank 0: setup's explorer events, for the first record
 	wd        *watchdog.Watchdog
 	closers   []func()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/internal/memcheck"
@@ -233,7 +234,7 @@ func (s *session) openExplorers(ctx context.Context) error {
 		}
 		cfg.Explorers = ex
 	}
-	var named []hparam.NamedExplorer
+	var named []controller.NamedExplorer
 	if len(cfg.Explorers) > 0 {
 		dir, err := plugins.Dir(s.o.PluginDir)
 		if err != nil {
@@ -248,9 +249,9 @@ func (s *session) openExplorers(ctx context.Context) error {
 			named = append(named, ex)
 		}
 	}
-	ctrl, err := hparam.NewController(ctx, hparam.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
+	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
 	if err != nil {
-		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, hparam.ErrExplorer) {
+		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, controller.ErrExplorer) {
 			return Usagef("explorers: %v%s", err, s.settingsHint())
 		}
 		return err
@@ -266,11 +267,11 @@ func (s *session) settingsHint() string {
 	return bridge.SettingsHint(s.worker.Hello())
 }
 
-func (s *session) openExplorer(ctx context.Context, dir string, i int, e config.Explorer) (hparam.NamedExplorer, error) {
+func (s *session) openExplorer(ctx context.Context, dir string, i int, e config.Explorer) (controller.NamedExplorer, error) {
 	log := s.o.Log
 	bin, err := plugins.Resolve(dir, e.Plugin)
 	if err != nil {
-		return hparam.NamedExplorer{}, Usagef("explorers[%d].plugin: %q: %v (plugin directory %s; `make build` puts the built-in explorers in bin/plugins)", i, e.Plugin, err, dir)
+		return controller.NamedExplorer{}, Usagef("explorers[%d].plugin: %q: %v (plugin directory %s; `make build` puts the built-in explorers in bin/plugins)", i, e.Plugin, err, dir)
 	}
 	ex, err := plugins.Open(ctx, plugins.Spec{Name: e.Name, Binary: bin, Checksum: e.SHA256, Timeout: time.Duration(e.Timeout)}, log,
 		func(ev plugins.Event) {
@@ -278,18 +279,18 @@ func (s *session) openExplorer(ctx context.Context, dir string, i int, e config.
 		})
 	if err != nil {
 		if plugins.IsConfigError(err) {
-			return hparam.NamedExplorer{}, Usagef("explorers[%d] (%s): %v", i, e.Name, err)
+			return controller.NamedExplorer{}, Usagef("explorers[%d] (%s): %v", i, e.Name, err)
 		}
-		return hparam.NamedExplorer{}, fmt.Errorf("explorers[%d] (%s): %w", i, e.Name, err)
+		return controller.NamedExplorer{}, fmt.Errorf("explorers[%d] (%s): %w", i, e.Name, err)
 	}
 	s.closers = append(s.closers, func() { _ = ex.Close() })
 	block := []byte("{}")
 	if e.Config != nil {
 		if block, err = json.Marshal(e.Config); err != nil {
-			return hparam.NamedExplorer{}, Usagef("explorers[%d].config: %v", i, err)
+			return controller.NamedExplorer{}, Usagef("explorers[%d].config: %v", i, err)
 		}
 	}
-	return hparam.NamedExplorer{Name: e.Name, Explorer: ex, Config: block}, nil
+	return controller.NamedExplorer{Name: e.Name, Explorer: ex, Config: block}, nil
 }
 
 // lockRunDir makes rank 0 hold the run directory for the run's life, so a

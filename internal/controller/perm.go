@@ -1,9 +1,11 @@
-package hparam
+package controller
 
 import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // Permuter draws the per-window slot permutations. Only the controller on
@@ -57,7 +59,7 @@ func (p *Permuter) UnmarshalBinary(b []byte) error {
 		p.pcg = rand.NewPCG(0, permStream)
 	}
 	if err := p.pcg.UnmarshalBinary(b); err != nil {
-		return fmt.Errorf("%w: permutation generator state: %v", ErrDecode, err)
+		return fmt.Errorf("%w: permutation generator state: %v", hparam.ErrDecode, err)
 	}
 	return nil
 }

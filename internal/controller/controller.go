@@ -1,4 +1,10 @@
-package hparam
+// Package controller is rank 0's meta-controller (docs/design.md §1 and
+// §3): it asks every explorer (package hparam's Explorer, in process or a
+// plugin) for its window plan, draws the slot permutations, feeds the
+// window's losses back, commits the explorers when the search pass ends,
+// freezes one that fails, and saves and restores all of it for
+// checkpoints. The plan it hands out is package plan's.
+package controller
 
 import (
 	"context"
@@ -7,6 +13,9 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/plan"
 )
 
 // ErrExplorer marks an explorer failure the controller cannot absorb by
@@ -20,7 +29,7 @@ type RunShape struct {
 	TotalSteps  int    // S
 	WindowSteps int    // T
 	Seed        uint64 // seeds the permutations and, derived, each explorer
-	Probe       bool   // the workload can evaluate the probe signal (Setup.Probe)
+	Probe       bool   // the workload can evaluate the probe signal (hparam.Setup.Probe)
 }
 
 // NamedExplorer is one explored hyperparameter: the instance name the
@@ -28,14 +37,14 @@ type RunShape struct {
 // as JSON (nil means "{}").
 type NamedExplorer struct {
 	Name     string
-	Explorer Explorer
+	Explorer hparam.Explorer
 	Config   []byte
 }
 
 // Event kinds.
 const (
 	EventFrozen  = "frozen"  // the explorer failed; its hyperparameter is frozen
-	EventClamped = "clamped" // its plan left what the hyperparameter admits and was clamped (admissible.go)
+	EventClamped = "clamped" // its plan left what the hyperparameter admits and was clamped (admit.go)
 )
 
 // Event reports that an explorer failed during window Window's call Op and
@@ -49,7 +58,7 @@ type Event struct {
 	Op     string // the failed call: "plan", "observe", "save_state", "load_state"
 	Err    error
 	Base   float64
-	Spread Spread
+	Spread hparam.Spread
 }
 
 func (e Event) String() string {
@@ -60,41 +69,33 @@ func (e Event) String() string {
 		e.Window, e.Param, e.Op, e.Err, e.Base, e.Spread)
 }
 
-// Passes of a run (docs/design.md §1.2). A run whose explorers all
-// settle before its last window commits and restarts: the search pass,
-// then the main pass. Any other run is one pass, PassSearch.
-const (
-	PassSearch = 0
-	PassMain   = 1
-)
-
 // ParamCommit is one hyperparameter's committed value, for metrics and the
 // report. A frozen explorer commits its frozen base.
 type ParamCommit struct {
 	Name string
-	Commitment
+	hparam.Commitment
 	Frozen bool
 }
 
 // ParamFeedback is one hyperparameter's answer to a window, for metrics.
 type ParamFeedback struct {
 	Name string
-	Feedback
+	hparam.Feedback
 	Frozen bool
 }
 
 type param struct {
 	name    string
-	ex      Explorer
-	desc    Descriptor
+	ex      hparam.Explorer
+	desc    hparam.Descriptor
 	frozen  bool
 	hasBase bool
 	base    float64 // the current base: the last plan's base at its last step
-	spread  Spread
-	bounds  Bounds
-	search  SearchState // what its last feedback said of the search
-	commit  Commitment  // what it committed (main pass)
-	// violations counts the windows whose plan was clamped (admissible.go);
+	spread  hparam.Spread
+	bounds  hparam.Bounds
+	search  hparam.SearchState // what its last feedback said of the search
+	commit  hparam.Commitment  // what it committed (main pass)
+	// violations counts the windows whose plan was clamped (admit.go);
 	// not checkpointed.
 	violations int
 
@@ -103,7 +104,7 @@ type param struct {
 	// coefficients for spread coefFor, kept while the spread holds (only
 	// narrowing changes it).
 	values, coef []float64
-	coefFor      Spread
+	coefFor      hparam.Spread
 }
 
 // Controller is rank 0's meta-controller: it asks each explorer for its
@@ -120,7 +121,7 @@ type Controller struct {
 	pass      int           // PassSearch or PassMain
 	searchEnd int           // main pass: the step the search pass ended at
 	next      int           // the window to plan next (in the pass)
-	plan      *Plan         // the plan of window next, once drawn
+	plan      *plan.Plan    // the plan of window next, once drawn
 	genBefore []byte        // the permuter's state before plan's draws
 	ahead     *draws        // window next's permutations, drawn before its plan
 	fetching  chan *answers // main pass: the next window's plan, asked for while this one trains
@@ -132,11 +133,11 @@ type Controller struct {
 // shape, a repeated name, an explorer that fails Describe or Init) wrap
 // ErrInvalid or ErrExplorer and the explorer's own error.
 func NewController(ctx context.Context, shape RunShape, explorers []NamedExplorer) (*Controller, error) {
-	if err := checkSetup(Setup{Ranks: shape.Ranks, TotalSteps: shape.TotalSteps, WindowSteps: shape.WindowSteps}); err != nil {
+	if err := (hparam.Setup{Ranks: shape.Ranks, TotalSteps: shape.TotalSteps, WindowSteps: shape.WindowSteps}).Validate(); err != nil {
 		return nil, err
 	}
 	if shape.Ranks > math.MaxUint32 {
-		return nil, fmt.Errorf("%w: %d ranks", ErrInvalid, shape.Ranks)
+		return nil, fmt.Errorf("%w: %d ranks", hparam.ErrInvalid, shape.Ranks)
 	}
 	c := &Controller{
 		shape:   shape,
@@ -146,7 +147,7 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 	seen := map[string]bool{}
 	for i, ne := range explorers {
 		if ne.Name == "" || seen[ne.Name] || ne.Explorer == nil {
-			return nil, fmt.Errorf("%w: explorer %d: name %q must be non-empty and unique, with an explorer", ErrInvalid, i, ne.Name)
+			return nil, fmt.Errorf("%w: explorer %d: name %q must be non-empty and unique, with an explorer", hparam.ErrInvalid, i, ne.Name)
 		}
 		seen[ne.Name] = true
 		d, err := ne.Explorer.Describe(ctx)
@@ -157,7 +158,7 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 		if len(cfg) == 0 {
 			cfg = []byte("{}")
 		}
-		err = ne.Explorer.Init(ctx, Setup{
+		err = ne.Explorer.Init(ctx, hparam.Setup{
 			Name: ne.Name, Config: cfg, Ranks: shape.Ranks, TotalSteps: shape.TotalSteps,
 			WindowSteps: shape.WindowSteps, Seed: explorerSeed(shape.Seed, i), Probe: shape.Probe,
 		})
@@ -207,7 +208,7 @@ func (c *Controller) SearchEnd() int { return c.searchEnd }
 // Commitments lists each hyperparameter's committed value in plan order;
 // nil before the commit.
 func (c *Controller) Commitments() []ParamCommit {
-	if c.pass != PassMain {
+	if c.pass != plan.PassMain {
 		return nil
 	}
 	out := make([]ParamCommit, len(c.params))
@@ -227,8 +228,8 @@ func (c *Controller) Names() []string {
 }
 
 // Descriptors lists what each explorer said about itself, in plan order.
-func (c *Controller) Descriptors() []Descriptor {
-	out := make([]Descriptor, len(c.params))
+func (c *Controller) Descriptors() []hparam.Descriptor {
+	out := make([]hparam.Descriptor, len(c.params))
 	for i, p := range c.params {
 		out[i] = p.desc
 	}
@@ -250,13 +251,13 @@ func (c *Controller) freeze(p *param, op string, err error) Event {
 	return Event{Kind: EventFrozen, Window: c.next, Param: p.name, Op: op, Err: err, Base: p.base, Spread: p.spread}
 }
 
-func checkWindowPlan(wp WindowPlan, steps int) error {
+func checkWindowPlan(wp hparam.WindowPlan, steps int) error {
 	if len(wp.Base) != steps {
-		return fmt.Errorf("%w: %d base values for a window of %d steps", ErrInvalid, len(wp.Base), steps)
+		return fmt.Errorf("%w: %d base values for a window of %d steps", hparam.ErrInvalid, len(wp.Base), steps)
 	}
 	for i, b := range wp.Base {
 		if !healthy(b) {
-			return fmt.Errorf("%w: base value %v at the window's step %d", ErrInvalid, b, i)
+			return fmt.Errorf("%w: base value %v at the window's step %d", hparam.ErrInvalid, b, i)
 		}
 	}
 	if err := wp.Spread.Validate(); err != nil {
@@ -272,12 +273,12 @@ func checkWindowPlan(wp WindowPlan, steps int) error {
 // every rank in its own slot; since it depends on no observation, the
 // explorers are asked for the next one while this window trains. Events
 // report explorers frozen on the way.
-func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
+func (c *Controller) Plan(ctx context.Context) (*plan.Plan, []Event, error) {
 	if c.plan != nil {
 		return c.plan, nil, nil
 	}
 	if c.next >= c.windows {
-		return nil, nil, fmt.Errorf("%w: all %d windows have been planned", ErrOrder, c.windows)
+		return nil, nil, fmt.Errorf("%w: all %d windows have been planned", hparam.ErrOrder, c.windows)
 	}
 	for _, p := range c.params {
 		if p.frozen && !p.hasBase {
@@ -288,25 +289,25 @@ func (c *Controller) Plan(ctx context.Context) (*Plan, []Event, error) {
 	a := c.prefetched()
 	if a == nil || a.req != req {
 		var draw func()
-		if c.pass == PassSearch {
+		if c.pass == plan.PassSearch {
 			draw = c.drawer(c.next)
 		}
 		a = c.ask(ctx, req, draw)
 	}
-	plan := &Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Pass: c.pass, Params: make([]ParamPlan, len(c.params))}
-	events, err := c.assemble(plan, a.wps, a.errs)
+	pl := &plan.Plan{Window: req.Window, Start: req.Start, Steps: req.Steps, Pass: c.pass, Params: make([]plan.ParamPlan, len(c.params))}
+	events, err := c.assemble(pl, a.wps, a.errs)
 	if err != nil {
 		return nil, events, err
 	}
 	c.genBefore = nil
-	if c.pass == PassSearch {
+	if c.pass == plan.PassSearch {
 		c.genBefore = c.ahead.gen
 	}
-	c.plan, c.ahead = plan, nil
-	if c.pass == PassMain && c.next+1 < c.windows {
+	c.plan, c.ahead = pl, nil
+	if c.pass == plan.PassMain && c.next+1 < c.windows {
 		c.prefetch(ctx, c.request(c.next+1))
 	}
-	return plan, events, nil
+	return pl, events, nil
 }
 
 // keep puts back a prefetched plan that a call had to wait for.
@@ -317,22 +318,22 @@ func (c *Controller) keep(a *answers) {
 }
 
 // request is the explorers' request for window k.
-func (c *Controller) request(k int) WindowRequest {
+func (c *Controller) request(k int) hparam.WindowRequest {
 	t, s := c.shape.WindowSteps, c.shape.TotalSteps
-	return WindowRequest{Window: k, Start: k * t, Steps: min(t, s-k*t)}
+	return hparam.WindowRequest{Window: k, Start: k * t, Steps: min(t, s-k*t)}
 }
 
 // answers are the live explorers' plans for one request (errs[i] the
 // failure of explorer i).
 type answers struct {
-	req  WindowRequest
-	wps  []WindowPlan
+	req  hparam.WindowRequest
+	wps  []hparam.WindowPlan
 	errs []error
 }
 
 // ask asks every live explorer for req's plan; meanwhile as in each.
-func (c *Controller) ask(ctx context.Context, req WindowRequest, meanwhile func()) *answers {
-	a := &answers{req: req, wps: make([]WindowPlan, len(c.params))}
+func (c *Controller) ask(ctx context.Context, req hparam.WindowRequest, meanwhile func()) *answers {
+	a := &answers{req: req, wps: make([]hparam.WindowPlan, len(c.params))}
 	a.errs = c.each(func(i int, p *param) error {
 		wp, err := p.ex.Plan(ctx, req)
 		if err == nil {
@@ -347,7 +348,7 @@ func (c *Controller) ask(ctx context.Context, req WindowRequest, meanwhile func(
 // prefetch asks the explorers for req's plan in the background. It
 // touches no controller state: whatever calls an explorer or freezes one
 // first waits for it (prefetched).
-func (c *Controller) prefetch(ctx context.Context, req WindowRequest) {
+func (c *Controller) prefetch(ctx context.Context, req hparam.WindowRequest) {
 	ch := make(chan *answers, 1)
 	go func() { ch <- c.ask(ctx, req, nil) }()
 	c.fetching = ch
@@ -365,12 +366,12 @@ func (c *Controller) prefetched() *answers {
 
 // assemble fills plan with each explorer's answer (errs[i] its failure):
 // a failing explorer with a base is frozen, one without fails the plan.
-func (c *Controller) assemble(plan *Plan, wps []WindowPlan, errs []error) ([]Event, error) {
+func (c *Controller) assemble(pl *plan.Plan, wps []hparam.WindowPlan, errs []error) ([]Event, error) {
 	var events []Event
 	for i, p := range c.params {
 		if err := errs[i]; err != nil {
 			if !p.hasBase {
-				return events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, plan.Window, err)
+				return events, fmt.Errorf("%w: %s: plan of window %d: %w", ErrExplorer, p.name, pl.Window, err)
 			}
 			events = append(events, c.freeze(p, "plan", err))
 		} else if !p.frozen {
@@ -378,17 +379,17 @@ func (c *Controller) assemble(plan *Plan, wps []WindowPlan, errs []error) ([]Eve
 		}
 		wp := wps[i]
 		if p.frozen {
-			wp = WindowPlan{Base: make([]float64, plan.Steps), Spread: p.spread, Bounds: p.bounds}
+			wp = hparam.WindowPlan{Base: make([]float64, pl.Steps), Spread: p.spread, Bounds: p.bounds}
 			for j := range wp.Base {
 				wp.Base[j] = p.base
 			}
 		}
-		if c.pass == PassMain { // plain training at the committed values
+		if c.pass == plan.PassMain { // plain training at the committed values
 			wp.Spread.Alpha, wp.Probe = 0, false
 		}
 		p.base, p.spread, p.bounds, p.hasBase = wp.Base[len(wp.Base)-1], wp.Spread, wp.Bounds, true
-		plan.Params[i] = ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: c.slots(i), Frozen: p.frozen}
-		c.askProbe(plan, p, wp.Probe && !p.frozen)
+		pl.Params[i] = plan.ParamPlan{Name: p.name, Base: wp.Base, Spread: wp.Spread, Bounds: wp.Bounds, Slots: c.slots(i), Frozen: p.frozen}
+		c.askProbe(pl, p, wp.Probe && !p.frozen)
 	}
 	return events, nil
 }
@@ -397,7 +398,7 @@ func (c *Controller) assemble(plan *Plan, wps []WindowPlan, errs []error) ([]Eve
 // drawn permutation in the search pass, rank r in slot r in the main pass
 // (no spread, so nothing to draw).
 func (c *Controller) slots(i int) []uint32 {
-	if c.pass == PassSearch {
+	if c.pass == plan.PassSearch {
 		return c.ahead.slots[i]
 	}
 	out := make([]uint32, c.shape.Ranks)
@@ -438,11 +439,11 @@ func (c *Controller) drawer(k int) func() {
 // askProbe records that p asked for probe losses this window: the plan
 // probes when the workload can, otherwise a notice says the explorer gets
 // the training losses instead.
-func (c *Controller) askProbe(plan *Plan, p *param, asked bool) {
+func (c *Controller) askProbe(pl *plan.Plan, p *param, asked bool) {
 	switch {
 	case !asked:
 	case c.shape.Probe:
-		plan.Probe = true
+		pl.Probe = true
 	case !c.noticed[p.name]:
 		c.noticed[p.name] = true
 		c.notices = append(c.notices, fmt.Sprintf("explorer %q asked for the probe signal, but the workload cannot evaluate probe losses: it compares the ranks by their training losses (auto.signal: train), which lean to smaller learning rates; a PyTorch script gives hdet a probe with hdet.probe_dataset(model, dataset)", p.name))
@@ -458,43 +459,43 @@ func (c *Controller) askProbe(plan *Plan, p *param, asked bool) {
 // window 0 of the main pass when every explorer has settled (Commit). The
 // main pass asks the explorers nothing: they learn no more.
 func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]ParamFeedback, []Event, error) {
-	plan := c.plan
-	if plan == nil {
-		return nil, nil, fmt.Errorf("%w: window %d has not been planned", ErrOrder, c.next)
+	pl := c.plan
+	if pl == nil {
+		return nil, nil, fmt.Errorf("%w: window %d has not been planned", hparam.ErrOrder, c.next)
 	}
 	n := c.shape.Ranks
 	if len(losses) != n {
-		return nil, nil, fmt.Errorf("%w: %d losses for %d ranks", ErrInvalid, len(losses), n)
+		return nil, nil, fmt.Errorf("%w: %d losses for %d ranks", hparam.ErrInvalid, len(losses), n)
 	}
 	if probes != nil && len(probes) != n {
-		return nil, nil, fmt.Errorf("%w: %d probe losses for %d ranks", ErrInvalid, len(probes), n)
+		return nil, nil, fmt.Errorf("%w: %d probe losses for %d ranks", hparam.ErrInvalid, len(probes), n)
 	}
 	out := make([]ParamFeedback, len(c.params))
 	var events []Event
-	if c.pass == PassSearch {
-		events = c.observeSearch(ctx, plan, out, losses, probes)
+	if c.pass == plan.PassSearch {
+		events = c.observeSearch(ctx, pl, out, losses, probes)
 	}
 	for i, p := range c.params {
 		out[i].Name = p.name
-		if p.frozen || c.pass == PassMain {
+		if p.frozen || c.pass == plan.PassMain {
 			out[i].Base, out[i].Frozen = p.base, p.frozen
 		}
 	}
 	c.plan, c.genBefore = nil, nil
 	c.next++
-	if c.pass == PassSearch && c.searchOver() {
-		events = append(events, c.commit(ctx, plan.Start+plan.Steps)...)
+	if c.pass == plan.PassSearch && c.searchOver() {
+		events = append(events, c.commit(ctx, pl.Start+pl.Steps)...)
 	}
 	return out, events, nil
 }
 
 // observeSearch hands a search window to the explorers, filling out.
-func (c *Controller) observeSearch(ctx context.Context, plan *Plan, out []ParamFeedback, losses, probes []float64) []Event {
+func (c *Controller) observeSearch(ctx context.Context, pl *plan.Plan, out []ParamFeedback, losses, probes []float64) []Event {
 	n := len(losses)
 	errs := c.each(func(i int, p *param) error {
-		fb, err := p.ex.Observe(ctx, Observation{Window: plan.Window, Values: p.lastValues(&plan.Params[i]), Losses: losses, Probe: probes})
+		fb, err := p.ex.Observe(ctx, hparam.Observation{Window: pl.Window, Values: p.lastValues(&pl.Params[i]), Losses: losses, Probe: probes})
 		if err == nil && len(fb.Weights) != 0 && len(fb.Weights) != n {
-			err = fmt.Errorf("%w: %d weights for %d ranks", ErrInvalid, len(fb.Weights), n)
+			err = fmt.Errorf("%w: %d weights for %d ranks", hparam.ErrInvalid, len(fb.Weights), n)
 		}
 		out[i].Feedback = fb
 		return err
@@ -503,7 +504,7 @@ func (c *Controller) observeSearch(ctx context.Context, plan *Plan, out []ParamF
 	for i, p := range c.params {
 		p.search = out[i].Search
 		if errs[i] != nil {
-			out[i].Feedback = Feedback{}
+			out[i].Feedback = hparam.Feedback{}
 			events = append(events, c.freeze(p, "observe", errs[i]))
 		}
 	}
@@ -520,9 +521,9 @@ func (c *Controller) searchOver() bool {
 			continue
 		}
 		switch p.search {
-		case Searching:
+		case hparam.Searching:
 			return false
-		case SearchDone:
+		case hparam.SearchDone:
 			done = true
 		}
 	}
@@ -533,7 +534,7 @@ func (c *Controller) searchOver() bool {
 // (one that fails is frozen at its base, which it then commits), and the
 // next plan is window 0 of the main pass.
 func (c *Controller) commit(ctx context.Context, end int) []Event {
-	commits := make([]Commitment, len(c.params))
+	commits := make([]hparam.Commitment, len(c.params))
 	errs := c.each(func(i int, p *param) error {
 		var err error
 		commits[i], err = p.ex.Commit(ctx)
@@ -546,10 +547,10 @@ func (c *Controller) commit(ctx context.Context, end int) []Event {
 		}
 		p.commit = commits[i]
 		if p.frozen {
-			p.commit = Commitment{Value: p.base}
+			p.commit = hparam.Commitment{Value: p.base}
 		}
 	}
-	c.pass, c.searchEnd, c.next, c.ahead = PassMain, end, 0, nil
+	c.pass, c.searchEnd, c.next, c.ahead = plan.PassMain, end, 0, nil
 	return events
 }
 
@@ -578,16 +579,16 @@ func (c *Controller) each(fn func(i int, p *param) error, meanwhile func()) []er
 // the arithmetic of ParamPlan.Value: each rank's slot coefficient applied
 // to the base, in one pass over the ranks (not a pass over the slots, then
 // one looking each rank's slot up: N values written and read once more).
-func (p *param) lastValues(pp *ParamPlan) []float64 {
+func (p *param) lastValues(pp *plan.ParamPlan) []float64 {
 	n := len(pp.Slots)
 	if len(p.values) != n {
 		p.values, p.coef = make([]float64, n), nil
 	}
 	if p.coef == nil || p.coefFor != pp.Spread {
 		p.coef, p.coefFor = grow(p.coef, n), pp.Spread
-		pp.Spread.coefs(p.coef)
+		pp.Spread.Coefs(p.coef)
 	}
-	base, add, b, coef := pp.Base[len(pp.Base)-1], pp.Spread.Kind == Additive, pp.Bounds, p.coef
+	base, add, b, coef := pp.Base[len(pp.Base)-1], pp.Spread.Kind == hparam.Additive, pp.Bounds, p.coef
 	for r, s := range pp.Slots {
 		p.values[r] = b.Clamp(withCoef(add, base, coef[s]))
 	}
@@ -634,7 +635,7 @@ func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
 	b = binary.AppendUvarint(b, uint64(c.next))
 	b = append(b, byte(c.pass))
 	b = binary.AppendUvarint(b, uint64(c.searchEnd))
-	b = appendBytes(b, gen)
+	b = plan.AppendBytes(b, gen)
 	b = binary.AppendUvarint(b, uint64(len(c.params)))
 	var events []Event
 	for _, p := range c.params {
@@ -646,7 +647,7 @@ func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
 				st = nil
 			}
 		}
-		b = appendBytes(b, []byte(p.name))
+		b = plan.AppendBytes(b, []byte(p.name))
 		var flags byte
 		if p.frozen {
 			flags |= 1
@@ -656,18 +657,13 @@ func (c *Controller) SaveState(ctx context.Context) ([]byte, []Event, error) {
 		}
 		b = append(b, flags|byte(p.search)<<2)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.base))
-		b = append(b, spreadCode(p.spread.Kind))
+		b = append(b, plan.SpreadCode(p.spread.Kind))
 		for _, f := range []float64{p.spread.Alpha, p.bounds.Lower, p.bounds.Upper, p.commit.Offset, p.commit.Value} {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 		}
-		b = appendBytes(b, st)
+		b = plan.AppendBytes(b, st)
 	}
 	return b, events, nil
-}
-
-func appendBytes(b, v []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(len(v)))
-	return append(b, v...)
 }
 
 // LoadState restores a SaveState taken with the same explorers (same names
@@ -676,57 +672,58 @@ func appendBytes(b, v []byte) []byte {
 // saved controller would have drawn.
 func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error) {
 	c.prefetched() // made for the state being replaced
-	d := &planDecoder{b: data}
-	version := d.byte1("version")
-	if d.err == nil && version != controllerStateVersion && version != 2 {
-		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads versions 2 and %d (written before revision 2 of the meta-update; start the run afresh)", ErrDecode, version, controllerStateVersion)
+	d := plan.NewDecoder(data)
+	version := d.Byte("version")
+	if d.Err() == nil && version != controllerStateVersion && version != 2 {
+		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads versions 2 and %d (written before revision 2 of the meta-update; start the run afresh)", hparam.ErrDecode, version, controllerStateVersion)
 	}
-	next := d.uvarint("next window", uint64(c.windows))
-	pass, searchEnd := PassSearch, 0
+	next := d.Uvarint("next window", uint64(c.windows))
+	pass, searchEnd := plan.PassSearch, 0
 	if version >= 3 {
-		pass = int(d.byte1("pass"))
-		searchEnd = d.uvarint("search end", uint64(c.shape.TotalSteps))
-		if d.err == nil && pass != PassSearch && pass != PassMain {
-			d.fail(fmt.Sprintf("unknown pass %d", pass))
+		pass = int(d.Byte("pass"))
+		searchEnd = d.Uvarint("search end", uint64(c.shape.TotalSteps))
+		if d.Err() == nil && pass != plan.PassSearch && pass != plan.PassMain {
+			d.Fail(fmt.Sprintf("unknown pass %d", pass))
 		}
 	}
-	gen := d.bytes("generator state")
-	np := d.uvarint("hyperparameter count", uint64(len(d.b)))
-	if d.err == nil && np != len(c.params) {
-		d.fail(fmt.Sprintf("%d hyperparameters saved, %d configured", np, len(c.params)))
+	gen := d.Bytes("generator state")
+	np := d.Uvarint("hyperparameter count", uint64(d.Len()))
+	if d.Err() == nil && np != len(c.params) {
+		d.Fail(fmt.Sprintf("%d hyperparameters saved, %d configured", np, len(c.params)))
 	}
 	type saved struct {
 		p     param
 		state []byte
 	}
 	ps := make([]saved, 0, min(np, len(c.params)))
-	for i := 0; d.err == nil && i < np; i++ {
+	for i := 0; d.Err() == nil && i < np; i++ {
 		var s saved
-		s.p.name = string(d.bytes("name"))
-		if d.err == nil && s.p.name != c.params[i].name {
-			d.fail(fmt.Sprintf("hyperparameter %d is %q, configured %q", i, s.p.name, c.params[i].name))
+		s.p.name = string(d.Bytes("name"))
+		if d.Err() == nil && s.p.name != c.params[i].name {
+			d.Fail(fmt.Sprintf("hyperparameter %d is %q, configured %q", i, s.p.name, c.params[i].name))
 		}
-		flags := d.byte1("flags")
-		s.p.frozen, s.p.hasBase, s.p.search = flags&1 != 0, flags&2 != 0, SearchState(flags>>2&3)
-		s.p.base = d.float("base")
-		code := d.byte1("spread kind")
-		if d.err == nil && (int(code) >= len(spreadCodes) || code == 0) {
-			d.fail(fmt.Sprintf("unknown spread kind code %d", code))
+		flags := d.Byte("flags")
+		s.p.frozen, s.p.hasBase, s.p.search = flags&1 != 0, flags&2 != 0, hparam.SearchState(flags>>2&3)
+		s.p.base = d.Float("base")
+		code := d.Byte("spread kind")
+		kind, ok := plan.SpreadKind(code)
+		if d.Err() == nil && !ok {
+			d.Fail(fmt.Sprintf("unknown spread kind code %d", code))
 			break
 		}
-		s.p.spread = Spread{Kind: spreadCodes[code], Alpha: d.float("alpha")}
-		s.p.bounds = Bounds{Lower: d.float("lower bound"), Upper: d.float("upper bound")}
+		s.p.spread = hparam.Spread{Kind: kind, Alpha: d.Float("alpha")}
+		s.p.bounds = hparam.Bounds{Lower: d.Float("lower bound"), Upper: d.Float("upper bound")}
 		if version >= 3 {
-			s.p.commit = Commitment{Offset: d.float("committed offset"), Value: d.float("committed value")}
+			s.p.commit = hparam.Commitment{Offset: d.Float("committed offset"), Value: d.Float("committed value")}
 		}
-		s.state = d.bytes("explorer state")
+		s.state = d.Bytes("explorer state")
 		ps = append(ps, s)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	if d.Err() == nil && d.Len() != 0 {
+		d.Fail(fmt.Sprintf("%d trailing bytes", d.Len()))
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	perm := &Permuter{}
 	if err := perm.UnmarshalBinary(gen); err != nil {
@@ -746,4 +743,25 @@ func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error
 		}
 	}
 	return events, nil
+}
+
+// healthy reports whether v is finite.
+func healthy(v float64) bool { return math.Abs(v) <= math.MaxFloat64 }
+
+// grow returns s resized to n elements, reusing its array when it has the
+// capacity (the contents are to be overwritten).
+func grow(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
+}
+
+// withCoef is the value, before clamping, of a slot with coefficient c
+// (hparam.Spread.Coefs) for base, add telling an additive spread.
+func withCoef(add bool, base, c float64) float64 {
+	if add {
+		return base + c
+	}
+	return base * c
 }

@@ -1,4 +1,4 @@
-package hparam
+package controller
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/plan"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,21 +17,21 @@ import (
 // threeExplorers is the default trio with the given spread width.
 func threeExplorers(t testing.TB, alpha float64, autoStart int) []NamedExplorer {
 	mk := func(kind, name, cfg string) NamedExplorer {
-		e, err := NewBuiltinExplorer(kind)
+		e, err := hparam.NewBuiltinExplorer(kind)
 		require.NoError(t, err)
 		return NamedExplorer{Name: name, Explorer: e, Config: []byte(cfg)}
 	}
 	auto := fmt.Sprintf(`"spread": {"alpha": %v}, "auto": {"start": %d, "commit": "continue"}`, alpha, autoStart)
 	return []NamedExplorer{
-		mk(BuiltinLR, "lr", `{"schedule": {"max_lr": 0.1}, `+auto+`}`),
-		mk(BuiltinDropout, "dropout", `{"schedule": 0.2, `+auto+`}`),
-		mk(BuiltinWeightDecay, "weight_decay", `{"schedule": 0.01, `+auto+`}`),
+		mk(hparam.BuiltinLR, "lr", `{"schedule": {"max_lr": 0.1}, `+auto+`}`),
+		mk(hparam.BuiltinDropout, "dropout", `{"schedule": 0.2, `+auto+`}`),
+		mk(hparam.BuiltinWeightDecay, "weight_decay", `{"schedule": 0.01, `+auto+`}`),
 	}
 }
 
 // lossesFor makes window losses that favour larger values of the first
 // hyperparameter, so the auto phase has a signal to follow.
-func lossesFor(p *Plan) []float64 {
+func lossesFor(p *plan.Plan) []float64 {
 	n := p.Ranks()
 	out := make([]float64, n)
 	for r := range out {
@@ -37,7 +40,7 @@ func lossesFor(p *Plan) []float64 {
 	return out
 }
 
-func runWindows(t testing.TB, c *Controller, from, to int, losses func(*Plan) []float64) ([][]byte, [][]ParamFeedback) {
+func runWindows(t testing.TB, c *Controller, from, to int, losses func(*plan.Plan) []float64) ([][]byte, [][]ParamFeedback) {
 	ctx := context.Background()
 	var plans [][]byte
 	var fbs [][]ParamFeedback
@@ -70,14 +73,14 @@ func TestControllerDeterministic(t *testing.T) {
 	assert.Equal(t, pa, pb)
 	assert.Equal(t, fa, fb)
 	_, _, err = a.Plan(ctx)
-	assert.ErrorIs(t, err, ErrOrder, "past the last window")
+	assert.ErrorIs(t, err, hparam.ErrOrder, "past the last window")
 
 	shape.Seed = 100
 	c, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
 	require.NoError(t, err)
 	p1, _, err := c.Plan(ctx)
 	require.NoError(t, err)
-	var p0 Plan
+	var p0 plan.Plan
 	require.NoError(t, p0.UnmarshalBinary(pa[0]))
 	assert.Equal(t, p0.Params[0].Base, p1.Params[0].Base)
 	assert.NotEqual(t, p0.Params[0].Slots, p1.Params[0].Slots, "another seed, other permutations")
@@ -88,13 +91,13 @@ func TestControllerDeterministic(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, p1, p2)
 	_, _, err = c.Observe(ctx, []float64{1}, nil)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
 	_, _, err = c.Observe(ctx, make([]float64, 6), nil)
 	require.NoError(t, err)
 	d, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
 	require.NoError(t, err)
 	_, _, err = d.Observe(ctx, make([]float64, 6), nil)
-	assert.ErrorIs(t, err, ErrOrder)
+	assert.ErrorIs(t, err, hparam.ErrOrder)
 }
 
 // Property: alpha = 0 gives every rank the base value at every step.
@@ -126,14 +129,14 @@ func TestControllerEqualLossesFollowTheSchedule(t *testing.T) {
 	for _, tc := range []struct{ n, s, t, start int }{
 		{4, 1000, 10, 300}, {7, 1003, 25, 0}, {2, 500, 100, 150}, {16, 120, 1, 40},
 	} {
-		e, err := NewBuiltinExplorer(BuiltinLR)
+		e, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
 		require.NoError(t, err)
 		cfg := fmt.Sprintf(`{"schedule": {"max_lr": 0.3, "div_factor": 20, "final_div_factor": 500}, "auto": {"start": %d}}`, tc.start)
 		c, err := NewController(ctx, RunShape{Ranks: tc.n, TotalSteps: tc.s, WindowSteps: tc.t}, []NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(cfg)}})
 		require.NoError(t, err)
-		oc := DefaultOneCycleConfig(0.3, tc.s)
+		oc := hparam.DefaultOneCycleConfig(0.3, tc.s)
 		oc.DivFactor, oc.FinalDivFactor = 20, 500
-		sched, err := NewOneCycle(oc)
+		sched, err := hparam.NewOneCycle(oc)
 		require.NoError(t, err)
 		for range c.Windows() {
 			p, _, err := c.Plan(ctx)
@@ -160,7 +163,7 @@ func TestControllerEqualLossesFollowTheSchedule(t *testing.T) {
 
 // flaky wraps an explorer and fails one call at one window.
 type flaky struct {
-	Explorer
+	hparam.Explorer
 	failOp     string
 	failWindow int
 	calls      int
@@ -169,7 +172,7 @@ type flaky struct {
 
 var errBoom = errors.New("boom")
 
-func (f *flaky) Plan(ctx context.Context, r WindowRequest) (WindowPlan, error) {
+func (f *flaky) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.WindowPlan, error) {
 	f.calls++
 	wp, err := f.Explorer.Plan(ctx, r)
 	if f.failOp == "plan" && r.Window == f.failWindow {
@@ -177,15 +180,15 @@ func (f *flaky) Plan(ctx context.Context, r WindowRequest) (WindowPlan, error) {
 			wp.Base[0] = math.NaN()
 			return wp, err
 		}
-		return WindowPlan{}, errBoom
+		return hparam.WindowPlan{}, errBoom
 	}
 	return wp, err
 }
 
-func (f *flaky) Observe(ctx context.Context, o Observation) (Feedback, error) {
+func (f *flaky) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
 	f.calls++
 	if f.failOp == "observe" && o.Window == f.failWindow {
-		return Feedback{}, errBoom
+		return hparam.Feedback{}, errBoom
 	}
 	return f.Explorer.Observe(ctx, o)
 }
@@ -210,7 +213,7 @@ func TestControllerFreezesFailingExplorer(t *testing.T) {
 		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 5}, ex)
 		require.NoError(t, err)
 		var frozenAt float64
-		var spread Spread
+		var spread hparam.Spread
 		var events []Event
 		for k := range 10 {
 			p, ev, err := c.Plan(ctx)
@@ -242,12 +245,12 @@ func TestControllerFreezesFailingExplorer(t *testing.T) {
 		assert.Equal(t, f.failOp, events[0].Op)
 		assert.Equal(t, "lr", events[0].Param)
 		assert.Equal(t, f.failWindow, events[0].Window)
-		assert.Equal(t, Spread{Multiplicative, 0.1}, spread)
+		assert.Equal(t, hparam.Spread{Kind: hparam.Multiplicative, Alpha: 0.1}, spread)
 		assert.Contains(t, events[0].String(), "frozen at")
 		if !f.nanBase {
 			assert.ErrorIs(t, events[0].Err, errBoom)
 		}
-		calls := 2*f.failWindow + 2 // setup's plan of window 0 (admissible.go), plans 0..w, observations 0..w-1
+		calls := 2*f.failWindow + 2 // setup's plan of window 0 (admit.go), plans 0..w, observations 0..w-1
 		if f.failOp == "observe" {
 			calls++
 		}
@@ -269,15 +272,15 @@ func TestControllerInitErrors(t *testing.T) {
 	ex[2].Config = []byte(`{"schedule": 0.01, "spread": {"alpha": -1}}`)
 	_, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10}, ex)
 	assert.ErrorIs(t, err, ErrExplorer)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
 	assert.ErrorContains(t, err, "weight_decay: init: spread.alpha")
 
 	ex = threeExplorers(t, 0.1, 20)
 	ex[1].Name = "lr"
 	_, err = NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10}, ex)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
 	_, err = NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 0}, nil)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
 }
 
 // A checkpoint between windows, the engine's, restores to the same plans:
@@ -349,13 +352,13 @@ func TestControllerStateRoundTrip(t *testing.T) {
 	for i := range st {
 		c := newC(false)
 		_, err := c.LoadState(ctx, st[:i])
-		require.ErrorIs(t, err, ErrDecode, "prefix %d", i)
+		require.ErrorIs(t, err, hparam.ErrDecode, "prefix %d", i)
 	}
 	ex := threeExplorers(t, 0.1, 50)[:2]
 	c, err := NewController(ctx, shape, ex)
 	require.NoError(t, err)
 	_, err = c.LoadState(ctx, st)
-	assert.ErrorIs(t, err, ErrDecode, "other explorers")
+	assert.ErrorIs(t, err, hparam.ErrDecode, "other explorers")
 }
 
 // lastValues, one pass over the ranks, gives exactly ParamPlan.Value at the
@@ -363,18 +366,46 @@ func TestControllerStateRoundTrip(t *testing.T) {
 // neither, one or both ends.
 func TestLastValuesMatchPlanValue(t *testing.T) {
 	slots := []uint32{4, 0, 8, 1, 7, 2, 6, 3, 5}
-	spreads := []Spread{{Multiplicative, 0.5}, {Geometric, 2}, {Additive, 0.3}}
-	bounds := []Bounds{{-10, 10}, {0.9, 10}, {-10, 1.1}, {0.95, 1.05}, {1, 1}}
+	spreads := []hparam.Spread{{Kind: hparam.Multiplicative, Alpha: 0.5}, {Kind: hparam.Geometric, Alpha: 2}, {Kind: hparam.Additive, Alpha: 0.3}}
+	bounds := []hparam.Bounds{{Lower: -10, Upper: 10}, {Lower: 0.9, Upper: 10}, {Lower: -10, Upper: 1.1}, {Lower: 0.95, Upper: 1.05}, {Lower: 1, Upper: 1}}
 	var p param
 	for _, sp := range spreads {
 		for _, b := range bounds {
 			for _, base := range []float64{1, -1, 0, 3.7} {
-				pp := ParamPlan{Base: []float64{5, base}, Spread: sp, Bounds: b, Slots: slots}
+				pp := plan.ParamPlan{Base: []float64{5, base}, Spread: sp, Bounds: b, Slots: slots}
 				got := p.lastValues(&pp)
 				for r := range slots {
 					require.Equal(t, math.Float64bits(pp.Value(r, 1)), math.Float64bits(got[r]), "%v %v base %v rank %d", sp, b, base, r)
 				}
 			}
+		}
+	}
+}
+
+func TestControllerProbeNotice(t *testing.T) {
+	ctx := context.Background()
+	for _, canProbe := range []bool{true, false} {
+		e, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+		require.NoError(t, err)
+		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Probe: canProbe},
+			[]NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(`{"schedule": {"max_lr": 0.01}}`)}})
+		require.NoError(t, err)
+		p, _, err := c.Plan(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, canProbe, p.Probe)
+		b, err := p.MarshalBinary()
+		require.NoError(t, err)
+		var q plan.Plan
+		require.NoError(t, q.UnmarshalBinary(b))
+		assert.Equal(t, canProbe, q.Probe, "the flag crosses the broadcast")
+		if canProbe {
+			assert.Empty(t, c.Notices())
+		} else {
+			n := c.Notices()
+			require.Len(t, n, 1)
+			assert.Contains(t, n[0], "training losses")
+			assert.Contains(t, n[0], "hdet.probe_dataset(model, dataset)", "what to do about it")
+			assert.Empty(t, c.Notices(), "said once")
 		}
 	}
 }

@@ -1,15 +1,26 @@
-package hparam
+// Package plan is the plan rank 0 broadcasts before every window
+// (docs/design.md §3): each explored hyperparameter's base at every step,
+// its spread and bounds, and every rank's slot; and its wire encoding
+// (docs/design.md §4), decoded without panicking or allocating more than
+// the input holds.
+package plan
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
-// MaxWindowSteps is the longest window a Plan may have, a bound that keeps
-// a decoder from allocating without limit.
-const MaxWindowSteps = 1 << 20
+// Passes of a run (docs/design.md §1.2). A run whose explorers all
+// settle before its last window commits and restarts: the search pass,
+// then the main pass. Any other run is one pass, PassSearch.
+const (
+	PassSearch = 0
+	PassMain   = 1
+)
 
 // Plan is what rank 0 broadcasts before window Window: for each explored
 // hyperparameter, its base value at each of the window's steps, its spread
@@ -30,8 +41,8 @@ type Plan struct {
 type ParamPlan struct {
 	Name   string
 	Base   []float64 // len Steps
-	Spread Spread
-	Bounds Bounds
+	Spread hparam.Spread
+	Bounds hparam.Bounds
 	Slots  []uint32 // Slots[r] is rank r's slot; a permutation of 0..N-1
 	Frozen bool     // its explorer failed; Base is held where it was
 }
@@ -59,10 +70,10 @@ func (p *Plan) Param(name string) (*ParamPlan, bool) {
 func (p *Plan) Value(param string, rank, i int) (float64, error) {
 	pp, ok := p.Param(param)
 	if !ok {
-		return 0, fmt.Errorf("%w: the plan has no hyperparameter %q", ErrInvalid, param)
+		return 0, fmt.Errorf("%w: the plan has no hyperparameter %q", hparam.ErrInvalid, param)
 	}
 	if rank < 0 || rank >= len(pp.Slots) || i < 0 || i >= len(pp.Base) {
-		return 0, fmt.Errorf("%w: rank %d step %d, the plan has %d ranks and %d steps", ErrInvalid, rank, i, len(pp.Slots), len(pp.Base))
+		return 0, fmt.Errorf("%w: rank %d step %d, the plan has %d ranks and %d steps", hparam.ErrInvalid, rank, i, len(pp.Slots), len(pp.Base))
 	}
 	return pp.Value(rank, i), nil
 }
@@ -90,23 +101,23 @@ func (p *Plan) Validate() error { return p.validate(true) }
 // validate is Validate, with the check that the slots permute 0..N-1 only
 // when perms is set.
 func (p *Plan) validate(perms bool) error {
-	if p.Window < 0 || p.Start < 0 || p.Steps < 1 || p.Steps > MaxWindowSteps {
-		return fmt.Errorf("%w: plan window %d start %d steps %d", ErrInvalid, p.Window, p.Start, p.Steps)
+	if p.Window < 0 || p.Start < 0 || p.Steps < 1 || p.Steps > hparam.MaxWindowSteps {
+		return fmt.Errorf("%w: plan window %d start %d steps %d", hparam.ErrInvalid, p.Window, p.Start, p.Steps)
 	}
 	n := p.Ranks()
 	seen := make(map[string]bool, len(p.Params))
 	var mark []bool
 	for _, pp := range p.Params {
 		if pp.Name == "" || seen[pp.Name] {
-			return fmt.Errorf("%w: plan hyperparameter name %q is empty or repeated", ErrInvalid, pp.Name)
+			return fmt.Errorf("%w: plan hyperparameter name %q is empty or repeated", hparam.ErrInvalid, pp.Name)
 		}
 		seen[pp.Name] = true
 		if len(pp.Base) != p.Steps {
-			return fmt.Errorf("%w: %s: %d base values for %d steps", ErrInvalid, pp.Name, len(pp.Base), p.Steps)
+			return fmt.Errorf("%w: %s: %d base values for %d steps", hparam.ErrInvalid, pp.Name, len(pp.Base), p.Steps)
 		}
 		for i, b := range pp.Base {
-			if !healthy(b) {
-				return fmt.Errorf("%w: %s: base value %v at step %d", ErrInvalid, pp.Name, b, p.Start+i)
+			if !finite(b) {
+				return fmt.Errorf("%w: %s: base value %v at step %d", hparam.ErrInvalid, pp.Name, b, p.Start+i)
 			}
 		}
 		if err := pp.Spread.Validate(); err != nil {
@@ -116,7 +127,7 @@ func (p *Plan) validate(perms bool) error {
 			return fmt.Errorf("%s: %w", pp.Name, err)
 		}
 		if len(pp.Slots) != n || n == 0 {
-			return fmt.Errorf("%w: %s: %d slots, want %d > 0", ErrInvalid, pp.Name, len(pp.Slots), n)
+			return fmt.Errorf("%w: %s: %d slots, want %d > 0", hparam.ErrInvalid, pp.Name, len(pp.Slots), n)
 		}
 		if !perms {
 			continue
@@ -127,7 +138,7 @@ func (p *Plan) validate(perms bool) error {
 		clear(mark)
 		for _, s := range pp.Slots {
 			if int(s) >= n || mark[s] {
-				return fmt.Errorf("%w: %s: slots are not a permutation of 0..%d", ErrInvalid, pp.Name, n-1)
+				return fmt.Errorf("%w: %s: slots are not a permutation of 0..%d", hparam.ErrInvalid, pp.Name, n-1)
 			}
 			mark[s] = true
 		}
@@ -160,17 +171,6 @@ const (
 	planMain  = 2
 )
 
-var spreadCodes = []SpreadKind{1: Multiplicative, 2: Additive, 3: Geometric}
-
-func spreadCode(k SpreadKind) byte {
-	for c, kk := range spreadCodes {
-		if kk == k && c > 0 {
-			return byte(c)
-		}
-	}
-	return 0
-}
-
 // MarshalBinary encodes a plan after every check of Validate but one: that
 // the slots permute 0..N-1, which UnmarshalBinary makes on every receiving
 // rank. The controller draws them as permutations, and checking N slots
@@ -197,7 +197,7 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 	for _, pp := range p.Params {
 		b = binary.AppendUvarint(b, uint64(len(pp.Name)))
 		b = append(b, pp.Name...)
-		b = append(b, spreadCode(pp.Spread.Kind))
+		b = append(b, SpreadCode(pp.Spread.Kind))
 		for _, f := range []float64{pp.Spread.Alpha, pp.Bounds.Lower, pp.Bounds.Upper} {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 		}
@@ -265,13 +265,13 @@ func appendSlots(b []byte, slots []uint32) []byte {
 }
 
 // slots reads n slots (Validate checks they permute 0..n-1).
-func (d *planDecoder) slots(n int) []uint32 {
+func (d *Decoder) slots(n int) []uint32 {
 	w := slotWidth(n)
 	if d.err != nil {
 		return nil
 	}
 	if n > len(d.b)/w {
-		d.fail("truncated slots")
+		d.Fail("truncated slots")
 		return nil
 	}
 	out := make([]uint32, n)
@@ -300,75 +300,22 @@ func constant(v []float64) bool {
 	return true
 }
 
-// planDecoder reads the encoding, checking every length against the bytes
-// that remain before allocating, so garbage costs an error, not a panic or
-// a huge allocation.
-type planDecoder struct {
-	b   []byte
-	err error
-}
-
-func (d *planDecoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: plan: %s", ErrDecode, what)
-	}
-}
-
-func (d *planDecoder) uvarint(what string, max uint64) int {
-	if d.err != nil {
-		return 0
-	}
-	v, k := binary.Uvarint(d.b)
-	if k <= 0 || v > max {
-		d.fail("bad " + what)
-		return 0
-	}
-	d.b = d.b[k:]
-	return int(v)
-}
-
-func (d *planDecoder) byte1(what string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.fail("truncated at " + what)
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *planDecoder) float(what string) float64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.fail("truncated at " + what)
-		return 0
-	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
-	d.b = d.b[8:]
-	return f
-}
-
 // UnmarshalBinary decodes a plan from MarshalBinary and validates it.
 func (p *Plan) UnmarshalBinary(data []byte) error {
-	d := &planDecoder{b: data}
-	if v := d.byte1("version"); d.err == nil && v != planVersion {
-		return fmt.Errorf("%w: plan: version %d, this hdet reads version %d", ErrDecode, v, planVersion)
+	d := NewDecoder(data)
+	if v := d.Byte("version"); d.err == nil && v != planVersion {
+		return fmt.Errorf("%w: plan: version %d, this hdet reads version %d", hparam.ErrDecode, v, planVersion)
 	}
 	const maxInt = math.MaxInt32
-	q := Plan{Window: d.uvarint("window", maxInt), Start: d.uvarint("start", maxInt)}
+	q := Plan{Window: d.Uvarint("window", maxInt), Start: d.Uvarint("start", maxInt)}
 	// A constant base takes 8 bytes however long the window, so steps is
-	// bounded by MaxWindowSteps rather than by the bytes left.
-	q.Steps = d.uvarint("steps", MaxWindowSteps)
-	n := d.uvarint("ranks", uint64(len(d.b))) // each rank needs >= 1 byte per hyperparameter
-	np := d.uvarint("hyperparameter count", uint64(len(d.b))/(1+1+24+1+8))
-	pflags := d.byte1("plan flags")
+	// bounded by hparam.MaxWindowSteps rather than by the bytes left.
+	q.Steps = d.Uvarint("steps", hparam.MaxWindowSteps)
+	n := d.Uvarint("ranks", uint64(len(d.b))) // each rank needs >= 1 byte per hyperparameter
+	np := d.Uvarint("hyperparameter count", uint64(len(d.b))/(1+1+24+1+8))
+	pflags := d.Byte("plan flags")
 	if pflags&^(planProbe|planMain) != 0 {
-		d.fail(fmt.Sprintf("unknown plan flags %#x", pflags))
+		d.Fail(fmt.Sprintf("unknown plan flags %#x", pflags))
 	}
 	if d.err != nil {
 		return d.err
@@ -380,26 +327,27 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 	q.Params = make([]ParamPlan, np)
 	for i := range q.Params {
 		pp := &q.Params[i]
-		pp.Name = string(d.bytes("name"))
-		code := d.byte1("spread kind")
-		if int(code) >= len(spreadCodes) || code == 0 {
-			d.fail(fmt.Sprintf("unknown spread kind code %d", code))
+		pp.Name = string(d.Bytes("name"))
+		code := d.Byte("spread kind")
+		kind, ok := SpreadKind(code)
+		if !ok {
+			d.Fail(fmt.Sprintf("unknown spread kind code %d", code))
 		}
 		if d.err != nil {
 			return d.err
 		}
-		pp.Spread = Spread{Kind: spreadCodes[code], Alpha: d.float("alpha")}
-		pp.Bounds = Bounds{Lower: d.float("lower bound"), Upper: d.float("upper bound")}
-		flags := d.byte1("flags")
+		pp.Spread = hparam.Spread{Kind: kind, Alpha: d.Float("alpha")}
+		pp.Bounds = hparam.Bounds{Lower: d.Float("lower bound"), Upper: d.Float("upper bound")}
+		flags := d.Byte("flags")
 		if flags&^(flagFrozen|flagConstBase) != 0 {
-			d.fail(fmt.Sprintf("unknown flags %#x", flags))
+			d.Fail(fmt.Sprintf("unknown flags %#x", flags))
 		}
 		pp.Frozen = flags&flagFrozen != 0
 		if d.err != nil {
 			return d.err
 		}
 		if flags&flagConstBase != 0 {
-			v := d.float("base")
+			v := d.Float("base")
 			if d.err != nil {
 				return d.err
 			}
@@ -409,12 +357,12 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 			}
 		} else {
 			if uint64(q.Steps) > uint64(len(d.b))/8 {
-				d.fail("truncated base values")
+				d.Fail("truncated base values")
 				return d.err
 			}
 			pp.Base = make([]float64, q.Steps)
 			for s := range pp.Base {
-				pp.Base[s] = d.float("base")
+				pp.Base[s] = d.Float("base")
 			}
 		}
 		pp.Slots = d.slots(n)
@@ -423,31 +371,14 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 		}
 	}
 	if len(d.b) != 0 {
-		return fmt.Errorf("%w: plan: %d trailing bytes", ErrDecode, len(d.b))
+		return fmt.Errorf("%w: plan: %d trailing bytes", hparam.ErrDecode, len(d.b))
 	}
 	if err := q.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrDecode, err)
+		return fmt.Errorf("%w: %w", hparam.ErrDecode, err)
 	}
 	*p = q
 	return nil
 }
 
-// length reads a uvarint byte count that must fit in what remains.
-func (d *planDecoder) length(what string) int {
-	n := d.uvarint(what+" length", math.MaxInt32)
-	if d.err == nil && n > len(d.b) {
-		d.fail("truncated " + what)
-	}
-	return n
-}
-
-// bytes reads a uvarint length and that many bytes.
-func (d *planDecoder) bytes(what string) []byte {
-	n := d.length(what)
-	if d.err != nil {
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
+// finite reports whether v is neither NaN nor infinite.
+func finite(v float64) bool { return math.Abs(v) <= math.MaxFloat64 }

@@ -1,0 +1,262 @@
+package hparam
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// metaForm is a built-in explorer's meta-update (docs/design.md §1.1): the
+// learned offset (offsetForm) or the paper's absolute update (paperForm).
+// Each owns its state; Init picks the one auto.form names, and the
+// explorer calls it without asking which it is, as etcd's raft node calls
+// the step function of its role.
+type metaForm interface {
+	// code is the form's byte in the saved state: 0 offset, 1 paper.
+	code() byte
+	// updates reports whether the boundary before window k learns.
+	updates(k int) bool
+	// base is the base at the i-th step of window k, next being the
+	// window the explorer observes next.
+	base(k, i, next int) (float64, error)
+	// observe learns from window o.Window, compared by signal, at the
+	// boundary after it; hasBase reports that fb.Base is the next base.
+	observe(o Observation, signal []float64) (fb Feedback, hasBase bool, err error)
+	// search is the explorer's part in the search pass at boundary k.
+	search(k int) SearchState
+	// settle ends the learning when the search pass ends before window
+	// next; commitment is then what the main pass trains at.
+	settle(next int) error
+	commitment() (Commitment, error)
+	// offset is the learned offset u (0 in the paper form).
+	offset() float64
+	// marshal and unmarshal are the form's part of the explorer's state
+	// (builtin_state.go), unmarshal reading one saved by the explorer's
+	// state version.
+	marshal() ([]byte, error)
+	unmarshal(version byte, b []byte) error
+}
+
+// newMetaForm returns the meta-update r's config names.
+func newMetaForm(r *builtinRun) (metaForm, error) {
+	if r.cfg.Form == FormPaper {
+		a, err := NewAuto(r.cfg, r.bounds)
+		if err != nil {
+			return nil, err
+		}
+		return &paperForm{builtinRun: r, a: a}, nil
+	}
+	o, err := NewOffset(r.cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := &offsetForm{builtinRun: r, o: o}
+	n := 0
+	for k := 1; k < r.windows; k++ {
+		if f.updates(k) {
+			n++
+		}
+	}
+	o.AverageOver(n)
+	return f, nil
+}
+
+// paperForm is auto.form paper: the paper's absolute base, held over each
+// window from the first update on (docs/design.md §1.1, step 6).
+type paperForm struct {
+	*builtinRun
+	a *Auto
+}
+
+func (p *paperForm) code() byte         { return 1 }
+func (p *paperForm) updates(k int) bool { return p.autoWindow(k) }
+func (p *paperForm) offset() float64    { return 0 }
+
+// base is the held auto base in the auto windows, else the schedule.
+func (p *paperForm) base(k, i, _ int) (float64, error) {
+	if p.autoWindow(k) {
+		return p.a.Base, nil
+	}
+	return p.sched.At(k*p.setup.WindowSteps + i)
+}
+
+func (p *paperForm) observe(o Observation, signal []float64) (Feedback, bool, error) {
+	if !p.updates(o.Window + 1) {
+		return Feedback{}, false, nil
+	}
+	fb, err := p.a.Update(o.Values, signal, nil)
+	return fb, true, err
+}
+
+// search: the paper form continues, so it never asks for a search pass.
+func (p *paperForm) search(int) SearchState { return SearchNone }
+
+func (p *paperForm) settle(int) error { return p.noCommit() }
+
+func (p *paperForm) commitment() (Commitment, error) { return Commitment{}, p.noCommit() }
+
+func (p *paperForm) noCommit() error {
+	return fmt.Errorf("%w: auto.form paper has no offset to commit", ErrOrder)
+}
+
+func (p *paperForm) marshal() ([]byte, error) { return p.a.MarshalBinary() }
+
+// unmarshal leaves the state as it was when b does not decode.
+func (p *paperForm) unmarshal(_ byte, b []byte) error {
+	a := *p.a
+	if err := a.UnmarshalBinary(b); err != nil {
+		return err
+	}
+	*p.a = a
+	return nil
+}
+
+// offsetForm is auto.form offset (the default): the base is the schedule
+// combined with a learned offset u, learning until auto.until
+// (docs/design.md §1.1, steps 3-5).
+type offsetForm struct {
+	*builtinRun
+	o *Offset
+
+	// Scratch reused every window: each rank's offset in scale space.
+	x []float64
+}
+
+func (f *offsetForm) code() byte      { return 0 }
+func (f *offsetForm) offset() float64 { return f.o.u }
+
+// updates reports whether the boundary before window k updates: only
+// where a window follows and before auto.until.
+func (f *offsetForm) updates(k int) bool {
+	return f.autoWindow(k) && k < f.windows && f.beforeUntil(k*f.setup.WindowSteps)
+}
+
+// base is the schedule (+) u. A window the warm-up guard holds (window
+// next) keeps the value the schedule reaches at the next window's start.
+func (f *offsetForm) base(k, i, next int) (float64, error) {
+	t := f.setup.WindowSteps
+	step := k*t + i
+	if f.o.held && k == next {
+		step = min((k+1)*t, f.setup.TotalSteps-1)
+	}
+	s, err := f.sched.At(step)
+	return Combine(f.scale, s, f.o.u), err
+}
+
+// search: with auto.commit restart, searching until auto.until, then done.
+func (f *offsetForm) search(k int) SearchState {
+	switch {
+	case f.cfg.Commit != CommitRestart:
+		return SearchNone
+	case f.beforeUntil(k * f.setup.WindowSteps):
+		return Searching
+	}
+	return SearchDone
+}
+
+// observe is the update at the boundary after window o.Window, when it
+// updates; after auto.until u settles on its average instead.
+func (f *offsetForm) observe(o Observation, signal []float64) (Feedback, bool, error) {
+	centre, err := f.base(o.Window, f.lastStep(o.Window), o.Window)
+	if err != nil {
+		return Feedback{}, false, err
+	}
+	f.o.held = false
+	k := o.Window + 1
+	if !f.updates(k) {
+		if err := f.settle(k); err != nil {
+			return Feedback{}, false, err
+		}
+		return Feedback{Offset: f.o.u}, false, nil
+	}
+	x := grow(f.x, len(o.Values))
+	f.x = x
+	offsetsTo(x, o.Values, f.scale, toScale(f.scale, centre))
+	est, w := f.o.Estimate(x, signal)
+	f.o.Step(est)
+	if err := f.guardAndClamp(k, x); err != nil {
+		return Feedback{}, false, err
+	}
+	return Feedback{Weights: w, Estimate: est, Offset: f.o.u}, false, nil
+}
+
+// settle makes u the average of its updates, once, clamped so that the
+// base at window next's start stays within the bounds.
+func (f *offsetForm) settle(next int) error {
+	if f.o.Settle() {
+		s, err := f.sched.At(min(next*f.setup.WindowSteps, f.setup.TotalSteps-1))
+		if err != nil {
+			return err
+		}
+		f.clamp(s)
+	}
+	f.o.held = false
+	return nil
+}
+
+// commitment is the committed u and the schedule's peak (+) u.
+func (f *offsetForm) commitment() (Commitment, error) {
+	peak, err := peakOf(f.sched)
+	if err != nil {
+		return Commitment{}, err
+	}
+	return Commitment{Offset: f.o.u, Value: f.bounds.Clamp(Combine(f.scale, peak, f.o.u))}, nil
+}
+
+// guardAndClamp applies the warm-up guard to window k and clamps u so the
+// base at k's first step stays within the bounds. The guard fires when the
+// schedule still rises over window k and the velocity says "lower" by more
+// than Guard times the spread's half-width (the largest |x_r|): u absorbs
+// the rise, so window k holds the base where it is (docs/design.md §6.1).
+// The half-width is taken only while the schedule rises: a pass over the
+// ranks the other windows need not pay.
+func (f *offsetForm) guardAndClamp(k int, x []float64) error {
+	t, total := f.setup.WindowSteps, f.setup.TotalSteps
+	s0, err := f.sched.At(k * t)
+	if err != nil {
+		return err
+	}
+	s1, err := f.sched.At(min((k+1)*t, total-1))
+	if err != nil {
+		return err
+	}
+	if rise := toScale(f.scale, s1) - toScale(f.scale, s0); rise > 0 && f.cfg.Guard > 0 {
+		if span := halfWidth(x); span > 0 && f.o.v <= -f.cfg.Guard*span {
+			f.o.u -= rise
+			f.o.held = true
+			s0 = s1
+		}
+	}
+	f.clamp(s0)
+	return nil
+}
+
+// clamp keeps u so that the base on schedule value s stays within the bounds.
+func (f *offsetForm) clamp(s float64) {
+	sc := f.scale
+	v := toScale(sc, s)
+	if !healthy(v) {
+		return // a log-scale schedule at 0: u does not change the base
+	}
+	lo, hi := math.Inf(-1), toScale(sc, f.bounds.Upper)-v
+	if sc != Log || f.bounds.Lower > 0 {
+		lo = toScale(sc, f.bounds.Lower) - v
+	}
+	f.o.u = max(lo, min(hi, f.o.u))
+}
+
+func (f *offsetForm) marshal() ([]byte, error) { return f.o.MarshalBinary() }
+
+// unmarshal leaves the state as it was when b does not decode. A
+// version-2 state has no average yet: its sum and count are zero.
+func (f *offsetForm) unmarshal(version byte, b []byte) error {
+	if version == 2 {
+		b = append(slices.Clip(b), make([]byte, 16)...)
+	}
+	o := *f.o
+	if err := o.UnmarshalBinary(b); err != nil {
+		return err
+	}
+	*f.o = o
+	return nil
+}

@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/plan"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The controller ends the search at the first boundary where no explorer
+// still searches, commits every explorer and plans the main pass from
+// window 0: no spread, no probe, every rank in its own slot, and no call
+// to the explorers' Observe. A checkpoint in the main pass resumes it.
+func TestControllerCommitsAndPlansTheMainPass(t *testing.T) {
+	ctx := context.Background()
+	mk := func() *Controller {
+		lr := builtinNamed(t, hparam.BuiltinLR, "lr", fmtCfg(restartLR, ""))
+		drop := builtinNamed(t, hparam.BuiltinDropout, "dropout", `{"schedule": 0.1, "auto": {"enabled": false}}`)
+		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3}, []NamedExplorer{lr, drop})
+		require.NoError(t, err)
+		return c
+	}
+	c := mk()
+	runWindows(t, c, 0, 4, lossesFor)
+	assert.Equal(t, plan.PassMain, c.Pass(), "committed after window 3 (the boundary at step 40)")
+	assert.Equal(t, 40, c.SearchEnd())
+	cs := c.Commitments()
+	require.Len(t, cs, 2)
+	assert.Equal(t, "lr", cs[0].Name)
+	assert.InDelta(t, 0.01*math.Exp(cs[0].Offset), cs[0].Value, 1e-15)
+	assert.Equal(t, ParamCommit{Name: "dropout", Commitment: hparam.Commitment{Value: 0.1}}, cs[1])
+
+	st, _, err := c.SaveState(ctx)
+	require.NoError(t, err)
+	plans, _ := runWindows(t, c, 0, 10, lossesFor)
+	for k, b := range plans {
+		var p plan.Plan
+		require.NoError(t, p.UnmarshalBinary(b))
+		assert.Equal(t, plan.PassMain, p.Pass)
+		assert.False(t, p.Probe)
+		for _, pp := range p.Params {
+			assert.Zero(t, pp.Spread.Alpha, "window %d %s", k, pp.Name)
+			assert.Equal(t, []uint32{0, 1, 2, 3}, pp.Slots)
+		}
+	}
+	_, _, err = c.Plan(ctx)
+	assert.ErrorIs(t, err, hparam.ErrOrder, "the main pass ends with the run")
+
+	d := mk()
+	_, err = d.LoadState(ctx, st)
+	require.NoError(t, err)
+	assert.Equal(t, plan.PassMain, d.Pass())
+	again, _ := runWindows(t, d, 0, 10, lossesFor)
+	assert.Equal(t, plans, again, "a main-pass checkpoint plans the same main pass")
+}
+
+// An explorer that fails its Commit is frozen at its base: it commits that
+// base, and the main pass goes on.
+func TestControllerFreezesAnExplorerThatFailsToCommit(t *testing.T) {
+	ctx := context.Background()
+	lr := builtinNamed(t, hparam.BuiltinLR, "lr", fmtCfg(restartLR, ""))
+	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3},
+		[]NamedExplorer{{Name: "lr", Explorer: &noCommit{lr.Explorer}, Config: lr.Config}})
+	require.NoError(t, err)
+	for range 4 {
+		_, _, err := c.Plan(ctx)
+		require.NoError(t, err)
+		_, evs, err := c.Observe(ctx, []float64{1, 1, 1, 1}, nil)
+		require.NoError(t, err)
+		if c.Pass() == plan.PassMain {
+			require.Len(t, evs, 1)
+			assert.Equal(t, "commit", evs[0].Op)
+		}
+	}
+	require.Equal(t, plan.PassMain, c.Pass())
+	assert.True(t, c.Commitments()[0].Frozen)
+	p, _, err := c.Plan(ctx)
+	require.NoError(t, err)
+	assert.True(t, p.Params[0].Frozen)
+	assert.Zero(t, p.Params[0].Spread.Alpha)
+}
+
+type noCommit struct{ hparam.Explorer }
+
+func (noCommit) Commit(context.Context) (hparam.Commitment, error) {
+	return hparam.Commitment{}, errors.New("unimplemented")
+}
+
+// restartLR is OneCycle at max_lr 0.01 over 100 steps of 10 (peak at step
+// 29), searching until 0.4 of the run: the boundary at step 40.
+const restartLR = `{"schedule": {"kind": "onecycle", "max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train", "until": 0.4%s}}`
+
+func fmtCfg(format, extra string) string { return fmt.Sprintf(format, extra) }

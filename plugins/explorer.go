@@ -226,7 +226,8 @@ func (e *Explorer) LoadState(ctx context.Context, st []byte) error {
 	})
 }
 
-// do runs call against the process, restarting it once on failure.
+// do runs call against the process, restarting it on failure (at most
+// restartAttempts times).
 func (e *Explorer) do(ctx context.Context, op string, call func(context.Context, hparam.Explorer) error) error {
 	e.mu.Lock()
 	err := e.doLocked(ctx, op, call)
@@ -257,16 +258,32 @@ func (e *Explorer) doLocked(ctx context.Context, op string, call func(context.Co
 		// not a crash: a restarted explorer would refuse the same way.
 		return e.fail(op, err)
 	}
+	for attempt := 1; ; attempt++ {
+		if err = e.restartAndRetry(ctx, op, call, err); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || errors.Is(err, hparam.ErrInvalid) || attempt == restartAttempts {
+			return e.fail(op, err)
+		}
+	}
+}
+
+// restartAttempts is how many restarts one failing call gets: a process
+// killed while it starts, or again right after, is not an explorer that
+// fails deterministically, and freezing its hyperparameter would change
+// the model; one that fails the call after every restart is frozen.
+const restartAttempts = 3
+
+// restartAndRetry replaces the process after the call failed with err and
+// makes the call again.
+func (e *Explorer) restartAndRetry(ctx context.Context, op string, call func(context.Context, hparam.Explorer) error, err error) error {
 	e.restarts++
 	e.zl.Warn().Err(err).Str("op", op).Msg("explorer failed; restarting it with its last saved state")
 	e.events = append(e.events, Event{Name: e.spec.Name, Kind: EventRestarted, Op: op, Err: err})
 	if rerr := e.restart(ctx, op); rerr != nil {
-		return e.fail(op, fmt.Errorf("%w; restart: %w", err, rerr))
+		return fmt.Errorf("%w; restart: %w", err, rerr)
 	}
-	if err := e.try(ctx, op, call); err != nil {
-		return e.fail(op, err)
-	}
-	return nil
+	return e.try(ctx, op, call)
 }
 
 // try makes one call with the per-call deadline.

@@ -254,7 +254,25 @@ func TestRevisionTwoFieldsCrossAPluginProcess(t *testing.T) {
 	requireGone(t, dir)
 }
 
-func TestExplorerCrashingTwiceFailsForGood(t *testing.T) {
+// A restarted process that fails the same call again (killed as it
+// starts, or killed again at once) gets another restart: the explorer
+// continues from its state, its hyperparameter not frozen.
+func TestExplorerFailingRightAfterItsRestartIsRestartedAgain(t *testing.T) {
+	dir := pluginDir(t)
+	once := filepath.Join(t.TempDir(), "failures")
+	x, ev := openTest(t, dir, fmt.Sprintf(`{"fail_at_window":3,"once_file":%q,"times":2}`, once), 5*time.Second)
+	for k := 0; k < 6; k++ {
+		base, err := window(x, k)
+		require.NoError(t, err, "window %d", k)
+		assert.Equal(t, float64(k+1), base, "window %d: the explorer continues from its saved state", k)
+	}
+	assert.Equal(t, []string{"restarted:plan", "restarted:plan"}, ev.kinds())
+	require.NoError(t, x.Close())
+}
+
+// An explorer that fails the same call after every restart is given up
+// on: frozen, with a failed event.
+func TestExplorerCrashingAtEveryRestartFailsForGood(t *testing.T) {
 	dir := pluginDir(t)
 	x, ev := openTest(t, dir, `{"fail_at_window":3}`, 5*time.Second)
 	first := x.Pid()
@@ -264,7 +282,7 @@ func TestExplorerCrashingTwiceFailsForGood(t *testing.T) {
 	}
 	_, err := window(x, 3)
 	require.ErrorIs(t, err, plugins.ErrExplorerFailed)
-	assert.Equal(t, []string{"restarted:plan", "failed:plan"}, ev.kinds())
+	assert.Equal(t, []string{"restarted:plan", "restarted:plan", "restarted:plan", "failed:plan"}, ev.kinds())
 
 	// It stays failed, without starting anything.
 	_, err = x.Plan(context.Background(), hparam.WindowRequest{Window: 4, Steps: 2})

@@ -25,7 +25,8 @@ type config struct {
 	FailAt   *int   `json:"fail_at_window"` // nil: never
 	FailIn   string `json:"fail_in"`        // "plan" (default) or "observe"
 	Mode     string `json:"mode"`           // "exit" (default), "error", "refuse" (hparam.ErrInvalid) or "hang"
-	OnceFile string `json:"once_file"`      // when set, fail only if this file does not exist yet, then create it
+	OnceFile string `json:"once_file"`      // when set, fail only the first Times calls (counted in this file), then succeed
+	Times    int    `json:"times"`          // with OnceFile: how many times to fail (0 means 1)
 	// ChildPIDFile: when set, Init starts a child process (sleep) that the
 	// explorer never ends, and writes its pid here; hdet must end it.
 	ChildPIDFile string `json:"child_pid_file"`
@@ -91,10 +92,11 @@ func (x *explorer) maybeFail(ctx context.Context, op string, window int) error {
 		return nil
 	}
 	if x.cfg.OnceFile != "" {
-		if _, err := os.Stat(x.cfg.OnceFile); err == nil {
+		done, _ := os.ReadFile(x.cfg.OnceFile) // a byte per failure so far
+		if len(done) >= max(1, x.cfg.Times) {
 			return nil
 		}
-		if err := os.WriteFile(x.cfg.OnceFile, nil, 0o644); err != nil {
+		if err := os.WriteFile(x.cfg.OnceFile, append(done, 'x'), 0o644); err != nil {
 			return err
 		}
 	}

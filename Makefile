@@ -136,7 +136,7 @@ bench bench-quick: build data allreduce-bins
 # loss; gpt-probe: by a probe on fixed validation windows; one shared plain
 # sweep) and study 8, hdet against torchrun on the GPT. Their own doc blocks
 # (summary-gpt, study1-gpt, study8); no MNIST data needed. bench-gpt-quick:
-# 60-step runs, 1 sweep seed, 1 held-out seed, 7 points, 2 pairs. BENCH_FLAGS
+# 150-step 1-layer GPT, 1 sweep seed, 1 held-out seed, 7 points, 2 pairs. BENCH_FLAGS
 # adds flags (e.g. BENCH_FLAGS="-seeds 1 -heldout 4,5").
 bench-gpt bench-gpt-quick: build
 	scripts/deps.sh torch

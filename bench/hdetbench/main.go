@@ -83,7 +83,7 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("hdetbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 sweep seed and 1 held-out seed, 7 sweep points, a tiny ConvNet, a 60-step GPT, fewer repetitions")
+	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 sweep seed and 1 held-out seed, 7 sweep points, a tiny ConvNet, a 150-step 1-layer GPT, fewer repetitions")
 	np := fs.Int("np", 4, "ranks per run")
 	bin := fs.String("bin", "bin", "folder holding hdet, plugins/ and allreduce-c, allreduce-go")
 	out := fs.String("out", "docs/benchmarks.md", "the markdown report; only its generated blocks are replaced")
@@ -228,7 +228,7 @@ func (b *bench) runStudies(ctx context.Context, want map[int]bool, stdout io.Wri
 // plot draws study 1 per setup: the sweep's median test loss per max_lr,
 // the reference, and every held-out seed's HDET run of each form at its
 // start; a diverged run is drawn at chance (ln 10, the loss of guessing;
-// the GPT's unigram model), so that it shows.
+// the GPT's 8 bits per byte), so that it shows.
 func (b *bench) plot(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

@@ -41,8 +41,8 @@ type result struct {
 	Cached         bool        // reused from an earlier hdetbench invocation, not run now
 	Checksum       string      // of the final parameters (end record)
 	Failed         string      // why the run failed, for a study that goes on without it
-	// Chance is the loss of a model that learned nothing (0: ln 10, the
-	// MNIST models' guessing among 10 classes; the GPT's unigram model).
+	// Chance is the loss of guessing uniformly (0: ln 10, among the MNIST
+	// models' 10 classes; the GPT: 8 bits, among 256 bytes).
 	Chance float64
 	// LoopSeconds is a PyTorch script's training loop as it printed it
 	// (NaN for the built-in workload): for a worker run, its last start's.
@@ -88,8 +88,8 @@ func (p passTimes) wallPerStep() float64 {
 	return (p.LastTime - p.FirstTime) / float64(p.Steps)
 }
 
-// chance is the loss of a model that learned nothing: Chance, or ln 10
-// (guessing among 10 classes) when the run does not say.
+// chance is the loss of guessing uniformly: Chance, or ln 10 (among 10
+// classes) when the run does not say.
 func (r result) chance() float64 {
 	if r.Chance > 0 {
 		return r.Chance
@@ -224,7 +224,7 @@ func (r *result) addWindow(w metrics.Record, before float64) {
 type scriptEnd struct {
 	Steps           int
 	Loop, Loss, Acc float64 // the training loop's seconds, the final loss and accuracy (NaN: none)
-	Chance          float64 // the loss of a model that learned nothing; 0: ln 10
+	Chance          float64 // the loss of guessing uniformly; 0: ln 10
 }
 
 // scriptLine is the last line the MNIST example scripts print on rank 0:
@@ -251,14 +251,17 @@ func scriptOutcome(out string) (scriptEnd, error) {
 	return e, nil
 }
 
-// The GPT's lines (examples/pytorch/gpt.py, rank 0): "unigram val_bpb U;
-// ..." at the start, then a JSON line with "steps" and "seconds" (the
-// training loop) and "final val_bpb X" at the end.
+// The GPT's closing lines (examples/pytorch/gpt.py, rank 0): a JSON line
+// with "steps" and "seconds" (the training loop), then "final val_bpb X".
 var (
-	gptUnigram = regexp.MustCompile(`unigram val_bpb ([0-9.]+)`)
-	gptLoop    = regexp.MustCompile(`"steps": (\d+), "seconds": ([0-9.]+)`)
-	gptFinal   = regexp.MustCompile(`final val_bpb (\S+)`)
+	gptLoop  = regexp.MustCompile(`"steps": (\d+), "seconds": ([0-9.]+)`)
+	gptFinal = regexp.MustCompile(`final val_bpb (\S+)`)
 )
+
+// gptChance is the GPT's chance: log2 256, the bits per byte of guessing
+// among the 256 bytes uniformly (as ln 10 is guessing among 10 classes;
+// the script's unigram model, 4.47 bits, already learned something).
+const gptChance = 8.0
 
 // lastMatch is the last submatch of re in out, nil when none.
 func lastMatch(re *regexp.Regexp, out string) []string {
@@ -270,17 +273,14 @@ func lastMatch(re *regexp.Regexp, out string) []string {
 }
 
 // gptOutcome reads the GPT's last start: the validation bits per byte as
-// the loss (relative gaps are the same as in nats), no accuracy, and the
-// unigram model's bits per byte as chance, which it returns with the error
-// when the closing lines are missing (a run that blew up has the first).
+// the loss (relative gaps are the same as in nats), no accuracy, and
+// gptChance, which it returns with the error when the closing lines are
+// missing (a run that blew up).
 func gptOutcome(out string) (scriptEnd, error) {
-	u, l, f := lastMatch(gptUnigram, out), lastMatch(gptLoop, out), lastMatch(gptFinal, out)
-	e := scriptEnd{Acc: nan}
-	if u != nil {
-		e.Chance, _ = strconv.ParseFloat(u[1], 64)
-	}
-	if u == nil || l == nil || f == nil {
-		return e, fmt.Errorf("no \"unigram val_bpb\", \"steps\"/\"seconds\" or \"final val_bpb\" line in the output:\n%s", tail(out, 1000))
+	l, f := lastMatch(gptLoop, out), lastMatch(gptFinal, out)
+	e := scriptEnd{Acc: nan, Chance: gptChance}
+	if l == nil || f == nil {
+		return e, fmt.Errorf("no \"steps\"/\"seconds\" or \"final val_bpb\" line in the output:\n%s", tail(out, 1000))
 	}
 	e.Steps, _ = strconv.Atoi(l[1])
 	e.Loop, _ = strconv.ParseFloat(l[2], 64)

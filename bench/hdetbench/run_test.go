@@ -243,8 +243,7 @@ const gptOut = "[rank 0] Python 3.11.2 stdlib ...\n[rank 0] unigram val_bpb 4.46
 	`[rank 0] {"steps": 300, "seconds": 62.8, "train_loss": 1.8886, "val_bpb": 2.8561, "unigram_bpb": 4.4657}` + "\n[rank 0] final val_bpb 2.8561\n"
 
 // The GPT setups exist, share their plain runs, run the default form only
-// and read the validation bits per byte as the loss, the unigram model's
-// as chance.
+// and read the validation bits per byte as the loss, 8 bits as chance.
 func TestGPTSetups(t *testing.T) {
 	b := &bench{p: defaults(false), rn: &runner{np: 4, mpirun: mpirunArgs(4), hdet: "bin/hdet"}}
 	s := b.newSetups([]string{"gpt", "gpt-probe"})
@@ -265,15 +264,16 @@ func TestGPTSetups(t *testing.T) {
 
 	e, err := gptOutcome(gptOut)
 	require.NoError(t, err)
-	assert.Equal(t, scriptEnd{Steps: 300, Loop: 62.8, Loss: 2.8561, Chance: 4.4657}, scriptEnd{Steps: e.Steps, Loop: e.Loop, Loss: e.Loss, Chance: e.Chance})
+	assert.Equal(t, scriptEnd{Steps: 300, Loop: 62.8, Loss: 2.8561, Chance: 8}, scriptEnd{Steps: e.Steps, Loop: e.Loop, Loss: e.Loss, Chance: e.Chance})
 	e, err = gptOutcome("[rank 0] unigram val_bpb 4.4657; model\n")
 	assert.ErrorContains(t, err, "final val_bpb")
-	assert.Equal(t, 4.4657, e.Chance, "chance even from a run that never finished")
+	assert.Equal(t, 8.0, e.Chance, "chance even for a run that never finished")
 	r, err := plainScriptReader(gptOutcome)("d", strings.ReplaceAll(gptOut, "[rank 0] ", ""), false)
 	require.NoError(t, err)
 	assert.Equal(t, 2.8561, r.TestLoss)
 	assert.False(t, r.diverged(), "2.86 bits per byte is far from chance (ln 10 would call it diverged)")
-	assert.True(t, result{TestLoss: 4.4657, Chance: 4.4657}.diverged(), "no better than the unigram model")
-	assert.Equal(t, 4.4657, chanceLoss(result{TestLoss: nan, Chance: 4.4657}))
+	assert.False(t, result{TestLoss: 4.7, Chance: 8}.diverged(), "worse than the unigram model but learning")
+	assert.True(t, result{TestLoss: 7.9995, Chance: 8}.diverged(), "no better than guessing among 256 bytes")
+	assert.Equal(t, 8.0, chanceLoss(result{TestLoss: nan, Chance: 8}))
 	assert.InDelta(t, 62.8/300, loopPerStep(r), 1e-12)
 }

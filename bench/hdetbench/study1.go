@@ -261,7 +261,7 @@ func lossOrInf(r result) float64 {
 }
 
 // chanceLoss caps a loss for the gap fraction: a diverged run is no worse
-// than chance (guessing among 10 classes; the GPT's unigram model).
+// than chance (guessing among 10 classes; the GPT: among 256 bytes).
 func chanceLoss(r result) float64 {
 	if r.diverged() || r.TestLoss > r.chance() {
 		return r.chance()

@@ -277,3 +277,11 @@ func TestGPTSetups(t *testing.T) {
 	assert.Equal(t, 8.0, chanceLoss(result{TestLoss: nan, Chance: 8}))
 	assert.InDelta(t, 62.8/300, loopPerStep(r), 1e-12)
 }
+
+// Study 8's verdict: over +3% is not met; a pair where hdet is much faster
+// than torchrun is the machine's noise, so the target is unconfirmed.
+func TestGPTOverheadVerdict(t *testing.T) {
+	assert.Contains(t, gptOverheadVerdict([]float64{0.01, 0.02, 0.025}), "Target met")
+	assert.Contains(t, gptOverheadVerdict([]float64{0.05, 0.04, 0.01}), "Target NOT met")
+	assert.Contains(t, gptOverheadVerdict([]float64{-0.37, -0.58, -0.12}), "Target not confirmed")
+}

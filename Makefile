@@ -17,7 +17,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam does no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps test test-go test-faults test-multihost test-chaos run data bench bench-quick bench-run bench-allreduce bench-pytorch allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps test test-go test-faults test-multihost test-chaos run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -139,3 +139,13 @@ bench bench-quick: build data allreduce-bins
 SEEDS ?=
 bench-run: build data
 	scripts/bench-make-run.sh $(BIN) runs/bench/make-run $(SEEDS)
+
+# Study 1 on the PyTorch GPT (gpt: hdet compares the replicas by training
+# loss; gpt-probe: by a probe on fixed validation windows; one shared plain
+# sweep) and study 8, hdet against torchrun on the GPT. Their own doc blocks
+# (summary-gpt, study1-gpt, study8); no MNIST data needed. bench-gpt-quick:
+# 150-step 1-layer GPT, 1 sweep seed, 1 held-out seed, 7 points, 2 pairs. BENCH_FLAGS
+# adds flags (e.g. BENCH_FLAGS="-seeds 1 -heldout 4,5").
+bench-gpt bench-gpt-quick: build
+	scripts/deps.sh torch
+	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) -studies 1,8 -setups gpt,gpt-probe $(if $(filter bench-gpt-quick,$@),-quick) $(BENCH_FLAGS)

@@ -32,7 +32,8 @@ type settings struct {
 	Bin                 string
 	Quick               bool
 	Python              string   // the interpreter of study 1's PyTorch setups
-	Setups              []string // study 1's setups by name; empty: all
+	Setups              []string // study 1's setups by name; empty: all but the GPT's
+	Group               string   // their doc group (setup.Group)
 	Epochs              int      // per training run of the MLP in studies 1 and 2
 	Seeds               []int    // study 1's sweep seeds: they pick the best point
 	HeldOut             []int    // study 1's held-out seeds: the reference and the HDET runs
@@ -46,18 +47,20 @@ type settings struct {
 	AllreduceReps       int
 	ControllerBenchtime string // go test -benchtime of study 5
 	ControllerCount     int    // and its -count: study 5 reports the median
+	GPTPairs            int    // interleaved pairs of study 8
 }
 
 func defaults(quick bool) settings {
 	s := settings{NP: 4, Bin: "bin", Quick: quick, Python: "/usr/bin/python3", Epochs: 3, Seeds: []int{1, 2, 3},
 		HeldOut: []int{4, 5, 6, 7, 8}, SweepN: 12, FullSweeps: 1, FormSeeds: 3,
 		OverheadSteps: 2000, OverheadReps: 3, Windows: []int{10, 50, 100},
-		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", ControllerCount: 5}
+		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", ControllerCount: 5, GPTPairs: 3}
 	if quick {
 		s.Seeds, s.HeldOut, s.SweepN, s.FormSeeds = []int{1}, []int{2}, 7, 1
 		s.OverheadSteps, s.OverheadReps = 1000, 2
 		s.AllreduceRounds, s.AllreduceReps = 3, 5
 		s.ControllerBenchtime, s.ControllerCount = "100x", 3
+		s.GPTPairs = 2
 	}
 	return s
 }
@@ -80,16 +83,16 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("hdetbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 sweep seed and 1 held-out seed, 7 sweep points, a tiny ConvNet, fewer repetitions")
+	quick := fs.Bool("quick", false, "the quick variant (make bench-quick): 1 sweep seed and 1 held-out seed, 7 sweep points, a tiny ConvNet, a 150-step 1-layer GPT, fewer repetitions")
 	np := fs.Int("np", 4, "ranks per run")
 	bin := fs.String("bin", "bin", "folder holding hdet, plugins/ and allreduce-c, allreduce-go")
 	out := fs.String("out", "docs/benchmarks.md", "the markdown report; only its generated blocks are replaced")
 	plotDir := fs.String("plots", "docs", "where study 1's plots go (sweep-<setup>.png)")
 	runs := fs.String("runs", "runs/bench", "where the run directories go")
-	only := fs.String("studies", "1,2,3,4,5,7", "comma-separated studies to run (2 needs 1; 7 needs root and the test bed, else it is skipped); the doc keeps the others' blocks")
+	only := fs.String("studies", "1,2,3,4,5,7", "comma-separated studies to run (2 needs 1; 7 needs root and the test bed, else it is skipped; 8, the GPT's overhead against torchrun, needs PyTorch); the doc keeps the others' blocks")
 	seeds := fs.String("seeds", "", "study 1's sweep seeds, comma-separated (default 1,2,3; the quick variant 1)")
 	heldOut := fs.String("heldout", "", "study 1's held-out seeds, comma-separated (default 4,5,6,7,8; the quick variant 2)")
-	setupList := fs.String("setups", "", "study 1's setups, comma-separated, of "+strings.Join(setupNames, ",")+" (default: all)")
+	setupList := fs.String("setups", "", "study 1's setups, comma-separated, of "+strings.Join(setupNames, ",")+" (default: all but the GPT's; gpt and gpt-probe write their own doc blocks, summary-gpt and study1-gpt, and run apart from the others)")
 	python := fs.String("python", "/usr/bin/python3", "the Python that runs the PyTorch setups")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -98,8 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.p.NP, o.p.Bin, o.p.Python = *np, *bin, *python
 	for _, f := range strings.Split(*only, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 7 || n == 6 {
-			return o, fmt.Errorf("-studies: %q is not a study number 1..5 or 7", f)
+		if err != nil || n < 1 || n > 8 || n == 6 {
+			return o, fmt.Errorf("-studies: %q is not a study number 1..5, 7 or 8", f)
 		}
 		o.want[n] = true
 	}
@@ -121,7 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.p.Setups = append(o.p.Setups, f)
 		}
 	}
-	return o, nil
+	o.p.Group, err = setupGroup(o.p.Setups)
+	return o, err
 }
 
 // seedFlag parses a comma-separated list of new seeds (none of taken);
@@ -192,7 +196,7 @@ func (b *bench) runStudies(ctx context.Context, want map[int]bool, stdout io.Wri
 	}{
 		{1, b.studySweep}, {2, b.studyStability},
 		{3, b.studyOverhead}, {4, b.studyAllreduce}, {5, b.studyController},
-		{7, b.studyNet},
+		{7, b.studyNet}, {8, b.studyGPTOverhead},
 	}
 	tables := map[int]*table{}
 	var errs []error
@@ -223,15 +227,15 @@ func (b *bench) runStudies(ctx context.Context, want map[int]bool, stdout io.Wri
 
 // plot draws study 1 per setup: the sweep's median test loss per max_lr,
 // the reference, and every held-out seed's HDET run of each form at its
-// start; a diverged run is drawn at ln 10, the loss of guessing, so that
-// it shows.
+// start; a diverged run is drawn at chance (ln 10, the loss of guessing;
+// the GPT's 8 bits per byte), so that it shows.
 func (b *bench) plot(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var paths []string
 	for _, sr := range b.study1 {
-		sweep := series{Label: "plain sweep (median over the sweep seeds that ran the point; diverged runs at ln 10, chance)"}
+		sweep := series{Label: "plain sweep (median over the sweep seeds that ran the point; diverged runs at chance)"}
 		for i, k := range sr.ks {
 			var ls []float64
 			for _, r := range column(sr.sweep, i) {
@@ -258,7 +262,7 @@ func (b *bench) plot(dir string) ([]string, error) {
 			others = append(others, s)
 		}
 		path := filepath.Join(dir, "sweep-"+sr.s.Name+".png")
-		title := fmt.Sprintf("Final test loss vs starting max_lr (%s, %d ranks)", sr.s.Label, b.p.NP)
+		title := fmt.Sprintf("Final %s vs starting max_lr (%s, %d ranks)", sr.s.lossName(), sr.s.Label, b.p.NP)
 		if err := plotSweep(path, title, sweep, others...); err != nil {
 			return paths, err
 		}

@@ -36,7 +36,7 @@ func plotSweep(path, title string, sweep series, others ...series) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "starting max_lr (OneCycle peak)"
-	p.Y.Label.Text = "final test loss"
+	p.Y.Label.Text = "final loss (the title says which)"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = ticks125{}, ticks125{}
 	p.Add(plotter.NewGrid())

@@ -41,6 +41,12 @@ type result struct {
 	Cached         bool        // reused from an earlier hdetbench invocation, not run now
 	Checksum       string      // of the final parameters (end record)
 	Failed         string      // why the run failed, for a study that goes on without it
+	// Chance is the loss of guessing uniformly (0: ln 10, among the MNIST
+	// models' 10 classes; the GPT: 8 bits, among 256 bytes).
+	Chance float64
+	// LoopSeconds is a PyTorch script's training loop as it printed it
+	// (NaN for the built-in workload): for a worker run, its last start's.
+	LoopSeconds float64
 }
 
 // passTimes are one pass's window timings, in seconds per window record.
@@ -82,17 +88,23 @@ func (p passTimes) wallPerStep() float64 {
 	return (p.LastTime - p.FirstTime) / float64(p.Steps)
 }
 
-// chance is the test loss of guessing among 10 classes, ln 10, less the
-// rounding of a script's printed loss (4 decimals: 2.3025 is chance).
-var chance = math.Log(10) - 1e-3
+// chance is the loss of guessing uniformly: Chance, or ln 10 (among 10
+// classes) when the run does not say.
+func (r result) chance() float64 {
+	if r.Chance > 0 {
+		return r.Chance
+	}
+	return math.Log(10)
+}
 
 // diverged is true when training ended blown up: the run stopped with every
-// rank diverged, or its final test loss is NaN or no better than guessing
-// among 10 classes (chance). A window that went NaN and was rolled back, or
-// a rank left out of one window's average, is hdet's safety net at work,
-// not the run's outcome: Unhealthy counts those.
+// rank diverged, or its final test loss is NaN or no better than chance
+// less the rounding of a script's printed loss (4 decimals: 2.3025 is
+// chance). A window that went NaN and was rolled back, or a rank left out
+// of one window's average, is hdet's safety net at work, not the run's
+// outcome: Unhealthy counts those.
 func (r result) diverged() bool {
-	return r.Stopped || math.IsNaN(r.TestLoss) || r.TestLoss >= chance
+	return r.Stopped || math.IsNaN(r.TestLoss) || r.TestLoss >= r.chance()-1e-3
 }
 
 // rankSeconds is the compute the run held in training: N ranks for its
@@ -135,7 +147,7 @@ func readRun(dir string, diverged bool) (result, error) {
 		return result{}, err
 	}
 	res := result{Dir: dir, TestLoss: nan, Accuracy: nan, Stopped: diverged, FinalBase: nan, FinalOffset: nan,
-		Committed: nan, ProcessSeconds: nan}
+		Committed: nan, ProcessSeconds: nan, LoopSeconds: nan}
 	var first, last float64
 	var end *metrics.Record
 	for i, rec := range recs {
@@ -208,51 +220,111 @@ func (r *result) addWindow(w metrics.Record, before float64) {
 	}
 }
 
-// scriptLine is the last line the example scripts print on rank 0: "N
-// steps in S s, test loss L, test accuracy A" (a worker's lines under hdet
-// carry a "[rank 0] " prefix).
+// scriptEnd is what a script's closing lines say.
+type scriptEnd struct {
+	Steps           int
+	Loop, Loss, Acc float64 // the training loop's seconds, the final loss and accuracy (NaN: none)
+	Chance          float64 // the loss of guessing uniformly; 0: ln 10
+}
+
+// scriptLine is the last line the MNIST example scripts print on rank 0:
+// "N steps in S s, test loss L, test accuracy A" (a worker's lines under
+// hdet carry a "[rank 0] " prefix).
 var scriptLine = regexp.MustCompile(`(\d+) steps in ([0-9.]+) s, test loss (\S+), test accuracy (\S+)`)
 
-// scriptOutcome reads the last such line of out: the steps, the training
-// loop's seconds, the test loss and accuracy ("nan" parses as NaN).
-func scriptOutcome(out string) (steps int, loop, loss, acc float64, err error) {
+// scriptOutcome reads the last such line of out ("nan" parses as NaN).
+func scriptOutcome(out string) (scriptEnd, error) {
 	all := scriptLine.FindAllStringSubmatch(out, -1)
 	if len(all) == 0 {
-		return 0, 0, 0, 0, fmt.Errorf("no \"N steps in S s, test loss L, test accuracy A\" line in the output:\n%s", tail(out, 1000))
+		return scriptEnd{}, fmt.Errorf("no \"N steps in S s, test loss L, test accuracy A\" line in the output:\n%s", tail(out, 1000))
 	}
 	m := all[len(all)-1]
-	steps, _ = strconv.Atoi(m[1])
-	loop, _ = strconv.ParseFloat(m[2], 64)
-	loss, err1 := strconv.ParseFloat(m[3], 64)
-	acc, err2 := strconv.ParseFloat(m[4], 64)
+	e := scriptEnd{}
+	e.Steps, _ = strconv.Atoi(m[1])
+	e.Loop, _ = strconv.ParseFloat(m[2], 64)
+	var err1, err2 error
+	e.Loss, err1 = strconv.ParseFloat(m[3], 64)
+	e.Acc, err2 = strconv.ParseFloat(m[4], 64)
 	if err1 != nil || err2 != nil {
-		return 0, 0, 0, 0, fmt.Errorf("unreadable test loss or accuracy in %q", m[0])
+		return scriptEnd{}, fmt.Errorf("unreadable test loss or accuracy in %q", m[0])
 	}
-	return steps, loop, loss, acc, nil
+	return e, nil
 }
 
-// readPlainScript reads a plain script run from its output.
-func readPlainScript(dir, out string, _ bool) (result, error) {
-	steps, loop, loss, acc, err := scriptOutcome(out)
-	if err != nil {
-		return result{}, err
+// The GPT's closing lines (examples/pytorch/gpt.py, rank 0): a JSON line
+// with "steps" and "seconds" (the training loop), then "final val_bpb X".
+var (
+	gptLoop  = regexp.MustCompile(`"steps": (\d+), "seconds": ([0-9.]+)`)
+	gptFinal = regexp.MustCompile(`final val_bpb (\S+)`)
+)
+
+// gptChance is the GPT's chance: log2 256, the bits per byte of guessing
+// among the 256 bytes uniformly (as ln 10 is guessing among 10 classes;
+// the script's unigram model, 4.47 bits, already learned something).
+const gptChance = 8.0
+
+// lastMatch is the last submatch of re in out, nil when none.
+func lastMatch(re *regexp.Regexp, out string) []string {
+	all := re.FindAllStringSubmatch(out, -1)
+	if len(all) == 0 {
+		return nil
 	}
-	return result{Dir: dir, TestLoss: loss, Accuracy: acc, Steps: steps, TrainSeconds: loop, WallSeconds: nan,
-		ProcessSeconds: nan, Committed: nan, FinalBase: nan, FinalOffset: nan}, nil
+	return all[len(all)-1]
 }
 
-// readWorkerRun reads an hdet --worker run: the metrics from its
-// directory, the test loss from the script's last line (hdet's end record
+// gptOutcome reads the GPT's last start: the validation bits per byte as
+// the loss (relative gaps are the same as in nats), no accuracy, and
+// gptChance, which it returns with the error when the closing lines are
+// missing (a run that blew up).
+func gptOutcome(out string) (scriptEnd, error) {
+	l, f := lastMatch(gptLoop, out), lastMatch(gptFinal, out)
+	e := scriptEnd{Acc: nan, Chance: gptChance}
+	if l == nil || f == nil {
+		return e, fmt.Errorf("no \"steps\"/\"seconds\" or \"final val_bpb\" line in the output:\n%s", tail(out, 1000))
+	}
+	e.Steps, _ = strconv.Atoi(l[1])
+	e.Loop, _ = strconv.ParseFloat(l[2], 64)
+	var err error
+	if e.Loss, err = strconv.ParseFloat(f[1], 64); err != nil {
+		return scriptEnd{}, fmt.Errorf("unreadable val_bpb in %q", f[0])
+	}
+	return e, nil
+}
+
+// plainScriptReader reads a plain script run from its output with outcome.
+func plainScriptReader(outcome func(string) (scriptEnd, error)) func(dir, out string, _ bool) (result, error) {
+	return func(dir, out string, _ bool) (result, error) {
+		e, err := outcome(out)
+		if err != nil {
+			return result{}, err
+		}
+		return result{Dir: dir, TestLoss: e.Loss, Accuracy: e.Acc, Chance: e.Chance, Steps: e.Steps, TrainSeconds: e.Loop,
+			LoopSeconds: e.Loop, WallSeconds: nan, ProcessSeconds: nan, Committed: nan, FinalBase: nan, FinalOffset: nan}, nil
+	}
+}
+
+// workerRunReader reads an hdet --worker run: the metrics from its
+// directory, the loss from the script's closing lines (hdet's end record
 // has none for a worker); a diverged run has neither.
-func readWorkerRun(dir, out string, diverged bool) (result, error) {
-	res, err := readRun(dir, diverged)
-	if err != nil || diverged {
-		return res, err
+func workerRunReader(outcome func(string) (scriptEnd, error)) func(dir, out string, diverged bool) (result, error) {
+	return func(dir, out string, diverged bool) (result, error) {
+		res, err := readRun(dir, diverged)
+		if err != nil || diverged {
+			e, _ := outcome(out)
+			res.Chance = e.Chance
+			return res, err
+		}
+		e, err := outcome(out)
+		if err != nil {
+			return result{}, err
+		}
+		res.TestLoss, res.Accuracy, res.Chance, res.LoopSeconds = e.Loss, e.Acc, e.Chance, e.Loop
+		return res, nil
 	}
-	_, _, loss, acc, err := scriptOutcome(out)
-	if err != nil {
-		return result{}, err
-	}
-	res.TestLoss, res.Accuracy = loss, acc
-	return res, nil
 }
+
+// The MNIST scripts' readers.
+var (
+	readPlainScript = plainScriptReader(scriptOutcome)
+	readWorkerRun   = workerRunReader(scriptOutcome)
+)

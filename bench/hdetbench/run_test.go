@@ -92,16 +92,16 @@ func TestReadRunSplitsThePasses(t *testing.T) {
 func TestScriptOutcome(t *testing.T) {
 	out := "epoch 0: loss 0.1, lr 0.01\n[rank 0] 234 steps in 9.50 s, test loss 0.0700, test accuracy 0.9800\n" +
 		"[rank 0] epoch 2: loss 0.05, lr 0.0000\n[rank 0] 702 steps in 31.25 s, test loss 0.0301, test accuracy 0.9901\nfinished\n"
-	steps, loop, loss, acc, err := scriptOutcome(out)
+	e, err := scriptOutcome(out)
 	require.NoError(t, err)
-	assert.Equal(t, 702, steps, "the last line counts (a search pass's script may print before it is stopped)")
-	assert.Equal(t, 31.25, loop)
-	assert.Equal(t, 0.0301, loss)
-	assert.Equal(t, 0.9901, acc)
-	_, _, loss, _, err = scriptOutcome("702 steps in 30.1 s, test loss nan, test accuracy 0.0980\n")
+	assert.Equal(t, 702, e.Steps, "the last line counts (a search pass's script may print before it is stopped)")
+	assert.Equal(t, 31.25, e.Loop)
+	assert.Equal(t, 0.0301, e.Loss)
+	assert.Equal(t, 0.9901, e.Acc)
+	e, err = scriptOutcome("702 steps in 30.1 s, test loss nan, test accuracy 0.0980\n")
 	require.NoError(t, err)
-	assert.True(t, math.IsNaN(loss))
-	_, _, _, _, err = scriptOutcome("Traceback ...\n")
+	assert.True(t, math.IsNaN(e.Loss))
+	_, err = scriptOutcome("Traceback ...\n")
 	assert.ErrorContains(t, err, "no \"N steps in S s")
 
 	r, err := readPlainScript("d", out, false)
@@ -234,4 +234,54 @@ func TestTorchScriptLaunches(t *testing.T) {
 
 	q := &bench{p: defaults(true), rn: rn}
 	assert.Contains(t, strings.Join(q.newSetups([]string{"convnet"})[0].w.plain(2, 0.01).Cmd(""), " "), "--train-samples 12800 --test-samples 2000 --epochs 4")
+}
+
+// gptOut is what examples/pytorch/gpt.py prints on rank 0, as a worker
+// under hdet (twice: the search pass's start, then the main pass's).
+const gptOut = "[rank 0] Python 3.11.2 stdlib ...\n[rank 0] unigram val_bpb 4.4657; model: 2 layers, width 64\n" +
+	"[rank 0] Python 3.11.2 stdlib ...\n[rank 0] unigram val_bpb 4.4657; model: 2 layers, width 64\n" +
+	`[rank 0] {"steps": 300, "seconds": 62.8, "train_loss": 1.8886, "val_bpb": 2.8561, "unigram_bpb": 4.4657}` + "\n[rank 0] final val_bpb 2.8561\n"
+
+// The GPT setups exist, share their plain runs, run the default form only
+// and read the validation bits per byte as the loss, 8 bits as chance.
+func TestGPTSetups(t *testing.T) {
+	b := &bench{p: defaults(false), rn: &runner{np: 4, mpirun: mpirunArgs(4), hdet: "bin/hdet"}}
+	s := b.newSetups([]string{"gpt", "gpt-probe"})
+	require.Len(t, s, 2)
+	gpt, probe := s[0], s[1]
+	assert.Equal(t, "GPT DDP", gpt.Label)
+	assert.True(t, gpt.DefaultOnly && probe.DefaultOnly)
+	assert.Equal(t, 1e-4, gridLR(gpt.GridFrom))
+	assert.Equal(t, strings.Join(gpt.w.plain(4, 0.003).Cmd("a"), " "), strings.Join(probe.w.plain(4, 0.003).Cmd("b"), " "), "the same plain commands")
+	assert.Equal(t, "s1/gpt/seed4/plain-0.003", runName(probe, 4, "plain", 0.003), "gpt-probe's plain runs are gpt's")
+	assert.Equal(t, "s1/gpt-probe/seed4/default-0.003", runName(probe, 4, "default", 0.003))
+	assert.Equal(t, "/usr/bin/python3 examples/pytorch/gpt.py --steps 300 --layers 2 --width 64 --threads 1 --max-lr 0.003 --seed 4",
+		strings.Join(gpt.w.plain(4, 0.003).Cmd(""), " "))
+	assert.Contains(t, strings.Join(probe.w.hdet(forms[0], 4, 0.003).Cmd("d"), " "), "--worker -- /usr/bin/python3 examples/pytorch/gpt_hdet_probe.py --steps 300")
+	g, err := setupGroup([]string{"gpt-probe"})
+	require.NoError(t, err)
+	assert.Equal(t, "gpt", g)
+
+	e, err := gptOutcome(gptOut)
+	require.NoError(t, err)
+	assert.Equal(t, scriptEnd{Steps: 300, Loop: 62.8, Loss: 2.8561, Chance: 8}, scriptEnd{Steps: e.Steps, Loop: e.Loop, Loss: e.Loss, Chance: e.Chance})
+	e, err = gptOutcome("[rank 0] unigram val_bpb 4.4657; model\n")
+	assert.ErrorContains(t, err, "final val_bpb")
+	assert.Equal(t, 8.0, e.Chance, "chance even for a run that never finished")
+	r, err := plainScriptReader(gptOutcome)("d", strings.ReplaceAll(gptOut, "[rank 0] ", ""), false)
+	require.NoError(t, err)
+	assert.Equal(t, 2.8561, r.TestLoss)
+	assert.False(t, r.diverged(), "2.86 bits per byte is far from chance (ln 10 would call it diverged)")
+	assert.False(t, result{TestLoss: 4.7, Chance: 8}.diverged(), "worse than the unigram model but learning")
+	assert.True(t, result{TestLoss: 7.9995, Chance: 8}.diverged(), "no better than guessing among 256 bytes")
+	assert.Equal(t, 8.0, chanceLoss(result{TestLoss: nan, Chance: 8}))
+	assert.InDelta(t, 62.8/300, loopPerStep(r), 1e-12)
+}
+
+// Study 8's verdict: over +3% is not met; a pair where hdet is much faster
+// than torchrun is the machine's noise, so the target is unconfirmed.
+func TestGPTOverheadVerdict(t *testing.T) {
+	assert.Contains(t, gptOverheadVerdict([]float64{0.01, 0.02, 0.025}), "Target met")
+	assert.Contains(t, gptOverheadVerdict([]float64{0.05, 0.04, 0.01}), "Target NOT met")
+	assert.Contains(t, gptOverheadVerdict([]float64{-0.37, -0.58, -0.12}), "Target not confirmed")
 }

@@ -13,8 +13,8 @@ import (
 // HDET at a max_lr and a seed, and how each is read (test loss, commit
 // record, timings). builtinMLP (hdet's built-in MNIST MLP) and torchScript
 // (a PyTorch script: plain under torchrun's environment, HDET under `hdet
-// run --worker`) implement it; a PyTorch GPT setup is one more torchScript
-// with its own scripts and arguments, run by the same protocol.
+// run --worker`) implement it; the PyTorch GPT setups are torchScripts
+// with their own scripts, arguments and reader, run by the same protocol.
 type workload interface {
 	// prepare makes what the cache keys carry besides the commands and
 	// files; prog is the program's hash (programFingerprint).
@@ -33,6 +33,33 @@ type setup struct {
 	GridFrom    int // the full sweep's first point is gridLR(GridFrom)
 	QuickFrom   int // the quick variant's shorter sweep's
 	w           workload
+	// Group names the doc blocks the setup's study 1 goes to ("": summary
+	// and study1; "gpt": summary-gpt and study1-gpt); one invocation runs
+	// one group's setups.
+	Group string
+	// PlainOf is the setup whose plain runs (the same commands) this one
+	// shares, "" for its own.
+	PlainOf string
+	// DefaultOnly runs the default HDET form alone (the targets are about
+	// it; the other forms would double the setup's runs).
+	DefaultOnly bool
+	Loss        string // what the loss is, for the plot: "" is test loss
+}
+
+// plainName is the setup whose run directories hold this one's plain runs.
+func (s *setup) plainName() string {
+	if s.PlainOf != "" {
+		return s.PlainOf
+	}
+	return s.Name
+}
+
+// lossName is what the setup's loss is.
+func (s *setup) lossName() string {
+	if s.Loss != "" {
+		return s.Loss
+	}
+	return "test loss"
 }
 
 func (s *setup) from(quick bool) int {
@@ -53,9 +80,31 @@ func convNetArgs(quick bool) []string {
 	return []string{"--epochs", "3"}
 }
 
-// newSetups are study 1's setups, those named in only (all when empty):
-// the MLP with AdamW, with SGD and momentum 0.9 (far more sensitive to the
-// learning rate), and the PyTorch DDP ConvNet.
+// gptArgs are the GPT scripts' arguments before --max-lr and --seed: the
+// full study's 300 steps of a 2-layer, width-64 model (about a minute per
+// run with 4 ranks on 2 busy cores; a worker's window is 50 steps, and the
+// search pass ends at 150, the window after the warm-up's), the quick
+// variant's 150 steps of a 1-layer, width-32 one (the search pass to 100:
+// fewer steps would leave HDET no room to commit).
+func gptArgs(quick bool) []string {
+	if quick {
+		return []string{"--steps", "150", "--layers", "1", "--width", "32", "--threads", "1"}
+	}
+	return []string{"--steps", "300", "--layers", "2", "--width", "64", "--threads", "1"}
+}
+
+// newGPT is the GPT script pair with hdetScript on the HDET side.
+func (b *bench) newGPT(hdetScript, signal string) *torchScript {
+	args := gptArgs(b.p.Quick)
+	return &torchScript{rn: b.rn, python: b.p.Python, plainScript: "examples/pytorch/gpt.py", hdetScript: hdetScript, args: args,
+		outcome: gptOutcome, model: fmt.Sprintf("the byte-level PyTorch DDP GPT on the Python standard library's sources (examples/pytorch/gpt.py: AdamW betas 0.9/0.95, weight decay 0.1, grad clip 1, torch's OneCycleLR pct_start 0.3, batch 16 windows of 64 bytes per rank, gloo; `%s`), loss = validation bits per byte; HDET: %s, %s", strings.Join(args, " "), hdetScript, signal)}
+}
+
+// newSetups are study 1's setups, those named in only (when empty: the
+// ungrouped ones): the MLP with AdamW, with SGD and momentum 0.9 (far more
+// sensitive to the learning rate), the PyTorch DDP ConvNet, and the GPT
+// whose HDET runs compare the replicas by training loss (gpt) or by a
+// probe on fixed validation windows (gpt-probe, sharing gpt's sweep).
 func (b *bench) newSetups(only []string) []*setup {
 	mlp := func(sets ...string) *builtinMLP { return &builtinMLP{rn: b.rn, epochs: b.p.Epochs, sets: sets} }
 	args := convNetArgs(b.p.Quick)
@@ -63,17 +112,42 @@ func (b *bench) newSetups(only []string) []*setup {
 		{Name: "adamw", Label: "MLP AdamW", GridFrom: -14, QuickFrom: -10, w: mlp("workload.optimizer=adamw")},
 		{Name: "sgd", Label: "MLP SGD m=0.9", GridFrom: -10, QuickFrom: -6, w: mlp("workload.optimizer=sgd", "workload.momentum=0.9")},
 		{Name: "convnet", Label: "ConvNet DDP", GridFrom: -13, QuickFrom: -9, w: &torchScript{rn: b.rn, python: b.p.Python,
-			plainScript: "examples/pytorch/convnet_ddp.py", hdetScript: "examples/pytorch/convnet_ddp_hdet.py", args: args,
+			plainScript: "examples/pytorch/convnet_ddp.py", hdetScript: "examples/pytorch/convnet_ddp_hdet.py", args: args, outcome: scriptOutcome,
 			model: fmt.Sprintf("the PyTorch DDP ConvNet (2 conv + 2 linear layers, AdamW, torch's OneCycleLR pct_start 0.3, batch 64 per rank, gloo; `%s`)", strings.Join(args, " "))}},
+		{Name: "gpt", Label: "GPT DDP", GridFrom: gptGridFrom, QuickFrom: gptGridFrom + 3, Group: "gpt", DefaultOnly: true, Loss: "validation bits per byte",
+			w: b.newGPT("examples/pytorch/gpt_hdet.py", "no probe, so hdet compares the replicas by their training loss")},
+		{Name: "gpt-probe", Label: "GPT DDP probe", GridFrom: gptGridFrom, QuickFrom: gptGridFrom + 3, Group: "gpt", PlainOf: "gpt", DefaultOnly: true, Loss: "validation bits per byte",
+			w: b.newGPT("examples/pytorch/gpt_hdet_probe.py", "the same plus one line, hdet.probe on 64 fixed validation windows none of the reported ones")},
 	}
 	if len(only) == 0 {
-		return all
+		return slices.DeleteFunc(all, func(s *setup) bool { return s.Group != "" })
 	}
 	return slices.DeleteFunc(all, func(s *setup) bool { return !slices.Contains(only, s.Name) })
 }
 
+// gptGridFrom is the GPT sweep's first point: 12 points from 1e-4 to 0.46
+// (the quick variant's 7 from 1e-3 to 0.1) bracket its best max_lr and the
+// rates where it stops learning.
+const gptGridFrom = -12
+
 // setupNames are the names -setups accepts.
-var setupNames = []string{"adamw", "sgd", "convnet"}
+var setupNames = []string{"adamw", "sgd", "convnet", "gpt", "gpt-probe"}
+
+// setupGroup is the doc group of the named setups, an error when they mix
+// groups.
+func setupGroup(names []string) (string, error) {
+	groups := map[string]bool{}
+	for _, s := range (&bench{rn: &runner{}}).newSetups(names) {
+		groups[s.Group] = true
+	}
+	if len(groups) > 1 {
+		return "", fmt.Errorf("-setups: the GPT setups (gpt, gpt-probe) have their own doc blocks; run them apart from %s", strings.Join(setupNames[:3], ", "))
+	}
+	for g := range groups {
+		return g, nil
+	}
+	return "", nil
+}
 
 // builtinMLP is the built-in MNIST MLP: plain = bench/configs/sweep.yaml,
 // HDET = bench/configs/hdet.yaml, both with the setup's --set values; the
@@ -129,13 +203,15 @@ func (m *builtinMLP) about() string {
 // as tests/pytorch_test.go does); HDET is hdetScript under `mpirun hdet run
 // --worker` with no config file (a form that changes a setting adds
 // bench/configs/worker-lr.yaml, the lr entry alone, for its --set to reach).
-// Both get args, then --max-lr and --seed; the test loss is the script's
-// last line, the commit record hdet's metrics.jsonl.
+// Both get args, then --max-lr and --seed; the loss is read from the
+// script's closing lines by outcome, the commit record from hdet's
+// metrics.jsonl.
 type torchScript struct {
 	rn                      *runner
 	python                  string
 	plainScript, hdetScript string
 	args                    []string
+	outcome                 func(string) (scriptEnd, error) // reads the closing lines
 	model                   string
 	prog                    string
 }
@@ -150,7 +226,7 @@ func (t *torchScript) script(path string, seed int, lr float64) []string {
 func (t *torchScript) plain(seed int, lr float64) launch {
 	cmd := t.script(t.plainScript, seed, lr)
 	return launch{Procs: t.rn.np, Cmd: func(string) []string { return cmd }, Key: cmd, Files: []string{t.plainScript},
-		Fingerprint: "plain script", Read: readPlainScript}
+		Fingerprint: "plain script", Read: plainScriptReader(t.outcome)}
 }
 
 func (t *torchScript) hdet(f form, seed int, lr float64) launch {
@@ -169,7 +245,7 @@ func (t *torchScript) hdet(f form, seed int, lr float64) launch {
 				[]string{"--run-dir", dir, "--progress", "none"}, sets, []string{"--worker", "--"}, script)
 		},
 		Key:   slices.Concat([]string{"run"}, config, []string{"--progress", "none"}, sets, []string{"--worker", "--"}, script),
-		Files: files, Fingerprint: t.prog, Read: readWorkerRun,
+		Files: files, Fingerprint: t.prog, Read: workerRunReader(t.outcome),
 	}
 }
 
@@ -180,7 +256,12 @@ func (t *torchScript) prepare(_ context.Context, _ *bench, _ *setup, prog string
 
 func (t *torchScript) about() string { return t.model }
 
-// runName is where a run of study 1 goes: s1/SETUP/seedS/KIND-LR.
+// runName is where a run of study 1 goes: s1/SETUP/seedS/KIND-LR, a plain
+// run under the setup it shares its plain runs with (plainName).
 func runName(s *setup, seed int, kind string, lr float64) string {
-	return filepath.Join("s1", s.Name, fmt.Sprintf("seed%d", seed), kind+"-"+lrText(lr))
+	name := s.Name
+	if kind == "plain" {
+		name = s.plainName()
+	}
+	return filepath.Join("s1", name, fmt.Sprintf("seed%d", seed), kind+"-"+lrText(lr))
 }

@@ -197,6 +197,9 @@ func (b *bench) studySweep(ctx context.Context) (*table, error) {
 	for fi, f := range forms {
 		for _, seed := range b.formSeeds(f) {
 			for _, sr := range b.study1 {
+				if fi > 0 && sr.s.DefaultOnly {
+					continue
+				}
 				if err := b.hdetRuns(ctx, sr, fi, seed, t); err != nil {
 					return t, err
 				}
@@ -258,10 +261,10 @@ func lossOrInf(r result) float64 {
 }
 
 // chanceLoss caps a loss for the gap fraction: a diverged run is no worse
-// than guessing among 10 classes.
+// than chance (guessing among 10 classes; the GPT: among 256 bytes).
 func chanceLoss(r result) float64 {
-	if r.diverged() || r.TestLoss > math.Log(10) {
-		return math.Log(10)
+	if r.diverged() || r.TestLoss > r.chance() {
+		return r.chance()
 	}
 	return r.TestLoss
 }

@@ -198,7 +198,7 @@ func (b *bench) sweepTable(sr *setupRuns) *table {
 	for _, seed := range b.p.Seeds {
 		head = append(head, fmt.Sprintf("seed %d", seed))
 	}
-	st := &table{Title: fmt.Sprintf("Study 1 sweep, %s: plain training, %d points, test loss", sr.s.Label, len(sr.ks)),
+	st := &table{Title: fmt.Sprintf("Study 1 sweep, %s: plain training, %d points, %s", sr.s.Label, len(sr.ks), sr.s.lossName()),
 		Header: append(head, "median", "median vs best", "train rank-s (median)")}
 	bestMed := medianInf(lossesOf(column(sr.sweep, sr.best)))
 	for i, k := range sr.ks {
@@ -253,7 +253,7 @@ func (b *bench) heldOutTable(sr *setupRuns) *table {
 	for _, seed := range b.p.HeldOut {
 		head = append(head, fmt.Sprintf("seed %d", seed))
 	}
-	st := &table{Title: fmt.Sprintf("Study 1 held-out seeds, %s: test loss (HDET: and the committed max_lr)", sr.s.Label), Header: head}
+	st := &table{Title: fmt.Sprintf("Study 1 held-out seeds, %s: %s (HDET: and the committed max_lr)", sr.s.Label, sr.s.lossName()), Header: head}
 	for si, k := range sr.starts {
 		label := fmt.Sprintf("plain at %s (%s)", startNames[si], lrText(gridLR(k)))
 		if si == 1 {
@@ -266,6 +266,9 @@ func (b *bench) heldOutTable(sr *setupRuns) *table {
 		st.add(cells...)
 	}
 	for fi, f := range forms {
+		if len(sr.hdet[fi]) == 0 { // a form the setup does not run
+			continue
+		}
 		for si, k := range sr.starts {
 			cells := []string{fmt.Sprintf("%s, %s (%s)", f.Label, startNames[si], lrText(gridLR(k)))}
 			for j := range sr.plain {
@@ -293,9 +296,9 @@ func (b *bench) study1Notes(t *table) {
 	}
 	t.note("Protocol: a %d-point plain max_lr sweep, 3 points per decade (10^(k/3) rounded), on sweep seeds %s: seed %s runs every point, the others the points next to the best (2.2x either side, again whenever the best moves). The best point is the lowest median test loss over the sweep seeds. On the held-out seeds %s, plain training at the best point is the reference, and plain training and HDET start 10x below, at and 10x above it; every comparison is seed by seed against the reference of the same seed, so the best point's own runs, picked for being lucky, are never the yardstick.",
 		b.p.SweepN, seedList(b.p.Seeds), seedList(b.p.Seeds[:min(b.p.FullSweeps, len(b.p.Seeds))]), seedList(b.p.HeldOut))
-	t.note("Forms: HDET default is `auto.commit: restart` (a search pass with the spread and the controller up to auto.until, then the committed max_lr trained from step 0 with no spread); HDET continue is revision 2's one pass (`--set explorers.lr.config.auto.commit=continue`); the paper form is `auto.form=paper`. The default runs on every held-out seed, the other two on the first %d (%s) to save compute.",
+	t.note("Forms: HDET default is `auto.commit: restart` (a search pass with the spread and the controller up to auto.until, then the committed max_lr trained from step 0 with no spread); HDET continue is revision 2's one pass (`--set explorers.lr.config.auto.commit=continue`); the paper form is `auto.form=paper`. The default runs on every held-out seed, the other two on the first %d (%s) to save compute, and not on the GPT, whose targets are about the default alone.",
 		min(b.p.FormSeeds, len(b.p.HeldOut)), seedList(b.p.HeldOut[:min(b.p.FormSeeds, len(b.p.HeldOut))]))
-	t.note("Cells: vs reference: the final test loss against the reference of the same seed, median and worst over the seeds (diverged: the run stopped with every rank diverged, or its final loss is NaN or no better than chance, ln 10; a window rolled back or a rank left out of an average along the way does not count). plain at start vs reference: the same for plain training at the start. gap closed: (plain at start - HDET) / (plain at start - reference), same seed, a diverged loss counting as ln 10: 100%% = as good as the reference, negative = worse than plain training at the start. committed max_lr / best: the commit record's max_lr over the best point's (continue: the start times exp(u) after the last window; the paper form has none).")
+	t.note("Cells: vs reference: the final test loss against the reference of the same seed, median and worst over the seeds (diverged: the run stopped with every rank diverged, or its final loss is NaN or no better than chance: ln 10 (the GPT: 8 bits per byte, guessing among 256 bytes); a window rolled back or a rank left out of an average along the way does not count). plain at start vs reference: the same for plain training at the start. gap closed: (plain at start - HDET) / (plain at start - reference), same seed, a diverged loss counting as chance: 100%% = as good as the reference, negative = worse than plain training at the start. committed max_lr / best: the commit record's max_lr over the best point's (continue: the start times exp(u) after the last window; the paper form has none).")
 	t.note("compute share: the HDET run's rank-seconds over the whole sweep's (every point of seed %d), each run's rank-seconds being %d x its training time: for hdet runs the sum over every window record of both passes of fanout_seconds + converge_seconds + plan_seconds (training with the search pass's probes, the converge, the controller's plan) without the restart between the passes (the main pass's first plan_seconds, which holds it), for the plain script its training loop as it printed it: start-up is out on both sides. process-time share: the same with each launch's wall time, start-up included (the ConvNet's HDET run starts Python twice: its script is started again for the main pass). The machine is shared; timings of runs reused from earlier invocations are from when they ran.",
 		b.p.Seeds[0], b.p.NP)
 	t.note("bench/configs/hdet.yaml as run: %s.", configSummary(hdetConfig))

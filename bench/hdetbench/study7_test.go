@@ -187,7 +187,7 @@ func TestStudySevenFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, o.want[7], "study 7 is part of make bench")
 	_, err = parseFlags([]string{"-studies", "6"}, &errb)
-	assert.ErrorContains(t, err, "1..5 or 7")
+	assert.ErrorContains(t, err, "1..5, 7 or 8")
 }
 
 // A veth pair between two private namespaces, one side shaped with tbf:

@@ -41,8 +41,12 @@ func (b *bench) summaryText() string {
 		return ""
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "## Summary: when HDET pays off\n\nGenerated from study 1 below: one HDET run with the default config (`auto.commit: restart`: a search pass, then the committed max_lr trained from step 0 without spread) started 10x below, at and 10x above the best point of a %d-point plain max_lr sweep, against the reference, plain training at that best point. Final test loss against the reference, median over the held-out seeds %s (the sweep's own seeds picked the best point, so the reference is not a lucky draw); in brackets plain training at the same start and the part of its gap HDET closes.\n\n",
-		b.p.SweepN, seedList(b.p.HeldOut))
+	title, from := "Summary", "study 1"
+	if b.p.Group != "" {
+		title, from = "Summary, the "+strings.ToUpper(b.p.Group), "study 1 on the "+strings.ToUpper(b.p.Group)
+	}
+	fmt.Fprintf(&sb, "## %s: when HDET pays off\n\nGenerated from %s below: one HDET run with the default config (`auto.commit: restart`: a search pass, then the committed max_lr trained from step 0 without spread) started 10x below, at and 10x above the best point of a %d-point plain max_lr sweep, against the reference, plain training at that best point. Final loss (test loss; the GPT's validation bits per byte) against the reference, median over the held-out seeds %s (the sweep's own seeds picked the best point, so the reference is not a lucky draw); in brackets plain training at the same start and the part of its gap HDET closes.\n\n",
+		title, from, b.p.SweepN, seedList(b.p.HeldOut))
 	head, sep := []string{"start"}, []string{"---"}
 	for _, row := range cases {
 		head, sep = append(head, row[0].setup), append(sep, "---")

@@ -301,11 +301,10 @@ func (c *chaos) diskFullLong() bool {
 	inj.kind = "disk-full-long"
 	c.record(inj)
 	// Windows enough left to train past run.checkpoint_max_failing (with
-	// room for a loaded machine): the launch must stop on it.
-	if inj.window >= 0 && time.Duration(c.windows-inj.window)*c.ref.window > 4*chaosMaxFailing {
-		c.expect(c.cur.n, true, "(run.checkpoint_max_failing "+chaosMaxFailing.String()+")", "checkpoints failing past run.checkpoint_max_failing stop the run")
-		c.expect(c.cur.n, true, "no space left on device (the file system of "+c.runDir, "the disk-full message names the path and its free space")
-	}
+	// room for a loaded machine): the launch must stop on it, unless
+	// another fault (a SIGUSR1 in the same window, a kill) ended it first.
+	l := c.cur
+	want := inj.window >= 0 && time.Duration(c.windows-inj.window)*c.ref.window > 4*chaosMaxFailing
 	c.active = append(c.active, inj)
 	for time.Now().Before(inj.at.Add(inj.dur)) {
 		if c.cur.exited() {
@@ -314,6 +313,10 @@ func (c *chaos) diskFullLong() bool {
 		c.tick()
 	}
 	c.end1(inj, stop)
+	if want && !(l.exited() && l.end.Before(inj.at.Add(chaosMaxFailing))) {
+		c.expect(l.n, true, "(run.checkpoint_max_failing "+chaosMaxFailing.String()+")", "checkpoints failing past run.checkpoint_max_failing stop the run")
+		c.expect(l.n, true, "no space left on device (the file system of "+c.runDir, "the disk-full message names the path and its free space")
+	}
 	return true
 }
 

@@ -322,9 +322,3 @@ func workerRunReader(outcome func(string) (scriptEnd, error)) func(dir, out stri
 		return res, nil
 	}
 }
-
-// The MNIST scripts' readers.
-var (
-	readPlainScript = plainScriptReader(scriptOutcome)
-	readWorkerRun   = workerRunReader(scriptOutcome)
-)

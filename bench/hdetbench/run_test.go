@@ -104,7 +104,7 @@ func TestScriptOutcome(t *testing.T) {
 	_, err = scriptOutcome("Traceback ...\n")
 	assert.ErrorContains(t, err, "no \"N steps in S s")
 
-	r, err := readPlainScript("d", out, false)
+	r, err := plainScriptReader(scriptOutcome)("d", out, false)
 	require.NoError(t, err)
 	assert.Equal(t, 31.25, r.TrainSeconds)
 	assert.Equal(t, 125.0, r.rankSeconds(4))
@@ -136,7 +136,7 @@ func TestScriptRunIsCachedOnItsScript(t *testing.T) {
 	rn := &runner{np: 2, root: root, log: func(string, ...any) {}}
 	cmd := []string{"sh", script}
 	l := launch{Name: "s1/x/plain", Procs: 2, Cmd: func(string) []string { return cmd }, Key: cmd, Files: []string{script},
-		Fingerprint: "plain script", Read: readPlainScript}
+		Fingerprint: "plain script", Read: plainScriptReader(scriptOutcome)}
 	r, err := rn.launch(context.Background(), l)
 	require.NoError(t, err)
 	assert.False(t, r.Cached)

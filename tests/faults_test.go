@@ -354,7 +354,7 @@ func TestFaults(t *testing.T) {
 		assert.Equal(t, 40, ck.Step)
 	})
 
-	fault(t, "explorer crashes twice -> its hyperparameter frozen, run finishes", func(t *testing.T) {
+	fault(t, "explorer crashes at every restart -> its hyperparameter frozen, run finishes", func(t *testing.T) {
 		cfg := strings.Replace(faultCfg, lrDropout, `
 explorers:
   - name: lr

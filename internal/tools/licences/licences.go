@@ -18,7 +18,7 @@ import (
 )
 
 // licence recognises a licence by phrases of its text, compared after
-// normalize. The GNU licences' phrases are written with hyphens, which
+// normalize. The GNU licences' phrases are written with underscores, which
 // normalize makes spaces, so that this file does not match gplDeclaration.
 type licence struct {
 	id   string
@@ -33,8 +33,8 @@ type licence struct {
 var licences = []licence{
 	// Freetype-Go lets the user choose the FreeType License (BSD-like, with
 	// a credit in the documentation: see NOTICE) or the GPL.
-	{id: "FTL OR GPL-2.0-or-later", ok: true, exclusive: true,
-		all: []string{"your choice of exactly one of", "freetype license", "gnu-general-public-license"}},
+	{id: "FTL (dual licence, FTL taken)", ok: true, exclusive: true,
+		all: []string{"your choice of exactly one of", "freetype license", "gnu_general_public_license"}},
 	// MPL-2.0 names the GPL family as its "Secondary Licenses".
 	{id: "MPL-2.0", ok: true, exclusive: true, all: []string{"mozilla public license version 2 0"}},
 	// The OFL's grant begins with the MIT licence's words.
@@ -47,10 +47,10 @@ var licences = []licence{
 	{id: "Unlicense", ok: true, all: []string{"this is free and unencumbered software released into the public domain"}},
 	{id: "Zlib", ok: true, all: []string{"provided as is without any express or implied warranty", "permission is granted to anyone to use this software for any purpose"}},
 	{id: "CC-BY-4.0", ok: true, all: []string{"creative commons attribution 4 0 international"}},
-	{id: "AGPL", all: []string{"gnu-affero-general-public-license"}},
-	{id: "LGPL", all: []string{"gnu-lesser-general-public-license"}},
-	{id: "LGPL", all: []string{"gnu-library-general-public-license"}},
-	{id: "GPL", all: []string{"gnu-general-public-license"}},
+	{id: "AGPL", all: []string{"gnu_affero_general_public_license"}},
+	{id: "LGPL", all: []string{"gnu_lesser_general_public_license"}},
+	{id: "LGPL", all: []string{"gnu_library_general_public_license"}},
+	{id: "GPL", all: []string{"gnu_general_public_license"}},
 	{id: "SSPL", all: []string{"server side public license"}},
 }
 
@@ -203,9 +203,10 @@ func table(mls []moduleLicence) string {
 }
 
 // gplDeclaration matches a source file's saying that it is under the
-// GPL family: the licences' names, an SPDX identifier, or "licensed
+// GPL family: the licences' names (spaces or hyphens between the words,
+// so that this file names no licence), an SPDX identifier, or "licensed
 // under" an acronym.
-var gplDeclaration = regexp.MustCompile(`(?i)GNU\s+(Lesser\s+|Library\s+|Affero\s+)?General\s+Public\s+License` +
+var gplDeclaration = regexp.MustCompile(`(?i)GNU[\s-]+(Lesser[\s-]+|Library[\s-]+|Affero[\s-]+)?General[\s-]+Public[\s-]+License` +
 	`|SPDX-License-Identifier:\s*\(?\s*(A|L)?GPL|\b(licensed|released|distributed)\s+under\s+(the\s+)?(terms\s+of\s+the\s+)?(A|L)?GPL\b`)
 
 // scanSources returns "file:line: text" for each line of the repository's

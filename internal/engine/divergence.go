@@ -164,10 +164,10 @@ var ErrNoCheckpoint = errors.New("no checkpoint to roll back to")
 func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 	l.watch.Enter(w.index, w.end(), PhaseRollback)
 	what := fmt.Errorf("%w in window %d (steps %d-%d): training diverged everywhere", ErrAllUnhealthy, w.index, w.start, w.end())
-	if l.o.CheckpointDir == "" {
-		return 0, fmt.Errorf("%w, and this run does not roll back (no checkpoint holds its training state: a worker script keeps its own); lower the learning rate", what)
-	}
-	if l.rollbacks >= l.o.MaxRollbacks {
+	if !l.canRollBack() {
+		if l.o.CheckpointDir == "" {
+			return 0, fmt.Errorf("%w, and this run does not roll back (no checkpoint holds its training state: a worker script keeps its own); lower the learning rate", what)
+		}
 		return 0, fmt.Errorf("%w after %d rollbacks (train.max_rollbacks %d) with learning rates scaled by %g; the last checkpoint stays valid",
 			what, l.rollbacks, l.o.MaxRollbacks, w.lrScale)
 	}

@@ -77,24 +77,43 @@ install() {
 		die "apt-get could not install ${missing[*]} (try: apt-get update)"
 }
 
-free_port() { # a TCP port nobody listens on, from 20000-59999
-	local p
+free_port() { # a TCP port below the kernel's ephemeral range that no socket uses
+	local lo p
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range
+	[ "$lo" -gt 12000 ] || lo=32768
 	while :; do
-		p=$((20000 + RANDOM % 40000))
-		ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+		p=$((10000 + RANDOM % (lo - 10000)))
+		# Any socket on the port, not only listeners: a daemon cannot bind
+		# a port that an outgoing connection holds.
+		ss -Htan "( sport = :$p )" | grep -q . || { echo "$p"; return; }
 	done
 }
 
-# wait_for SECONDS WHAT COMMAND...: poll COMMAND every 0.2 s.
+# wait_for SECONDS COMMAND...: poll COMMAND every 0.2 s; false when it never
+# succeeds.
 wait_for() {
-	local secs=$1 what=$2 i
-	shift 2
+	local secs=$1 i
+	shift
 	for i in $(seq $((secs * 5))); do
 		"$@" && return 0
 		sleep 0.2
 	done
-	die "$what did not happen within ${secs}s; logs under $DIR/log"
+	return 1
 }
+
+# why WHAT: what the daemons say when WHAT did not happen, for the test log.
+why() {
+	local f
+	echo "slurm-cluster: $1 did not happen in $DIR"
+	for f in munged slurmctld slurmd; do
+		alive "$DIR/run/$f.pid" && echo "  $f running" || echo "  $f NOT running"
+	done
+	echo "  sinfo: $(timeout 10 sinfo -h -N -o '%N %T %E' 2>&1 | tr '\n' ' ')"
+	for f in slurmctld slurmd; do
+		echo "  --- $f.log (end)"
+		tail -n 15 "$DIR/log/$f.log" 2>/dev/null | sed 's/^/  /'
+	done
+} >&2
 
 write_config() {
 	local node ctld_port slurmd_port cpus sockdir
@@ -156,13 +175,9 @@ EOF
 	echo "$node" >"$DIR/nodename"
 }
 
-up() {
-	install
-	mkdir -p "$DIR"
-	if [ -f "$CONF" ] && healthy; then
-		echo "slurm-cluster: already up in $DIR" >&2
-		return 0
-	fi
+# start: one attempt to start the daemons on fresh ports; false (after
+# saying why) when one of them does not come up in time.
+start() {
 	down
 	rm -rf "$DIR"/{state,spool,log}
 	write_config
@@ -172,15 +187,34 @@ up() {
 	chmod 0600 "$DIR/munge/munge.key"
 	munged -S "$SOCKET" --key-file "$DIR/munge/munge.key" \
 		--pid-file "$DIR/run/munged.pid" --log-file "$DIR/log/munged.log" \
-		--seed-file "$DIR/munge/munged.seed" ||
-		die "munged did not start; see $DIR/log/munged.log"
-	wait_for 10 "munged pid file" alive "$DIR/run/munged.pid"
+		--seed-file "$DIR/munge/munged.seed" || { why "munged start"; return 1; }
+	wait_for 10 alive "$DIR/run/munged.pid" || { why "munged pid file"; return 1; }
 
-	slurmctld -c -f "$CONF" || die "slurmctld did not start; see $DIR/log/slurmctld.log"
-	wait_for 30 "scontrol ping UP" sh -c 'scontrol ping | grep -q "is UP"'
-	slurmd -f "$CONF" -N "$(cat "$DIR/nodename")" || die "slurmd did not start; see $DIR/log/slurmd.log"
-	wait_for 30 "node idle" sh -c 'sinfo -h -o %T | grep -qx idle'
-	echo "slurm-cluster: up in $DIR ($(sinfo -h -o '%P %D nodes %c CPUs %G %T'))" >&2
+	slurmctld -c -f "$CONF" || { why "slurmctld start"; return 1; }
+	wait_for 30 sh -c 'scontrol ping | grep -q "is UP"' || { why "scontrol ping UP"; return 1; }
+	slurmd -f "$CONF" -N "$(cat "$DIR/nodename")" || { why "slurmd start"; return 1; }
+	wait_for 30 sh -c 'sinfo -h -o %T | grep -qx idle' || { why "node idle"; return 1; }
+}
+
+# Three attempts: on a busy machine a daemon can lose its port or its start
+# to something else; each attempt says why it failed.
+up() {
+	local attempt
+	install
+	mkdir -p "$DIR"
+	if [ -f "$CONF" ] && healthy; then
+		echo "slurm-cluster: already up in $DIR" >&2
+		return 0
+	fi
+	for attempt in 1 2 3; do
+		if start; then
+			echo "slurm-cluster: up in $DIR ($(sinfo -h -o '%P %D nodes %c CPUs %G %T'))" >&2
+			return 0
+		fi
+		echo "slurm-cluster: attempt $attempt of 3 failed" >&2
+	done
+	down
+	die "the cluster did not come up in 3 attempts; logs under $DIR/log"
 }
 
 case $CMD in

@@ -35,6 +35,7 @@ func TestControllerCommitsAndPlansTheMainPass(t *testing.T) {
 	assert.Equal(t, "lr", cs[0].Name)
 	assert.InDelta(t, 0.01*math.Exp(cs[0].Offset), cs[0].Value, 1e-15)
 	assert.Equal(t, ParamCommit{Name: "dropout", Commitment: hparam.Commitment{Value: 0.1}}, cs[1])
+	assert.Empty(t, c.Notices(), "4 search windows are enough")
 
 	st, _, err := c.SaveState(ctx)
 	require.NoError(t, err)
@@ -97,3 +98,19 @@ func (noCommit) Commit(context.Context) (hparam.Commitment, error) {
 const restartLR = `{"schedule": {"kind": "onecycle", "max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train", "until": 0.4%s}}`
 
 func fmtCfg(format, extra string) string { return fmt.Sprintf(format, extra) }
+
+// A search pass of fewer than minSearchWindows windows ends with a notice
+// that names its windows and the lever (a shorter window).
+func TestControllerNoticesAShortSearchPass(t *testing.T) {
+	ctx := context.Background()
+	lr := builtinNamed(t, hparam.BuiltinLR, "lr", fmtCfg(restartLR, ""))
+	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 20, Seed: 3}, []NamedExplorer{lr})
+	require.NoError(t, err)
+	runWindows(t, c, 0, 2, lossesFor)
+	require.Equal(t, plan.PassMain, c.Pass(), "committed after window 1 (the boundary at step 40)")
+	n := c.Notices()
+	require.Len(t, n, 1)
+	assert.Contains(t, n[0], "after 2 windows of 20 steps")
+	assert.Contains(t, n[0], "shorter window")
+	assert.Empty(t, c.Notices(), "said once")
+}

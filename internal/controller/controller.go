@@ -176,7 +176,8 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 
 // Notices returns what the run should log once and has not yet: an
 // explorer that asked for the probe signal where the workload cannot
-// evaluate it (it gets the training losses). Plan adds them.
+// evaluate it (it gets the training losses), or a search pass too short
+// to move the values far. Plan and the commit add them.
 func (c *Controller) Notices() []string {
 	out := c.notices
 	c.notices = nil
@@ -550,9 +551,18 @@ func (c *Controller) commit(ctx context.Context, end int) []Event {
 			p.commit = hparam.Commitment{Value: p.base}
 		}
 	}
+	if c.next < minSearchWindows {
+		c.notices = append(c.notices, fmt.Sprintf("the search pass ended after %d windows of %d steps: %d controller updates move a guess that is far off only part of the way (on the GPT 1.1-2x per update); a shorter window gives the search more (train.window, or hdet_window in a script; docs/benchmarks.md, the GPT study)",
+			c.next, c.shape.WindowSteps, c.next))
+	}
 	c.pass, c.searchEnd, c.next, c.ahead = plan.PassMain, end, 0, nil
 	return events
 }
+
+// minSearchWindows: a search pass of fewer windows gets a notice. The GPT
+// study (300 steps, docs/benchmarks.md) committed x0.2 of the best max_lr
+// from 10x below after 3 windows of 50 steps, x0.4-0.5 after 6 of 20.
+const minSearchWindows = 4
 
 // each calls fn for every live (not frozen) explorer, concurrently: the
 // explorers are independent (plugins are separate processes), so a window

@@ -53,8 +53,8 @@ type settings struct {
 func defaults(quick bool) settings {
 	s := settings{NP: 4, Bin: "bin", Quick: quick, Python: "/usr/bin/python3", Epochs: 3, Seeds: []int{1, 2, 3},
 		HeldOut: []int{4, 5, 6, 7, 8}, SweepN: 12, FullSweeps: 1, FormSeeds: 3,
-		OverheadSteps: 2000, OverheadReps: 3, Windows: []int{10, 50, 100},
-		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", ControllerCount: 5, GPTPairs: 3}
+		OverheadSteps: 2000, OverheadReps: 4, Windows: []int{10, 50, 100},
+		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", ControllerCount: 5, GPTPairs: 6}
 	if quick {
 		s.Seeds, s.HeldOut, s.SweepN, s.FormSeeds = []int{1}, []int{2}, 7, 1
 		s.OverheadSteps, s.OverheadReps = 1000, 2

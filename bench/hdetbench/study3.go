@@ -16,7 +16,7 @@ type overheadPair struct {
 
 // studyOverhead is study 3 for revision 3: (a) the main pass of an HDET
 // run (3 explorers, gradients mode) against plain synchronous DP, per
-// step, over interleaved pairs; (b) the search pass's cost per window,
+// step, over interleaved pairs in alternating order; (b) the search pass's cost per window,
 // itemised (training, probe, plan, converge), at T = 10, 50, 100.
 func (b *bench) studyOverhead(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 3: the main pass against plain synchronous DP, and the search pass's cost (gradients mode)",
@@ -28,23 +28,9 @@ func (b *bench) studyOverhead(ctx context.Context) (*table, error) {
 	var pairs []overheadPair
 	b.overheadTs = map[int][]result{}
 	for rep := range b.p.OverheadReps {
-		p := overheadPair{hdet: map[int]result{}}
-		var err error
-		if p.plain, err = b.rn.run(ctx, fmt.Sprintf("s3-plain-%d", rep), plainConfig, "", append(common, fmt.Sprintf("train.window=%d", steps))...); err != nil {
+		p, err := b.overheadRep(ctx, t, rep, common)
+		if err != nil {
 			return t, err
-		}
-		t.Commands = append(t.Commands, p.plain.Command)
-		for _, w := range b.p.Windows {
-			r, err := b.rn.run(ctx, fmt.Sprintf("s3-T%d-%d", w, rep), trioConfig, "", append(common, fmt.Sprintf("train.window=%d", w))...)
-			if err != nil {
-				return t, err
-			}
-			if r.pass(1).Steps == 0 {
-				return t, fmt.Errorf("%s: the run never committed (no main pass), so it has no main pass to time", r.Dir)
-			}
-			t.Commands = append(t.Commands, r.Command)
-			p.hdet[w] = r
-			b.overheadTs[w] = append(b.overheadTs[w], r)
 		}
 		pairs = append(pairs, p)
 	}
@@ -52,6 +38,42 @@ func (b *bench) studyOverhead(ctx context.Context) (*table, error) {
 	t.More = append(t.More, b.searchCostTable(pairs))
 	b.overheadNotes(t, pairs)
 	return t, nil
+}
+
+// overheadRep is one repetition: the plain run first on even repetitions
+// and last on odd ones, so that a machine getting busier or quieter during
+// a repetition does not favour one side.
+func (b *bench) overheadRep(ctx context.Context, t *table, rep int, common []string) (overheadPair, error) {
+	p := overheadPair{hdet: map[int]result{}}
+	steps := b.p.OverheadSteps
+	runPlain := func() (err error) {
+		p.plain, err = b.rn.run(ctx, fmt.Sprintf("s3-plain-%d", rep), plainConfig, "", append(common, fmt.Sprintf("train.window=%d", steps))...)
+		if err == nil {
+			t.Commands = append(t.Commands, p.plain.Command)
+		}
+		return err
+	}
+	if rep%2 == 0 {
+		if err := runPlain(); err != nil {
+			return p, err
+		}
+	}
+	for _, w := range b.p.Windows {
+		r, err := b.rn.run(ctx, fmt.Sprintf("s3-T%d-%d", w, rep), trioConfig, "", append(common, fmt.Sprintf("train.window=%d", w))...)
+		if err != nil {
+			return p, err
+		}
+		if r.pass(1).Steps == 0 {
+			return p, fmt.Errorf("%s: the run never committed (no main pass), so it has no main pass to time", r.Dir)
+		}
+		t.Commands = append(t.Commands, r.Command)
+		p.hdet[w] = r
+		b.overheadTs[w] = append(b.overheadTs[w], r)
+	}
+	if rep%2 == 1 {
+		return p, runPlain()
+	}
+	return p, nil
 }
 
 // perPair is f of every pair's plain run and of its HDET run at T (T 0:
@@ -155,7 +177,7 @@ func (b *bench) searchCostTable(pairs []overheadPair) *table {
 // overheadNotes says how the numbers were measured, what the earlier ones
 // meant, and judges the target.
 func (b *bench) overheadNotes(t *table, pairs []overheadPair) {
-	t.note("%d scheduled steps per run, %d repetition(s), interleaved (plain, T = %v, plain, ...); a pair is a plain run and the HDET run right after it. ms/step: from the window records' timing fields, the sum over the pass's windows of fanout_seconds + converge_seconds + plan_seconds, over its steps (plain DP: its one window). wall clock: the records' timestamps, from the pass's start (plain: the start record; the main pass: the commit record plus the restart) to its last window. The restart (the step-0 state restored, in the main pass's first plan_seconds) is a one-time cost, left out of both and shown on its own. Evaluation and checkpoints off on both sides.",
+	t.note("%d scheduled steps per run, %d repetition(s), interleaved with the order alternating (plain, T = %v; then T = %[3]v, plain; ...); a pair is a plain run and an HDET run of the same repetition. ms/step: from the window records' timing fields, the sum over the pass's windows of fanout_seconds + converge_seconds + plan_seconds, over its steps (plain DP: its one window). wall clock: the records' timestamps, from the pass's start (plain: the start record; the main pass: the commit record plus the restart) to its last window. The restart (the step-0 state restored, in the main pass's first plan_seconds) is a one-time cost, left out of both and shown on its own. Evaluation and checkpoints off on both sides.",
 		b.p.OverheadSteps, b.p.OverheadReps, b.p.Windows)
 	t.note("plain DP: bench/configs/plain.yaml, gradients all-reduced every step, window = the run (one converge, at the end). HDET: examples/mnist.yaml (lr, dropout and weight decay explorer plugins, auto.commit restart by default) in gradients mode: a search pass to the last explorer's auto.until (0.3 of the run), then the main pass, the whole schedule at the committed values without spread, converging and planning every T steps. whole run: both passes' window time over the schedule's steps, which is what the run costs against one plain run.")
 	t.note("Before revision 3 this study timed whole one-pass runs (the spread, the probe and the controller for the entire run): HDET at T = 100 was +9.9%% per step and at T = 10 +50%% against plain DP. Those numbers correspond to table (b)'s search pass, not to the main pass; the whole-run column is the cost per schedule step now.")

@@ -138,7 +138,7 @@ func allreduceVerdict(ratios []float64) string {
 	lo, hi := slices.Min(ratios), slices.Max(ratios)
 	switch {
 	case hi > 1.02:
-		return fmt.Sprintf("Target NOT met on this run: Go/C up to %.3f (range %.3f-%.3f; both sides make the same MPI call, so a gap this size is mostly the shared machine's noise).", hi, lo, hi)
+		return fmt.Sprintf("Target NOT met on this run: Go/C up to %.3f (range %.3f-%.3f; target: Go within 2%% of C). Both sides make the same MPI call; the load average below says how busy the machine was.", hi, lo, hi)
 	case lo < 0.98:
 		return fmt.Sprintf("Target not confirmed: Go was never more than 2%% slower than C, but Go/C ranges %.3f-%.3f, so the machine's noise exceeds the 2%% being measured.", lo, hi)
 	}

@@ -115,6 +115,14 @@ why() {
 	done
 } >&2
 
+# need WHAT COMMAND...: run COMMAND; when it fails, say why WHAT did not
+# happen and fail.
+need() {
+	local what=$1
+	shift
+	"$@" || { why "$what"; return 1; }
+}
+
 write_config() {
 	local node ctld_port slurmd_port cpus sockdir
 	# slurmctld insists that SlurmctldHost is this machine's short name.
@@ -185,15 +193,14 @@ start() {
 	[ -f "$DIR/munge/munge.key" ] || mungekey -c -k "$DIR/munge/munge.key"
 	chmod 0700 "$DIR/munge"
 	chmod 0600 "$DIR/munge/munge.key"
-	munged -S "$SOCKET" --key-file "$DIR/munge/munge.key" \
+	need "munged start" munged -S "$SOCKET" --key-file "$DIR/munge/munge.key" \
 		--pid-file "$DIR/run/munged.pid" --log-file "$DIR/log/munged.log" \
-		--seed-file "$DIR/munge/munged.seed" || { why "munged start"; return 1; }
-	wait_for 10 alive "$DIR/run/munged.pid" || { why "munged pid file"; return 1; }
-
-	slurmctld -c -f "$CONF" || { why "slurmctld start"; return 1; }
-	wait_for 30 sh -c 'scontrol ping | grep -q "is UP"' || { why "scontrol ping UP"; return 1; }
-	slurmd -f "$CONF" -N "$(cat "$DIR/nodename")" || { why "slurmd start"; return 1; }
-	wait_for 30 sh -c 'sinfo -h -o %T | grep -qx idle' || { why "node idle"; return 1; }
+		--seed-file "$DIR/munge/munged.seed" &&
+		need "munged pid file" wait_for 10 alive "$DIR/run/munged.pid" &&
+		need "slurmctld start" slurmctld -c -f "$CONF" &&
+		need "scontrol ping UP" wait_for 30 sh -c 'scontrol ping | grep -q "is UP"' &&
+		need "slurmd start" slurmd -f "$CONF" -N "$(cat "$DIR/nodename")" &&
+		need "node idle" wait_for 30 sh -c 'sinfo -h -o %T | grep -qx idle'
 }
 
 # Three attempts: on a busy machine a daemon can lose its port or its start

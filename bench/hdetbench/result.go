@@ -234,11 +234,10 @@ var scriptLine = regexp.MustCompile(`(\d+) steps in ([0-9.]+) s, test loss (\S+)
 
 // scriptOutcome reads the last such line of out ("nan" parses as NaN).
 func scriptOutcome(out string) (scriptEnd, error) {
-	all := scriptLine.FindAllStringSubmatch(out, -1)
-	if len(all) == 0 {
+	m := lastMatch(scriptLine, out)
+	if m == nil {
 		return scriptEnd{}, fmt.Errorf("no \"N steps in S s, test loss L, test accuracy A\" line in the output:\n%s", tail(out, 1000))
 	}
-	m := all[len(all)-1]
 	e := scriptEnd{}
 	e.Steps, _ = strconv.Atoi(m[1])
 	e.Loop, _ = strconv.ParseFloat(m[2], 64)

@@ -1,6 +1,7 @@
 # hdet — build, test, run. `make test` and `make run` install what they need
-# (Open MPI, OpenBLAS, Slurm, PyTorch, Chromium from Debian's packages) when it
-# is missing, or say what to install where they cannot.
+# (Open MPI, OpenBLAS, Slurm, Chromium from Debian's packages; PyTorch in the
+# project venv .venv, from python/requirements.lock) when it is missing, or
+# say what to install where they cannot.
 GO      ?= go
 BIN     := bin
 DATA    := data/mnist
@@ -8,6 +9,10 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+# The project venv's Python (scripts/deps.sh venv makes .venv): the tests'
+# PyTorch scripts run under it (internal/testenv reads HDET_PYTHON).
+PYTHON  := $(CURDIR)/.venv/bin/python
+export HDET_PYTHON := $(PYTHON)
 NP      ?= 4
 MPIRUN  ?= mpirun -np $(NP) --oversubscribe --bind-to none
 EXPLORERS := lr dropout weight-decay
@@ -17,12 +22,18 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam does no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps test test-go test-faults test-multihost test-chaos run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps venv test test-go test-python test-faults test-multihost test-chaos run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 
 all: build
 
 deps:
 	scripts/deps.sh mpi blas
+
+# .venv: PyTorch, the client's tools and python/hdet (editable), from
+# python/requirements.lock; remade when the lock or python/pyproject.toml
+# changes, else a no-op.
+venv:
+	scripts/deps.sh venv
 
 build: deps
 	$(GO) build -ldflags "-X github.com/hdet-dev/hdet/internal/cli.Version=$(VERSION)" -o $(BIN)/hdet ./cmd/hdet
@@ -40,8 +51,9 @@ run: build data
 	$(MPIRUN) $(BIN)/hdet run --run-dir runs/mnist-$$(date +%Y%m%d-%H%M%S)
 
 test: deps data
-	scripts/deps.sh slurm torch chromium
+	scripts/deps.sh slurm venv chromium
 	$(MAKE) lint
+	$(MAKE) test-python
 	$(MAKE) test-go
 	$(MAKE) test-multihost
 
@@ -53,12 +65,12 @@ MULTI   := TestMultiHost|TestLarge
 
 # Every package under the race detector, cgo ones included; package signals
 # again with the test pauses that tests/ builds hdet with (-tags testhooks).
-test-go:
+test-go: venv
 	$(GO) test -race -count=1 -timeout 40m -skip '$(FAULTS)|$(MULTI)' ./...
 	$(GO) test -race -count=1 -tags testhooks ./internal/signals
 	$(MAKE) test-faults
 
-test-faults:
+test-faults: venv
 	cd tests && $(GO) test -count=1 -timeout 35m -run '$(FAULTS)'
 
 # hdet across 3 fake hosts (network namespaces, one slurmd each): mpirun
@@ -91,8 +103,7 @@ bench-allreduce: allreduce-bins
 	scripts/bench-allreduce.sh $(BIN)
 
 # hdet under mpirun against plain DDP + OneCycleLR on the PyTorch example.
-bench-pytorch: build data
-	scripts/deps.sh torch
+bench-pytorch: build data venv
 	$(GO) test -v -run XXX -bench BenchmarkPyTorchOverhead -benchtime 6x -timeout 60m ./tests
 
 # One training step of the built-in MLP against its GEMMs alone, AdamW and
@@ -108,6 +119,13 @@ proto:
 # The GPU end-to-end test and device allreduce figures, on a GPU node.
 gpu-check: deps
 	scripts/gpu-check.sh
+
+# The Python client (python/hdet, python/tests) in the venv: ruff, mypy,
+# pytest; configured in python/pyproject.toml.
+test-python: venv
+	$(PYTHON) -m ruff check python
+	$(PYTHON) -m mypy --config-file python/pyproject.toml python/hdet
+	$(PYTHON) -m pytest -q python/tests
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -128,8 +146,7 @@ clean:
 # reused while their key holds (see docs/benchmarks.md). bench-quick is the
 # short variant: one sweep seed and one held-out seed, 7 sweep points, a tiny
 # ConvNet.
-bench bench-quick: build data allreduce-bins
-	scripts/deps.sh torch
+bench bench-quick: build data allreduce-bins venv
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) $(if $(filter bench-quick,$@),-quick)
 
 # What `make run` buys (issue 29): the embedded default against plain
@@ -146,6 +163,5 @@ bench-run: build data
 # (summary-gpt, study1-gpt, study8); no MNIST data needed. bench-gpt-quick:
 # 150-step 1-layer GPT, 1 sweep seed, 1 held-out seed, 7 points, 2 pairs. BENCH_FLAGS
 # adds flags (e.g. BENCH_FLAGS="-seeds 1 -heldout 4,5").
-bench-gpt bench-gpt-quick: build
-	scripts/deps.sh torch
+bench-gpt bench-gpt-quick: build venv
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) -studies 1,8 -setups gpt,gpt-probe $(if $(filter bench-gpt-quick,$@),-quick) $(BENCH_FLAGS)

@@ -6,11 +6,15 @@
 #   mpi       Open MPI with headers (mpicc, mpirun, pkg-config ompi)
 #   blas      OpenBLAS (cblas_sgemm for the built-in MNIST workload)
 #   slurm     slurmctld, slurmd, slurm-client, munge (the test cluster)
-#   torch     Debian's PyTorch under /usr/bin/python3 (the PyTorch bridge)
+#   venv      the project's Python environment .venv/ (PyTorch and the client's
+#             tools from python/requirements.lock, python/hdet editable), made
+#             with uv from python3 (CPython 3.11); remade when the lock or
+#             python/pyproject.toml changes
 #   chromium  headless Chromium (the report page test)
 #   protoc    protoc (make proto)
 #   netns     ip, nsenter, unshare, flock (the multi-host test bed, scripts/testbed.sh)
 set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 updated=
 apt_install() {
@@ -43,6 +47,80 @@ MSG
 	exit 1
 }
 
+# find_uv: the path of uv, on PATH or where pip --user put it.
+find_uv() {
+	local user_bin
+	if command -v uv 2>/dev/null; then
+		return 0
+	fi
+	user_bin=$(python3 -m site --user-base 2>/dev/null)/bin
+	if [ -x "$user_bin/uv" ]; then
+		echo "$user_bin/uv"
+		return 0
+	fi
+	return 1
+}
+
+# venv: makes .venv at the repository root when it is missing, broken or
+# stale: .venv/hdet-stamp holds the sha256 of python/requirements.lock and
+# python/pyproject.toml it was made from. uv makes it from python3 on PATH,
+# installs the lock with its hashes (uv's cache, ~/.cache/uv, makes a remake
+# quick) and the client python/ editable, so python/hdet edits are live.
+venv() {
+	local dir=$ROOT/.venv stamp=$ROOT/.venv/hdet-stamp want uv py start
+	want=$(cd "$ROOT" && sha256sum python/requirements.lock python/pyproject.toml)
+	fresh() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c '' >/dev/null 2>&1; }
+	if fresh; then
+		return 0
+	fi
+	# One maker at a time (parallel makes): the second finds it made.
+	if command -v flock >/dev/null 2>&1; then
+		exec 9<"$ROOT/python/requirements.lock"
+		flock 9
+		if fresh; then
+			return 0
+		fi
+	fi
+	start=$(date +%s.%N)
+	need "Python 3" "command -v python3" "python3" \
+		"CPython 3.11 as python3 on PATH (Debian 12's python3, pyenv, or 'module load python/3.11')"
+	if ! python3 -c 'import sys; sys.exit(not (sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)))' 2>/dev/null; then
+		cat >&2 <<MSG
+deps: .venv needs CPython 3.11 as python3 on PATH (python/requirements.lock is compiled for it); python3 here is $(python3 -V 2>&1) ($(command -v python3)).
+      Put a CPython 3.11 first on PATH: Debian 12's python3, pyenv ('pyenv install 3.11'), 'uv python install 3.11', or 'module load python/3.11'.
+MSG
+		exit 1
+	fi
+	py=$(python3 -c 'import sys; print(sys.executable)')
+	if ! uv=$(find_uv); then
+		need "pip" "python3 -m pip --version" "python3-pip" \
+			"apt-get install python3-pip, or install uv yourself (https://docs.astral.sh/uv/getting-started/installation/)"
+		echo "deps: python3 -m pip install --user uv" >&2
+		# The user's site, even where the distribution manages python3's (PEP 668):
+		# uv is one program that imports nothing of the system's.
+		PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --user --quiet uv >&2 || true
+		if ! uv=$(find_uv); then
+			cat >&2 <<MSG
+deps: uv is missing and 'python3 -m pip install --user uv' did not install it.
+      Install it yourself: https://docs.astral.sh/uv/getting-started/installation/ (or 'pipx install uv'), then run this again.
+MSG
+			exit 1
+		fi
+	fi
+	rm -rf "$dir"
+	if ! "$uv" venv --quiet --python "$py" "$dir" ||
+		! "$uv" pip sync --quiet --python "$dir/bin/python" --require-hashes "$ROOT/python/requirements.lock" ||
+		! "$uv" pip install --quiet --python "$dir/bin/python" --no-deps -e "$ROOT/python"; then
+		cat >&2 <<MSG
+deps: could not make .venv (above: $uv failed). It downloads python/requirements.lock's wheels from PyPI
+      (about 4 GB, torch with its CUDA libraries) unless uv's cache (~/.cache/uv) holds them; behind a mirror set UV_INDEX_URL.
+MSG
+		exit 1
+	fi
+	echo "$want" >"$stamp"
+	echo "deps: made .venv ($("$dir/bin/python" -V), python/requirements.lock) in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s" >&2
+}
+
 for c in "$@"; do
 	case $c in
 	mpi)
@@ -55,8 +133,8 @@ for c in "$@"; do
 	slurm)
 		need "Slurm" "command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged" \
 			"slurmctld slurmd slurm-client munge" "apt-get install slurmctld slurmd slurm-client munge" ;;
-	torch)
-		need "PyTorch" "/usr/bin/python3 -c 'import torch'" "python3-torch" "apt-get install python3-torch" ;;
+	venv)
+		venv ;;
 	chromium)
 		need "Chromium" "command -v chromium" "chromium" "apt-get install chromium" ;;
 	netns)
@@ -65,7 +143,7 @@ for c in "$@"; do
 	protoc)
 		need "protoc" "command -v protoc" "protobuf-compiler" "apt-get install protobuf-compiler" ;;
 	*)
-		echo "deps.sh: unknown component '$c' (allowed: mpi blas slurm torch chromium protoc netns)" >&2
+		echo "deps.sh: unknown component '$c' (allowed: mpi blas slurm venv chromium protoc netns)" >&2
 		exit 2 ;;
 	esac
 done

@@ -51,7 +51,7 @@ type settings struct {
 }
 
 func defaults(quick bool) settings {
-	s := settings{NP: 4, Bin: "bin", Quick: quick, Python: "/usr/bin/python3", Epochs: 3, Seeds: []int{1, 2, 3},
+	s := settings{NP: 4, Bin: "bin", Quick: quick, Python: ".venv/bin/python", Epochs: 3, Seeds: []int{1, 2, 3},
 		HeldOut: []int{4, 5, 6, 7, 8}, SweepN: 12, FullSweeps: 1, FormSeeds: 3,
 		OverheadSteps: 2000, OverheadReps: 4, Windows: []int{10, 50, 100},
 		AllreduceRounds: 5, AllreduceReps: 15, ControllerBenchtime: "2s", ControllerCount: 5, GPTPairs: 6}
@@ -93,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	seeds := fs.String("seeds", "", "study 1's sweep seeds, comma-separated (default 1,2,3; the quick variant 1)")
 	heldOut := fs.String("heldout", "", "study 1's held-out seeds, comma-separated (default 4,5,6,7,8; the quick variant 2)")
 	setupList := fs.String("setups", "", "study 1's setups, comma-separated, of "+strings.Join(setupNames, ",")+" (default: all but the GPT's; gpt and gpt-probe write their own doc blocks, summary-gpt and study1-gpt, and run apart from the others)")
-	python := fs.String("python", "/usr/bin/python3", "the Python that runs the PyTorch setups")
+	python := fs.String("python", ".venv/bin/python", "the Python that runs the PyTorch setups (the project venv, made by `make venv`)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}

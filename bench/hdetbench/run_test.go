@@ -215,19 +215,19 @@ func TestTorchScriptLaunches(t *testing.T) {
 
 	p := s.w.plain(4, 0.01)
 	assert.Equal(t, 4, p.Procs)
-	assert.Equal(t, "/usr/bin/python3 examples/pytorch/convnet_ddp.py --epochs 3 --max-lr 0.01 --seed 4", strings.Join(p.Cmd("runs/x"), " "))
+	assert.Equal(t, ".venv/bin/python examples/pytorch/convnet_ddp.py --epochs 3 --max-lr 0.01 --seed 4", strings.Join(p.Cmd("runs/x"), " "))
 	assert.Equal(t, []string{"examples/pytorch/convnet_ddp.py"}, p.Files)
 	assert.NotContains(t, p.Fingerprint, "program", "plain runs outlive a rebuilt hdet")
 
 	d := s.w.hdet(forms[0], 5, 0.0022)
 	assert.Zero(t, d.Procs)
-	assert.Equal(t, "mpirun -np 4 --oversubscribe --bind-to none bin/hdet run --run-dir runs/x --progress none --worker -- /usr/bin/python3 examples/pytorch/convnet_ddp_hdet.py --epochs 3 --max-lr 0.0022 --seed 5",
+	assert.Equal(t, "mpirun -np 4 --oversubscribe --bind-to none bin/hdet run --run-dir runs/x --progress none --worker -- .venv/bin/python examples/pytorch/convnet_ddp_hdet.py --epochs 3 --max-lr 0.0022 --seed 5",
 		strings.Join(d.Cmd("runs/x"), " "))
 	assert.NotContains(t, strings.Join(d.Key, " "), "runs/x")
 	assert.Contains(t, d.Fingerprint, "hdet abc")
 
 	c := s.w.hdet(forms[1], 5, 0.0022)
-	assert.Equal(t, "mpirun -np 4 --oversubscribe --bind-to none bin/hdet run bench/configs/worker-lr.yaml --run-dir runs/y --progress none --set explorers.lr.config.auto.commit=continue --worker -- /usr/bin/python3 examples/pytorch/convnet_ddp_hdet.py --epochs 3 --max-lr 0.0022 --seed 5",
+	assert.Equal(t, "mpirun -np 4 --oversubscribe --bind-to none bin/hdet run bench/configs/worker-lr.yaml --run-dir runs/y --progress none --set explorers.lr.config.auto.commit=continue --worker -- .venv/bin/python examples/pytorch/convnet_ddp_hdet.py --epochs 3 --max-lr 0.0022 --seed 5",
 		strings.Join(c.Cmd("runs/y"), " "))
 	assert.Contains(t, c.Files, workerConfig)
 	assert.Equal(t, "s1/convnet/seed5/continue-0.0022", runName(s, 5, "continue", 0.0022))
@@ -255,9 +255,9 @@ func TestGPTSetups(t *testing.T) {
 	assert.Equal(t, strings.Join(gpt.w.plain(4, 0.003).Cmd("a"), " "), strings.Join(probe.w.plain(4, 0.003).Cmd("b"), " "), "the same plain commands")
 	assert.Equal(t, "s1/gpt/seed4/plain-0.003", runName(probe, 4, "plain", 0.003), "gpt-probe's plain runs are gpt's")
 	assert.Equal(t, "s1/gpt-probe/seed4/default-0.003", runName(probe, 4, "default", 0.003))
-	assert.Equal(t, "/usr/bin/python3 examples/pytorch/gpt.py --steps 300 --layers 2 --width 64 --threads 1 --max-lr 0.003 --seed 4",
+	assert.Equal(t, ".venv/bin/python examples/pytorch/gpt.py --steps 300 --layers 2 --width 64 --threads 1 --max-lr 0.003 --seed 4",
 		strings.Join(gpt.w.plain(4, 0.003).Cmd(""), " "))
-	assert.Contains(t, strings.Join(probe.w.hdet(forms[0], 4, 0.003).Cmd("d"), " "), "--worker -- /usr/bin/python3 examples/pytorch/gpt_hdet_probe.py --steps 300")
+	assert.Contains(t, strings.Join(probe.w.hdet(forms[0], 4, 0.003).Cmd("d"), " "), "--worker -- .venv/bin/python examples/pytorch/gpt_hdet_probe.py --steps 300")
 	g, err := setupGroup([]string{"gpt-probe"})
 	require.NoError(t, err)
 	assert.Equal(t, "gpt", g)

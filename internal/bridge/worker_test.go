@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -290,15 +289,6 @@ func TestWorkerGradientsMode(t *testing.T) {
 	for r, w := range ws {
 		require.NoError(t, w.Close(), "rank %d: %s", r, w.out)
 	}
-}
-
-// TestPythonUnitTests runs the hdet package's own tests (OneCycleLR parity
-// with torch, state_dict round trip).
-func TestPythonUnitTests(t *testing.T) {
-	testenv.NeedTorch(t)
-	out, err := exec.Command(testenv.Python, "-m", "unittest", "discover", "-s", "../../python/tests").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	assert.Contains(t, string(out), "OK")
 }
 
 // BenchmarkWindow measures the cost per training step of the tiny test

@@ -1,7 +1,8 @@
 // Package testenv holds what hdet's tests share across packages: the one
-// rule for what a test needs from the machine (a tool, data, root, Debian's
-// PyTorch: skip on a developer box, fail under CI, where `make test`
-// provides it) and a goroutine-safe output buffer.
+// rule for what a test needs from the machine (a tool, data, root, the
+// project venv's PyTorch: skip on a developer box, fail under CI, where
+// `make test` provides it), the interpreter of the PyTorch tests and a
+// goroutine-safe output buffer.
 package testenv
 
 import (
@@ -16,13 +17,43 @@ import (
 	"testing"
 )
 
-// Python is Debian's interpreter, the one python3-torch installs into.
-const Python = "/usr/bin/python3"
+// Python is the interpreter that runs the tests' PyTorch scripts: the
+// project venv's, <repository root>/.venv/bin/python (`make venv` makes it
+// from python/requirements.lock), or $HDET_PYTHON when set (the Makefile
+// sets it to that venv's). Fixed when the package loads.
+var Python = python()
+
+func python() string {
+	if p := os.Getenv("HDET_PYTHON"); p != "" {
+		return p
+	}
+	return filepath.Join(moduleRoot(), ".venv", "bin", "python")
+}
+
+// moduleRoot is the directory holding go.mod, found by walking up from the
+// working directory (a test runs in its package's folder); RepoRoot when
+// the working directory is outside the repository.
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return RepoRoot()
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return RepoRoot()
+		}
+		dir = parent
+	}
+}
 
 // How `make test` provides what a test needs, for Need's messages.
 const (
 	GetTool  = "`make test` installs it"
-	GetTorch = "apt-get install -y python3-torch; `make test` installs it"
+	GetTorch = "`make venv` creates .venv; `make test` runs it"
 	GetData  = "run `make data`; `make test` runs it first"
 	GetRoot  = "CI runs as root"
 )
@@ -58,7 +89,7 @@ func NeedTool(t testing.TB, name string) string {
 
 var torchCheck = sync.OnceValue(func() error { return exec.Command(Python, "-c", "import torch").Run() })
 
-// NeedTorch needs Debian's PyTorch under Python (Need's rule).
+// NeedTorch needs PyTorch under Python, the project venv's (Need's rule).
 func NeedTorch(t testing.TB) {
 	t.Helper()
 	if err := torchCheck(); err != nil {

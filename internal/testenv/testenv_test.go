@@ -73,3 +73,16 @@ func TestRepoRootHoldsGoMod(t *testing.T) {
 		t.Errorf("RepoRoot %s: %s%s", RepoRoot(), r.skip, r.fatal)
 	}
 }
+
+// Python is $HDET_PYTHON when set, else the venv at the repository root
+// (found from the working directory, this package's folder).
+func TestPythonIsTheVenvs(t *testing.T) {
+	t.Setenv("HDET_PYTHON", "")
+	if got, want := python(), filepath.Join(RepoRoot(), ".venv", "bin", "python"); got != want {
+		t.Errorf("python() = %q, want %q", got, want)
+	}
+	t.Setenv("HDET_PYTHON", "/opt/py/bin/python")
+	if got := python(); got != "/opt/py/bin/python" {
+		t.Errorf("with HDET_PYTHON: python() = %q", got)
+	}
+}

@@ -135,9 +135,9 @@ func offsetNarrowing(until float64) Narrowing {
 	return Narrowing{From: until, To: min(1, until+0.1), AlphaEnd: 0}
 }
 
-// searchWithoutWarmup is auto.until's default for a schedule without a
+// SearchWithoutWarmup is auto.until's default for a schedule without a
 // warm-up in a run that commits.
-const searchWithoutWarmup = 0.25
+const SearchWithoutWarmup = 0.25
 
 // defaultUntil is the offset form's default auto.until: through the
 // schedule's warm-up and the first window boundary after it (docs/design.md
@@ -149,7 +149,7 @@ func defaultUntil(sched Schedule, s Setup, commit CommitMode) float64 {
 	end := warmupEnd(sched)
 	switch {
 	case end <= 0 && commit == CommitRestart:
-		return searchWithoutWarmup
+		return SearchWithoutWarmup
 	case end <= 0:
 		return 1
 	}

@@ -1,10 +1,11 @@
-// Package python embeds the hdet Python package (python/hdet) so that the
-// hdet binary can hand it to a worker script that has not installed it.
+// Package python embeds the hdet Python package (python/hdet) and its
+// start-up hook (python/boot) so that the hdet binary can hand them to a
+// worker script that has not installed them.
 package python
 
 import "embed"
 
-// Package holds hdet/*.py.
+// Package holds hdet/*.py and boot/sitecustomize.py.
 //
-//go:embed hdet/*.py
+//go:embed hdet/*.py boot/sitecustomize.py
 var Package embed.FS

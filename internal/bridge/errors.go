@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Sentinel errors; every error from a Worker wraps one of them (test with
@@ -21,7 +22,7 @@ var (
 	// ErrConflict: the script and the configuration (or two ranks'
 	// scripts) disagree; a usage error (exit 2).
 	ErrConflict = errors.New("script and configuration disagree")
-	// ErrSetting: an hdet_* argument or explore setting the script sent is
+	// ErrSetting: an hdet.attach argument or explore setting the script sent is
 	// one hdet cannot use; a usage error (exit 2).
 	ErrSetting = errors.New("invalid hdet setting in the script")
 )
@@ -32,7 +33,7 @@ type WorkerError struct {
 	PID    int
 	Op     string // "starting", "training window 3 (steps 40-59)", ...
 	Err    error
-	Stderr string // the last lines the worker wrote to stderr, if any
+	Stderr string // what of the worker's stderr explains the failure (relevant), if any
 }
 
 func (e *WorkerError) Error() string {
@@ -43,7 +44,7 @@ func (e *WorkerError) Error() string {
 	}
 	fmt.Fprintf(&b, " %s: %v", e.Op, e.Err)
 	if s := strings.TrimSpace(e.Stderr); s != "" {
-		fmt.Fprintf(&b, "\n--- last lines of rank %d's worker stderr ---\n%s", e.Rank, s)
+		fmt.Fprintf(&b, "\n--- rank %d's worker stderr: its error ---\n%s", e.Rank, s)
 	}
 	return b.String()
 }
@@ -80,4 +81,39 @@ func (t *tail) String() string {
 		}
 	}
 	return s
+}
+
+// errorf builds a WorkerError without marking the worker failed.
+func (w *Worker) errorf(op, format string, a ...any) error {
+	return w.wrap(op, fmt.Errorf(format, a...))
+}
+
+func (w *Worker) wrap(op string, err error) error {
+	e := &WorkerError{Rank: w.opts.Rank, Op: op, Err: err}
+	if w.cmd != nil && w.cmd.Process != nil {
+		e.PID = w.cmd.Process.Pid
+	}
+	if errors.Is(err, ErrWorker) {
+		// The script reports its error, then Python prints the traceback
+		// and exits: wait for the exit (stderr is copied whole by then) so
+		// the message can quote the traceback.
+		select {
+		case <-w.exited:
+		case <-time.After(exitGrace):
+		}
+	}
+	if errors.Is(err, ErrExited) || errors.Is(err, ErrWorker) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrTimeout) {
+		e.Stderr = relevant(w.stderr.String())
+	}
+	return e
+}
+
+// fail marks the worker broken (every later call returns the same error)
+// and kills it: after a timeout, a bad message or a cancelled window its
+// state is unknown.
+func (w *Worker) fail(op string, err error) error {
+	w.failed = w.wrap(op, err)
+	w.idle = false
+	w.kill()
+	return w.failed
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/hdet-dev/hdet/python"
@@ -68,7 +69,7 @@ func (l *lineWriter) flush() {
 func packageDir() (string, error) {
 	sum := sha256.New()
 	var files []string
-	err := fs.WalkDir(python.Package, "hdet", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(python.Package, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -100,12 +101,14 @@ func packageDir() (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.Mkdir(filepath.Join(tmp, "hdet"), 0o755); err != nil {
-		return "", err
-	}
 	for _, p := range files {
 		b, _ := python.Package.ReadFile(p)
-		if err := os.WriteFile(filepath.Join(tmp, p), b, 0o644); err != nil {
+		// boot/ holds what goes at the top of the path (sitecustomize.py).
+		dst := filepath.Join(tmp, strings.TrimPrefix(p, "boot/"))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
 			return "", err
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // ProtocolVersion is the version of the worker protocol this package speaks.
 // The worker announces its version in HELLO; any other version is refused
 // (ErrVersion) rather than guessed at.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // Frame layout, both directions (little endian):
 //
@@ -68,21 +68,6 @@ type ParamGroup struct {
 	WeightDecay float64 `json:"weight_decay"`
 }
 
-// Schedule is the OneCycleLR configuration the worker's script passed to its
-// scheduler, so that hdet's base schedule can be the script's own.
-type Schedule struct {
-	MaxLR          []float64 `json:"max_lr"`
-	TotalSteps     int       `json:"total_steps"`
-	PctStart       float64   `json:"pct_start"`
-	AnnealStrategy string    `json:"anneal_strategy"`
-	CycleMomentum  bool      `json:"cycle_momentum"`
-	BaseMomentum   []float64 `json:"base_momentum"`
-	MaxMomentum    []float64 `json:"max_momentum"`
-	DivFactor      float64   `json:"div_factor"`
-	FinalDivFactor float64   `json:"final_div_factor"`
-	ThreePhase     bool      `json:"three_phase"`
-}
-
 // Hello is what a worker announces when it connects.
 type Hello struct {
 	Protocol        int          `json:"protocol"`
@@ -92,18 +77,21 @@ type Hello struct {
 	ParamCount      int          `json:"param_count"`
 	// StateCount is the optimizer-state floats that follow the parameters
 	// in the buffer (`local` mode; 0 in `gradients` mode).
-	StateCount int       `json:"state_count"`
-	Dtype      string    `json:"dtype"`   // of the sync buffer: always "float32"
-	Device     string    `json:"device"`  // where the parameters live: "cpu", "cuda:0", ...
-	Buffers    []string  `json:"buffers"` // buffer kinds the worker supports
-	Schedule   *Schedule `json:"schedule,omitempty"`
-	// Window is the script's hdet_window (T), 0 when it left it to hdet.
+	StateCount int      `json:"state_count"`
+	Dtype      string   `json:"dtype"`   // of the sync buffer: always "float32"
+	Device     string   `json:"device"`  // where the parameters live: "cpu", "cuda:0", ...
+	Buffers    []string `json:"buffers"` // buffer kinds the worker supports
+	// TotalSteps is the optimizer steps the script takes (hdet.attach's
+	// total_steps): the run's length.
+	TotalSteps int    `json:"total_steps"`
+	Optimizer  string `json:"optimizer"` // the attached optimizer's class, for messages
+	// Window is the script's window T (attach's window), 0 when it left it to hdet.
 	Window int `json:"hdet_window,omitempty"`
 	// Explore lists what the script asks to explore: each entry has a "name"
 	// and optional settings (plugin, alpha, spread, base, lower, upper;
 	// settings.go turns them into the explorer's config block).
 	Explore []map[string]any `json:"explore,omitempty"`
-	// Options holds the script's hdet_alpha, hdet_spread and hdet_auto
+	// Options holds the script's alpha, spread and auto
 	// (keys alpha, spread, auto); any other key is refused.
 	Options map[string]any `json:"options,omitempty"`
 	// Evaluate is true when the script registered an evaluation function.
@@ -134,6 +122,8 @@ type message struct {
 	Start  int                  `json:"start,omitempty"`
 	Steps  int                  `json:"steps,omitempty"`
 	Values map[string][]float64 `json:"values,omitempty"`
+	// plan: the pass (plan.PassSearch or PassMain), for the script's logs.
+	Pass int `json:"pass,omitempty"`
 	// plan: average the iterates of the last ProbeTail steps and send the
 	// probe loss after the step losses in DONE.
 	ProbeTail int `json:"probe_tail,omitempty"`
@@ -144,8 +134,11 @@ type message struct {
 	Load          bool `json:"load,omitempty"`
 	LoadOptimizer bool `json:"load_optimizer,omitempty"`
 
-	// done
+	// done: the values applied at each step (a learning rate's is the
+	// multiplier of the script's own rate), and the script's own rate of the
+	// first param group at each step.
 	Applied map[string][]float64 `json:"applied,omitempty"`
+	BaseLR  []float64            `json:"base_lr,omitempty"`
 
 	// result
 	Supported bool `json:"supported,omitempty"`

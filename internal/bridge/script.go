@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/config"
 )
 
@@ -16,20 +17,17 @@ import (
 // of truth; a configuration may add to it, or override it where it says
 // `override: true`; any other disagreement is an ErrConflict.
 
-// RunSteps is the run's length: the script's OneCycleLR total_steps. A
-// configured train.steps (0: not set) must agree.
+// RunSteps is the run's length: the total_steps the script gave
+// hdet.attach. A configured train.steps (0: not set) must agree.
 func RunSteps(configured int, h Hello) (int, error) {
-	if h.Schedule == nil || h.Schedule.TotalSteps <= 0 {
-		if configured > 0 {
-			return configured, nil
-		}
-		return 0, fmt.Errorf("%w: the script's scheduler does not say how long the run is; set train.steps", ErrConflict)
+	if h.TotalSteps <= 0 {
+		return 0, fmt.Errorf("%w: the script's hdet.attach gave total_steps %d; it must be the positive number of optimizer steps the script takes", ErrSetting, h.TotalSteps)
 	}
-	if configured > 0 && configured != h.Schedule.TotalSteps {
-		return 0, fmt.Errorf("%w: train.steps is %d, but the script's OneCycleLR has total_steps %d; remove train.steps (hdet follows the script) or make them equal",
-			ErrConflict, configured, h.Schedule.TotalSteps)
+	if configured > 0 && configured != h.TotalSteps {
+		return 0, fmt.Errorf("%w: train.steps is %d, but the script's hdet.attach has total_steps %d; remove train.steps (hdet follows the script) or make them equal",
+			ErrConflict, configured, h.TotalSteps)
 	}
-	return h.Schedule.TotalSteps, nil
+	return h.TotalSteps, nil
 }
 
 // Broadcaster is the part of an MPI communicator Agree needs.
@@ -40,12 +38,12 @@ type Broadcaster interface {
 
 // agreement is what every rank's script must have built the same way.
 type agreement struct {
-	Schedule   *Schedule        `json:"schedule"`
+	TotalSteps int              `json:"total_steps"`
 	SyncMode   string           `json:"sync_mode"`
 	ParamCount int              `json:"param_count"`
 	Explore    []map[string]any `json:"explore"`
 	Probe      bool             `json:"probe"`
-	Window     int              `json:"hdet_window"`
+	Window     int              `json:"window"`
 	Options    map[string]any   `json:"options"`
 }
 
@@ -65,13 +63,13 @@ func Agree(c Broadcaster, w *Worker) error {
 	if err := json.Unmarshal(root, &r); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: rank %d's script differs from rank 0's: %s; every rank must construct the same model and OneCycleLR",
+	return fmt.Errorf("%w: rank %d's script differs from rank 0's: %s; every rank must build the same model and call hdet.attach with the same arguments",
 		ErrConflict, c.Rank(), describeDiff(r, agreementOf(w)))
 }
 
 func agreementOf(w *Worker) agreement {
 	h := w.Hello()
-	return agreement{h.Schedule, w.mode, h.ParamCount, h.Explore, h.Probe, h.Window, h.Options}
+	return agreement{h.TotalSteps, w.mode, h.ParamCount, h.Explore, h.Probe, h.Window, h.Options}
 }
 
 func describeDiff(root, mine agreement) string {
@@ -83,24 +81,28 @@ func describeDiff(root, mine agreement) string {
 			diffs = append(diffs, fmt.Sprintf("%s %s (rank 0: %s)", what, jb, ja))
 		}
 	}
-	add("OneCycleLR", mine.Schedule, root.Schedule)
+	add("total_steps", mine.TotalSteps, root.TotalSteps)
 	add("sync mode", mine.SyncMode, root.SyncMode)
 	add("parameters", mine.ParamCount, root.ParamCount)
 	add("explore", mine.Explore, root.Explore)
 	add("probe", mine.Probe, root.Probe)
-	add("hdet_window", mine.Window, root.Window)
-	add("hdet_alpha, hdet_spread, hdet_auto", mine.Options, root.Options)
+	add("window", mine.Window, root.Window)
+	add("alpha, spread, auto", mine.Options, root.Options)
 	return strings.Join(diffs, "; ")
 }
 
-// builtinPlugins names the built-in explorer for what a script may explore
-// without a configuration.
-var builtinPlugins = map[string]string{
-	"lr": "hdet-explorer-lr", "dropout": "hdet-explorer-dropout", "weight_decay": "hdet-explorer-weight-decay",
+// builtinPlugin names the built-in explorer for what a script may explore
+// without a configuration ("lr/KEY" and "weight_decay/KEY" are one param
+// group's); "" when there is none.
+func builtinPlugin(name string) string {
+	base, _, _ := strings.Cut(name, "/")
+	return map[string]string{
+		"lr": "hdet-explorer-lr", "dropout": "hdet-explorer-dropout", "weight_decay": "hdet-explorer-weight-decay",
+	}[base]
 }
 
-// Explorers merges the explorers the script implies (lr around its own
-// OneCycleLR; anything else it asks to explore, with its settings) with the
+// Explorers merges the explorers the script implies (a multiplier of its
+// own learning rate; anything else it asks to explore, with its settings) with the
 // configured ones. A configured explorer of the same name adds its settings
 // (spread, bounds, auto); where it sets a schedule value the script also
 // sets, they must be equal, unless the entry says `override: true`, which
@@ -150,10 +152,10 @@ func scriptExplorers(h Hello) ([]config.Explorer, error) {
 		if err != nil {
 			return nil, err
 		}
-		if name == "lr" && h.Schedule != nil {
-			block["schedule"] = scheduleBlock(h.Schedule)
+		if hparam.IsLR(name) {
+			multiplierBlock(block)
 		}
-		plugin := builtinPlugins[name]
+		plugin := builtinPlugin(name)
 		if p, ok := e["plugin"].(string); ok {
 			plugin = p
 		}
@@ -163,31 +165,32 @@ func scriptExplorers(h Hello) ([]config.Explorer, error) {
 		out = append(out, config.Explorer{Name: name, Plugin: plugin, Timeout: config.Duration(config.DefaultExplorerTimeout), Config: block})
 	}
 	if o.auto != nil && !slices.ContainsFunc(out, func(e config.Explorer) bool { return e.Name == "lr" }) {
-		return nil, fmt.Errorf("%w: hdet_auto sets the lr explorer's auto block, but the script does not explore lr; add \"lr\" to explore or remove hdet_auto", ErrSetting)
+		return nil, fmt.Errorf("%w: auto sets the lr explorer's auto block, but the script does not explore lr; add \"lr\" to explore or remove auto", ErrSetting)
 	}
 	return out, nil
 }
 
-// scheduleBlock is the lr explorer's schedule for the script's OneCycleLR.
-// Every group's rate follows the first group's (the script keeps each
-// group's max_lr ratio), so the first group's values describe it.
-func scheduleBlock(s *Schedule) map[string]any {
-	b := map[string]any{
-		"kind": "onecycle", "max_lr": first(s.MaxLR), "total_steps": s.TotalSteps, "pct_start": s.PctStart,
-		"anneal_strategy": s.AnnealStrategy, "div_factor": s.DivFactor, "final_div_factor": s.FinalDivFactor,
-		"three_phase": s.ThreePhase, "cycle_momentum": s.CycleMomentum,
-	}
-	if s.CycleMomentum {
-		b["base_momentum"], b["max_momentum"] = first(s.BaseMomentum), first(s.MaxMomentum)
-	}
-	return b
-}
+// The lr explorer of a script explores a multiplier of the script's own
+// rate, whatever its schedule: the base is 1, and the bounds are those of a
+// multiplier unless the script's explore entry gives its own.
+const (
+	multiplierLower = 1e-4
+	multiplierUpper = 1e4
+)
 
-func first(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
+func multiplierBlock(b map[string]any) {
+	b["schedule"] = 1.0
+	bounds, _ := b["bounds"].(map[string]any)
+	if bounds == nil {
+		bounds = map[string]any{}
 	}
-	return v[0]
+	if _, ok := bounds["lower"]; !ok {
+		bounds["lower"] = multiplierLower
+	}
+	if _, ok := bounds["upper"]; !ok {
+		bounds["upper"] = multiplierUpper
+	}
+	b["bounds"] = bounds
 }
 
 // merge lays configured entry i over the script's explorer s, block by
@@ -215,14 +218,14 @@ func merge(i int, c, s config.Explorer) (config.Explorer, string, error) {
 	case all == "":
 		return out, "", nil
 	case c.Override:
-		return out, fmt.Sprintf("explorers[%d] (%s) overrides the script's OneCycleLR (override: true): %s", i, c.Name, all), nil
+		return out, fmt.Sprintf("explorers[%d] (%s) overrides the script's hdet.attach settings (override: true): %s", i, c.Name, all), nil
 	}
 	var what []string
 	if len(sched) > 0 {
-		what = append(what, fmt.Sprintf("schedule disagrees with the script's OneCycleLR (%s)", strings.Join(sched, "; ")))
+		what = append(what, fmt.Sprintf("schedule disagrees with the script's (%s)", strings.Join(sched, "; ")))
 	}
 	if len(other) > 0 {
-		what = append(what, fmt.Sprintf("settings disagree with the script's hdet.OneCycleLR arguments (%s)", strings.Join(other, "; ")))
+		what = append(what, fmt.Sprintf("settings disagree with the script's hdet.attach arguments (%s)", strings.Join(other, "; ")))
 	}
 	return config.Explorer{}, "", fmt.Errorf("%w: explorers[%d] (%s) %s; remove it from the config (hdet follows the script), or add `override: true` to the entry to use the config's",
 		ErrConflict, i, c.Name, strings.Join(what, ", and its "))

@@ -15,16 +15,28 @@ import (
 	"github.com/hdet-dev/hdet/internal/config"
 )
 
-// What the script's hdet_* arguments and explore settings become in the
-// run's configuration. hdet.OneCycleLR checks them at construction; they
+// What the script's hdet.attach arguments (hdet.OneCycleLR's hdet_*) and
+// explore settings become in the run's configuration. The client checks
+// them when the script calls attach; they
 // are checked again here because the HELLO is a protocol boundary: a
 // setting hdet does not read must be an error, never ignored.
 
-// DefaultWindow is a worker run's window when neither the script's
-// hdet_window nor train.window sets it.
-const DefaultWindow = 50
+// MaxDefaultWindow is a worker run's longest window when neither the
+// script's window nor train.window sets it.
+const MaxDefaultWindow = 50
 
-// RunWindow is the run's window T: the script's hdet_window, else the
+// searchWindows is how many windows hdet's choice of window gives the
+// search pass (auto.until's default for a schedule hdet does not know,
+// hparam.SearchWithoutWarmup of the run), so that a short run's search has
+// as many updates as a long one's: 300 steps get windows of 9 steps.
+const searchWindows = 8
+
+// DefaultWindow is hdet's choice of window for a run of steps steps.
+func DefaultWindow(steps int) int {
+	return max(1, min(MaxDefaultWindow, int(hparam.SearchWithoutWarmup*float64(steps))/searchWindows))
+}
+
+// RunWindow is the run's window T: the script's window, else the
 // configured train.window (0: not set), else DefaultWindow. When both are
 // set they must agree, as train.steps and total_steps must.
 func RunWindow(configured, steps int, h Hello) (int, error) {
@@ -32,41 +44,42 @@ func RunWindow(configured, steps int, h Hello) (int, error) {
 	case h.Window == 0 && configured > 0:
 		return configured, nil
 	case h.Window == 0:
-		return DefaultWindow, nil
+		return DefaultWindow(steps), nil
 	case h.Window < 0 || h.Window > config.MaxWindow || h.Window > steps:
-		return 0, fmt.Errorf("%w: hdet_window is %d, want an integer in [1, %d] (at most the run's %d steps)",
+		return 0, fmt.Errorf("%w: the script's window is %d, want an integer in [1, %d] (at most the run's %d steps)",
 			ErrSetting, h.Window, min(config.MaxWindow, steps), steps)
 	case configured > 0 && configured != h.Window:
-		return 0, fmt.Errorf("%w: train.window is %d, but the script's hdet.OneCycleLR has hdet_window %d; remove train.window (hdet follows the script) or make them equal",
+		return 0, fmt.Errorf("%w: train.window is %d, but the script's hdet.attach has window %d; remove train.window (hdet follows the script) or make them equal",
 			ErrConflict, configured, h.Window)
 	}
 	return h.Window, nil
 }
 
-// options are the script's hdet_alpha, hdet_spread and hdet_auto.
+// options are the script's alpha, spread and auto (hdet_alpha, hdet_spread
+// and hdet_auto of hdet.OneCycleLR).
 type options struct {
 	alpha, spread any
 	auto          map[string]any
 }
 
 // optionArgs names each HELLO option by the argument that sets it.
-var optionArgs = map[string]string{"alpha": "hdet_alpha", "spread": "hdet_spread", "auto": "hdet_auto"}
+var optionArgs = map[string]string{"alpha": "alpha", "spread": "spread", "auto": "auto"}
 
 func parseOptions(h Hello) (options, error) {
 	var o options
 	for _, k := range slices.Sorted(maps.Keys(h.Options)) {
 		if _, ok := optionArgs[k]; !ok {
-			return o, fmt.Errorf("%w: the script sent the option %q; this hdet reads hdet_alpha, hdet_spread and hdet_auto (install the hdet Python package of the same release)", ErrSetting, k)
+			return o, fmt.Errorf("%w: the script sent the option %q; this hdet reads alpha, spread and auto (install the hdet Python package of the same release)", ErrSetting, k)
 		}
 	}
 	o.alpha, o.spread = h.Options["alpha"], h.Options["spread"]
-	if err := errors.Join(checkAlpha("hdet_alpha", o.alpha), checkSpread("hdet_spread", o.spread)); err != nil {
+	if err := errors.Join(checkAlpha("alpha", o.alpha), checkSpread("spread", o.spread)); err != nil {
 		return o, err
 	}
 	if a, ok := h.Options["auto"]; ok {
 		m, ok := a.(map[string]any)
 		if !ok {
-			return o, fmt.Errorf("%w: hdet_auto must be a dict of the lr explorer's auto settings, got %s", ErrSetting, jsonText(a))
+			return o, fmt.Errorf("%w: auto must be a dict of the lr explorer's auto settings, got %s", ErrSetting, jsonText(a))
 		}
 		if err := checkAuto(m); err != nil {
 			return o, err
@@ -80,8 +93,8 @@ func parseOptions(h Hello) (options, error) {
 var exploreKeys = []string{"plugin", "alpha", "spread", "base", "lower", "upper"}
 
 // settingsBlock is explore entry i's part of its explorer's config block:
-// spread (the entry's alpha and spread, else hdet_alpha and hdet_spread),
-// bounds, a constant schedule from base, and hdet_auto for lr.
+// spread (the entry's alpha and spread, else the script's alpha and
+// spread), bounds, a constant schedule from base, and auto for lr.
 func settingsBlock(i int, e map[string]any, o options) (map[string]any, error) {
 	name, _ := e["name"].(string)
 	arg := fmt.Sprintf("explore[%d] (%q)", i, name)
@@ -108,12 +121,12 @@ func settingsBlock(i int, e map[string]any, o options) (map[string]any, error) {
 		b["bounds"] = bounds
 	}
 	if base, ok := e["base"]; ok {
-		if name == "lr" {
-			return nil, fmt.Errorf("%w: %s[\"base\"]: lr's base is the OneCycleLR schedule (max_lr); remove base", ErrSetting, arg)
+		if hparam.IsLR(name) {
+			return nil, fmt.Errorf("%w: %s[\"base\"]: a learning rate's base is the script's own rate (hdet explores a multiplier of it); remove base", ErrSetting, arg)
 		}
 		b["schedule"] = base
 	}
-	if name == "lr" && o.auto != nil {
+	if hparam.IsLR(name) && o.auto != nil {
 		b["auto"] = o.auto
 	}
 	return b, nil
@@ -189,23 +202,23 @@ func checkAuto(m map[string]any) error {
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch {
 		case k == "decay":
-			return fmt.Errorf("%w: hdet_auto[\"decay\"] was removed in revision 2: the OneCycleLR's own anneal replaced it; delete the key", ErrSetting)
+			return fmt.Errorf("%w: auto[\"decay\"] was removed in revision 2: the script's own schedule replaced it; delete the key", ErrSetting)
 		case !slices.Contains(keys, k):
-			return fmt.Errorf("%w: hdet_auto has the unknown key %q; allowed: %s", ErrSetting, k, strings.Join(keys, ", "))
+			return fmt.Errorf("%w: auto has the unknown key %q; allowed: %s", ErrSetting, k, strings.Join(keys, ", "))
 		}
 	}
 	raw, err := json.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("%w: hdet_auto: %v", ErrSetting, err)
+		return fmt.Errorf("%w: auto: %v", ErrSetting, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var spec hparam.AutoSpec
 	var te *json.UnmarshalTypeError
 	if err := dec.Decode(&spec); errors.As(err, &te) {
-		return fmt.Errorf("%w: hdet_auto[%q] must be a JSON %s, got %s", ErrSetting, te.Field, jsonType(te.Type), jsonText(m[te.Field]))
+		return fmt.Errorf("%w: auto[%q] must be a JSON %s, got %s", ErrSetting, te.Field, jsonType(te.Type), jsonText(m[te.Field]))
 	} else if err != nil {
-		return fmt.Errorf("%w: hdet_auto: %v", ErrSetting, err)
+		return fmt.Errorf("%w: auto: %v", ErrSetting, err)
 	}
 	return nil
 }
@@ -242,5 +255,5 @@ func SettingsHint(h Hello) string {
 	if !set {
 		return ""
 	}
-	return " (the script's hdet.OneCycleLR arguments are part of it: hdet_alpha and hdet_spread set spread.alpha and spread.kind, hdet_auto the lr explorer's auto block, an explore entry's alpha, spread, lower, upper and base its spread, bounds and schedule)"
+	return " (the script's hdet.attach arguments are part of it: alpha and spread set spread.alpha and spread.kind, auto the lr explorer's auto block, an explore entry's alpha, spread, lower, upper and base its spread, bounds and schedule)"
 }

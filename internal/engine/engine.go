@@ -82,6 +82,11 @@ type Options struct {
 	// the main pass begins (docs/design.md §1.2); the replica's sync
 	// buffer may be a new one afterwards. nil: a run cannot commit.
 	Restart func(ctx context.Context) error
+	// ScriptPeakLR, for a worker script, is the highest learning rate the
+	// script set itself so far (its learning rates are multipliers of it);
+	// the commit record gives the peak rate a committed multiplier implies.
+	// nil for the built-in workloads.
+	ScriptPeakLR func() float64
 	// Stop is polled at each converge; when any rank's Stop returns true the
 	// ranks checkpoint together and Run returns ErrStopped.
 	Stop func() bool

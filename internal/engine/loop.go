@@ -29,6 +29,8 @@ type loop struct {
 	watch     Watch
 	rollbacks int
 	pass      int // plan.PassSearch, or PassMain once the explorers committed
+	// warnedSameBatches: the same-data warning is given once a run.
+	warnedSameBatches bool
 	// lastMedian and lastProbe are the healthy replicas' median window
 	// and probe losses of the last converged window (of the last that
 	// probed), 0 before the first one of this process (a resume starts
@@ -48,6 +50,7 @@ type window struct {
 	events              []metrics.Event
 
 	loss, probe  float64 // this rank's
+	first        float64 // this rank's first step's loss
 	healthy      bool    // this rank's, before the gathered verdict
 	losses       []float64
 	probes       []float64
@@ -225,6 +228,16 @@ func (l *loop) restart(ctx context.Context, w *window) error {
 	return nil
 }
 
+// spreads reports whether the plan gives the replicas different values.
+func spreads(p *plan.Plan) bool {
+	for _, pp := range p.Params {
+		if !pp.Frozen && pp.Spread.Alpha > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // fanOut trains this rank's replica for the window.
 func (l *loop) fanOut(ctx context.Context, w *window) error {
 	l.watch.Enter(w.index, w.start, PhaseTrain)
@@ -239,6 +252,9 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 	}
 	w.fanout, w.probeSeconds = time.Since(t).Seconds(), wr.ProbeSeconds
 	w.loss, w.probe = mean(wr.Losses), wr.Probe
+	if len(wr.Losses) > 0 {
+		w.first = wr.Losses[0]
+	}
 	w.healthy = !math.IsNaN(w.loss) && !math.IsInf(w.loss, 0) && finite32(l.buf)
 	return nil
 }
@@ -252,7 +268,7 @@ func (l *loop) gather(w *window) error {
 	if r, ok := l.grads.(*reducer); ok {
 		w.allreduce = r.taken().Seconds()
 	}
-	mine := rankReport{loss: w.loss, probe: w.probe, healthy: w.healthy, stop: l.o.Stop != nil && l.o.Stop()}
+	mine := rankReport{loss: w.loss, first: w.first, probe: w.probe, healthy: w.healthy, stop: l.o.Stop != nil && l.o.Stop()}
 	if l.o.Sync == SyncGradients && w.healthy {
 		mine.print = fingerprint(l.params)
 	}
@@ -269,6 +285,14 @@ func (l *loop) gather(w *window) error {
 	}
 	w.identical = identical(all)
 	reps := perReplica(all, l.lay.Size)
+	if err := trainedAlike(w.index, spreads(&w.plan), reps); err != nil {
+		return err
+	}
+	if l.o.Sync == SyncLocal && !l.warnedSameBatches && sameBatches(reps) {
+		l.warnedSameBatches = true
+		w.events = append(w.events, metrics.Event{Kind: metrics.EventSameData,
+			Message: fmt.Sprintf("every replica's first step of window %d had the same loss to the last bit: they train on the same batches, so the average is one replica's training; give each its own data (a DistributedSampler, or a data order seeded with hdet.rank())", w.index)})
+	}
 	n := len(reps)
 	w.losses, w.probes, w.healthyRanks = make([]float64, n), make([]float64, n), make([]bool, n)
 	for r, rep := range reps {
@@ -392,11 +416,23 @@ func (l *loop) recordCommit(end int, lrScale float64) {
 			c.Value *= lrScale
 			c.Offset += math.Log(lrScale)
 		}
-		rec.Committed[c.Name] = metrics.Commit{Offset: metrics.Float(c.Offset), Value: metrics.Float(c.Value), Frozen: c.Frozen}
+		cm := metrics.Commit{Offset: metrics.Float(c.Offset), Value: metrics.Float(c.Value), Frozen: c.Frozen}
 		e = e.Float64(c.Name, c.Value)
+		if peak := l.scriptPeakLR(); hparam.IsLR(c.Name) && peak > 0 {
+			cm.ScriptPeakLR, cm.PeakLR = metrics.Float(peak), metrics.Float(peak*c.Value)
+			e = e.Str(c.Name+"_peak", fmt.Sprintf("%.3g -> %.3g", peak, peak*c.Value))
+		}
+		rec.Committed[c.Name] = cm
 	}
 	e.Msg("committed")
 	l.record(rec)
+}
+
+func (l *loop) scriptPeakLR() float64 {
+	if l.o.ScriptPeakLR == nil {
+		return 0
+	}
+	return l.o.ScriptPeakLR()
 }
 
 // record logs a window record's events and writes it (rank 0); a write

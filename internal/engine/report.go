@@ -1,22 +1,25 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"unsafe"
 )
 
 // rankReport is what a rank tells every other after its fan-out, in one
-// Allgather: its window loss and probe loss, its health, whether a signal
-// asked it to stop, and (gradients mode) a fingerprint of its parameters.
+// Allgather: its window loss, first step's loss and probe loss, its health,
+// whether a signal asked it to stop, and (gradients mode) a fingerprint of
+// its parameters.
 type rankReport struct {
-	loss, probe   float64
-	healthy, stop bool
-	print         uint64 // 0 when not taken
+	loss, first, probe float64
+	healthy, stop      bool
+	print              uint64 // 0 when not taken
 }
 
 // reportLen is the float64s a rankReport packs into. The fingerprint
 // travels as two 32-bit halves, which float64 holds exactly.
-const reportLen = 5
+const reportLen = 6
 
 func (r rankReport) pack(dst []float64) {
 	flag := 0.0
@@ -28,11 +31,12 @@ func (r rankReport) pack(dst []float64) {
 	}
 	dst[0], dst[1], dst[2] = r.loss, flag, r.probe
 	dst[3], dst[4] = float64(r.print>>32), float64(r.print&math.MaxUint32)
+	dst[5] = r.first
 }
 
 func unpackReport(src []float64) rankReport {
 	f := int(src[1])
-	return rankReport{loss: src[0], probe: src[2], healthy: f&1 == 1, stop: f&2 == 2,
+	return rankReport{loss: src[0], first: src[5], probe: src[2], healthy: f&1 == 1, stop: f&2 == 2,
 		print: uint64(src[3])<<32 | uint64(src[4])}
 }
 
@@ -47,10 +51,10 @@ func perReplica(all []rankReport, g int) []rankReport {
 	for r := range out {
 		rep := rankReport{healthy: true}
 		for _, t := range all[r*g : (r+1)*g] {
-			rep.loss, rep.probe = rep.loss+t.loss, rep.probe+t.probe
+			rep.loss, rep.first, rep.probe = rep.loss+t.loss, rep.first+t.first, rep.probe+t.probe
 			rep.healthy, rep.stop = rep.healthy && t.healthy, rep.stop || t.stop
 		}
-		rep.loss, rep.probe = rep.loss/float64(g), rep.probe/float64(g)
+		rep.loss, rep.first, rep.probe = rep.loss/float64(g), rep.first/float64(g), rep.probe/float64(g)
 		out[r] = rep
 	}
 	return out
@@ -81,4 +85,41 @@ func fingerprint(b []float32) uint64 {
 		h = (h ^ uint64(math.Float32bits(b[len(b)-1]))) * 0x100000001b3
 	}
 	return h | 1
+}
+
+// ErrTrainedAlike: replicas that hdet planned different values trained
+// identically, so the values never reached their training.
+var ErrTrainedAlike = errors.New("the replicas trained identically under different planned values")
+
+// trainedAlike returns ErrTrainedAlike, for window k, when every replica is
+// healthy and reported the same window loss to the last bit although the
+// plan spread some hyperparameter: the planned values never reached the
+// training (a worker script whose optimizer is not the attached one, or
+// ignores its learning rate), and a search would learn from noise. Every
+// rank reaches the same verdict from the same reports.
+func trainedAlike(k int, spread bool, reps []rankReport) error {
+	if !spread || len(reps) < 2 {
+		return nil
+	}
+	for _, r := range reps {
+		if !r.healthy || r.loss != reps[0].loss {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: in window %d every replica reported the window loss %v to the last bit; make sure the optimizer that steps is the one given to hdet.attach and that it uses its param groups' learning rates", ErrTrainedAlike, k, reps[0].loss)
+}
+
+// sameBatches reports whether, in local mode, every replica started the
+// window on the same parameters and took the same first step to the last
+// bit: then they train on the same data and the ensemble is one replica.
+func sameBatches(reps []rankReport) bool {
+	if len(reps) < 2 {
+		return false
+	}
+	for _, r := range reps {
+		if !r.healthy || r.first != reps[0].first {
+			return false
+		}
+	}
+	return true
 }

@@ -109,6 +109,12 @@ type Commit struct {
 	Offset Float `json:"offset"`
 	Value  Float `json:"value"`
 	Frozen bool  `json:"frozen,omitempty"` // its explorer had failed: its frozen base
+	// A worker script's learning rate is a multiplier (Value) of the
+	// script's own rate: ScriptPeakLR is the highest rate the script set in
+	// the search pass, PeakLR = Value x ScriptPeakLR the rate the commit
+	// implies there, the number to write into the script.
+	ScriptPeakLR Float `json:"script_peak_lr,omitempty"`
+	PeakLR       Float `json:"peak_lr,omitempty"`
 }
 
 // Param describes an explored hyperparameter in the start record.
@@ -135,6 +141,7 @@ const (
 	EventClamped    = "clamped"   // a base value hit its bounds
 	EventRollback   = "rollback"
 	EventCheckpoint = "checkpoint"
+	EventSameData   = "same_data" // local mode: every replica trained on the same batches
 )
 
 // Event is something the run logged and recorded.

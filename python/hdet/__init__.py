@@ -1,33 +1,37 @@
-"""hdet: run an existing PyTorch training script under hdet.
+"""hdet: run a PyTorch training script under hdet with one added line.
 
-    from hdet import OneCycleLR, probe_dataset  # was: from torch.optim.lr_scheduler import OneCycleLR
-    probe_dataset(model, train_set)             # lets hdet compare the replicas on fixed examples
+    optimizer = hdet.attach(torch.optim.AdamW(model.parameters(), lr=3e-4), total_steps=max_iters)
 
-Nothing else changes. Outside hdet the scheduler is torch's OneCycleLR and
-probe_dataset does nothing. Without a probe hdet compares the replicas by
-their training losses, which lean to smaller learning rates.
-Launched by `mpirun -np N hdet run --worker -- python3 train.py`, each rank
-trains with its own learning rate around the script's schedule and hdet
-averages the replicas every window.
+Whatever learning rate the script (its scheduler, or its own loop) sets is
+the base; under `mpirun -np N hdet run --worker -- python train.py` each
+rank's optimizer steps at base x its planned multiplier, and hdet averages
+the replicas every window. Outside hdet the line installs nothing.
+hdet.probe_dataset(model, dataset) lets hdet compare the replicas on fixed
+examples (without it, by their training losses, which lean to smaller
+rates). `from hdet import OneCycleLR` in place of torch's is the
+import-only path.
 """
 
-from ._protocol import PROTOCOL_VERSION, ProtocolError
-from ._session import Stopped, local_rank, rank, sync_mode, under_hdet, world_size
+from ._attach import attach, current
 from ._probe import probe_dataset
-from .scheduler import OneCycleLR, dropout_setter, probe
+from ._protocol import PROTOCOL_VERSION, ProtocolError
+from ._session import Stopped, local_rank, rank, under_hdet, world_size
+from ._values import dropout_setter
+from .scheduler import OneCycleLR, probe
 
 __all__ = [
     "OneCycleLR",
     "PROTOCOL_VERSION",
     "ProtocolError",
     "Stopped",
+    "attach",
+    "current",
     "dropout_setter",
     "local_rank",
     "probe",
     "probe_dataset",
     "rank",
-    "sync_mode",
     "under_hdet",
     "world_size",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

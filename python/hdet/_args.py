@@ -1,7 +1,8 @@
-"""Checks of hdet.OneCycleLR's hdet arguments, at construction (inside or
-outside hdet): every argument either reaches hdet or is refused here, never
-silently dropped. hdet checks them again (internal/bridge/settings.go) and
-its explorers check the ranges when they start."""
+"""Checks of hdet.attach's arguments (and hdet.OneCycleLR's hdet_* ones),
+inside or outside hdet: every argument either reaches hdet or is refused
+here, never silently dropped. hdet checks them again
+(internal/bridge/settings.go) and its explorers check the ranges when they
+start."""
 
 import math
 import numbers
@@ -32,13 +33,27 @@ def number(arg, v):
     return float(v)
 
 
-def window(v, total_steps):
+def _is_int(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def total_steps(v):
+    """total_steps as an int, or an error naming what is allowed."""
+    if not _is_int(v):
+        raise TypeError("hdet: total_steps must be a positive int (the optimizer steps the script takes), got %r"
+                        % (v,))
+    if v < 1:
+        raise ValueError("hdet: total_steps must be a positive int, got %d" % v)
+    return int(v)
+
+
+def window(v, total, arg="window"):
     if v is None:
         return None
-    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-        raise TypeError("hdet: hdet_window must be an int (steps per window), got %r" % (v,))
-    if not 1 <= v <= total_steps:
-        raise ValueError("hdet: hdet_window must be in [1, total_steps=%d], got %d" % (total_steps, v))
+    if not _is_int(v):
+        raise TypeError("hdet: %s must be an int (steps per window), got %r" % (arg, v))
+    if not 1 <= v <= total:
+        raise ValueError("hdet: %s must be in [1, total_steps=%d], got %d" % (arg, total, v))
     return int(v)
 
 
@@ -58,63 +73,66 @@ def spread(arg, v):
     return v
 
 
-def auto(v):
+def auto(v, arg="auto"):
     if v is None:
         return None
     if not isinstance(v, dict):
-        raise TypeError("hdet: hdet_auto must be a dict of the lr explorer's auto settings (%s), got %r"
-                        % (", ".join(AUTO_KEYS), v))
+        raise TypeError("hdet: %s must be a dict of the lr explorer's auto settings (%s), got %r"
+                        % (arg, ", ".join(AUTO_KEYS), v))
     out = {}
     for k, x in v.items():
         if k == "decay":
-            raise ValueError("hdet: hdet_auto['decay'] was removed in revision 2: the OneCycleLR's own anneal "
-                             "replaced it; delete the key")
+            raise ValueError("hdet: %s['decay'] was removed in revision 2: the script's own schedule "
+                             "replaced it; delete the key" % arg)
         want = AUTO_KEYS.get(k)
         if want is None:
-            raise ValueError("hdet: hdet_auto has the unknown key %r; allowed: %s" % (k, ", ".join(AUTO_KEYS)))
-        out[k] = _auto_value(k, x, want)
+            raise ValueError("hdet: %s has the unknown key %r; allowed: %s" % (arg, k, ", ".join(AUTO_KEYS)))
+        out[k] = _auto_value(arg, k, x, want)
     return out
 
 
-def _auto_value(k, x, want):
-    ok = {_NUMBER: _is_number(x), _BOOL: isinstance(x, bool),
-          _INT: isinstance(x, numbers.Integral) and not isinstance(x, bool)}.get(want)
+def _auto_value(arg, k, x, want):
+    ok = {_NUMBER: _is_number(x), _BOOL: isinstance(x, bool), _INT: _is_int(x)}.get(want)
     if ok is None:  # one of the listed strings
         if isinstance(x, str) and x in want:
             return x
-        raise ValueError("hdet: hdet_auto[%r] must be one of %s, got %r" % (k, ", ".join(want), x))
+        raise ValueError("hdet: %s[%r] must be one of %s, got %r" % (arg, k, ", ".join(want), x))
     if not ok:
-        raise TypeError("hdet: hdet_auto[%r] must be %s, got %r" % (k, want, x))
+        raise TypeError("hdet: %s[%r] must be %s, got %r" % (arg, k, want, x))
     return float(x) if want == _NUMBER else int(x) if want == _INT else x
 
 
-def explore(entries, setters, has_auto):
+def explore(entries, names, has_auto):
     """The explore list as the dicts the HELLO carries, checked."""
     if isinstance(entries, (str, dict)) or not isinstance(entries, (list, tuple)):
         raise TypeError("hdet: explore must be a list of names or dicts, got %r" % (entries,))
-    out = [_explore_entry(i, e, setters) for i, e in enumerate(entries)]
-    names = [e["name"] for e in out]
-    for n in names:
-        if names.count(n) > 1:
+    out = [_explore_entry(i, e, names) for i, e in enumerate(entries)]
+    chosen = [e["name"] for e in out]
+    for n in chosen:
+        if chosen.count(n) > 1:
             raise ValueError("hdet: explore names %r twice" % n)
-    if has_auto and "lr" not in names:
-        raise ValueError("hdet: hdet_auto sets the lr explorer's auto block, but explore has no \"lr\"")
+    if "lr" in chosen and any(n.startswith("lr/") for n in chosen):
+        raise ValueError("hdet: explore has both \"lr\" (every group's rate) and a group's \"lr/KEY\"; "
+                         "choose one multiplier for all groups or one per group")
+    if has_auto and "lr" not in chosen:
+        raise ValueError("hdet: auto sets the lr explorer's auto block, but explore has no \"lr\"")
     return out
 
 
-def _explore_entry(i, e, setters):
+def _explore_entry(i, e, names):
     e = {k: v for k, v in e.items() if v is not None or k == "name"} if isinstance(e, dict) else {"name": e}
     name = e.get("name")
-    if not isinstance(name, str) or name not in setters:
-        raise ValueError("hdet: cannot explore %r; this optimizer and these callbacks offer %s" % (name, sorted(setters)))
+    if not isinstance(name, str) or name not in names:
+        raise ValueError("hdet: cannot explore %r; this optimizer and these callbacks offer %s" % (name, sorted(names)))
     arg = "explore[%d] (%r)" % (i, name)
     for k in e:
         if k != "name" and k not in EXPLORE_KEYS:
             raise ValueError("hdet: %s has the unknown key %r; allowed: name, %s" % (arg, k, ", ".join(EXPLORE_KEYS)))
     if "plugin" in e and (not isinstance(e["plugin"], str) or not e["plugin"]):
         raise TypeError("hdet: %s['plugin'] must be an explorer binary name, got %r" % (arg, e["plugin"]))
-    if "base" in e and name == "lr":
-        raise ValueError("hdet: %s['base']: lr's base is the OneCycleLR schedule (max_lr); remove base" % arg)
+    if "base" in e and (name == "lr" or name.startswith("lr/")):
+        raise ValueError("hdet: %s['base']: a learning rate's base is the script's own rate (hdet explores a "
+                         "multiplier of it); remove base" % arg)
     for k in ("base", "lower", "upper"):
         if k in e:
             e[k] = number("%s[%r]" % (arg, k), e[k])

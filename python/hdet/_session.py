@@ -1,59 +1,51 @@
 """The worker side of one hdet rank: handshake, shared buffer, window exchange."""
 
-import atexit
+from __future__ import annotations
+
 import hashlib
+import inspect
 import json
 import mmap
 import os
-import sys
-import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._protocol import (
-    PROTOCOL_VERSION,
-    Connection,
-    ProtocolError,
-    pack_float64s,
-)
+from ._protocol import PROTOCOL_VERSION, Connection, ProtocolError, pack_float64s
 
 ENV_SOCKET = "HDET_SOCKET"
 ENV_BUFFER_FD = "HDET_BUFFER_FD"
 ENV_TRACE_DIR = "HDET_TRACE_DIR"
 
 
-def under_hdet():
+def under_hdet() -> bool:
     """True when this process was started by `hdet run --worker`."""
     return bool(os.environ.get(ENV_SOCKET))
 
 
-def rank():
+def _env_int(name: str, fallback: str, default: int) -> int:
+    return int(os.environ.get(name, os.environ.get(fallback, str(default))))
+
+
+def rank() -> int:
     """This replica's rank under hdet (RANK, else 0, outside it)."""
-    return int(os.environ.get("HDET_RANK", os.environ.get("RANK", "0")))
+    return _env_int("HDET_RANK", "RANK", 0)
 
 
-def world_size():
+def world_size() -> int:
     """The number of replicas under hdet (WORLD_SIZE, else 1, outside it)."""
-    return int(os.environ.get("HDET_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    return _env_int("HDET_WORLD_SIZE", "WORLD_SIZE", 1)
 
 
-def local_rank():
-    return int(os.environ.get("HDET_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+def local_rank() -> int:
+    return _env_int("HDET_LOCAL_RANK", "LOCAL_RANK", 0)
 
 
-def script_sync_mode():
+def script_sync_mode() -> str:
     """What the script does: "gradients" when it set up torch.distributed
     (its DDP all-reduces gradients every step), else "local"."""
     d = torch.distributed
     return "gradients" if d.is_available() and d.is_initialized() else "local"
-
-
-def sync_mode():
-    """"gradients" or "local" once the scheduler is constructed under hdet
-    (what the script does), None outside hdet."""
-    if _active is not None:
-        return _active.mode
-    return None
 
 
 class Stopped(SystemExit):
@@ -61,83 +53,48 @@ class Stopped(SystemExit):
     to checkpoint and stop); the script exits with status 0 unless it
     catches this."""
 
-    def __init__(self, step):
+    def __init__(self, step: int) -> None:
         super().__init__(0)
         self.step = step
 
-    def __str__(self):
+    def __str__(self) -> str:
         return "hdet stopped the run at step %d" % self.step
 
 
-_active = None  # this process's Session
-_hooked = False
+StateLayout = List[Tuple[torch.Tensor, List[Tuple[str, int]]]]
 
 
-def _report_exit(message):
-    s = _active
-    if s is None or s.finished:
-        return
-    s.finished = True
-    try:
-        s.conn.send({"type": "error", "message": message})
-    except OSError:
-        pass
-
-
-def _excepthook(kind, value, tb):
-    s = _active
-    if s is not None and not s.finished and not issubclass(kind, SystemExit):
-        line = "".join(traceback.format_exception_only(kind, value)).strip()
-        _report_exit("the script raised at step %d of %d: %s" % (s.step, s.total, line))
-    _previous_excepthook(kind, value, tb)
-
-
-_previous_excepthook = sys.excepthook
-
-
-def _atexit():
-    s = _active
-    if s is not None and not s.finished:
-        _report_exit("the script ended at step %d of %d (its OneCycleLR's total_steps) before the run finished"
-                     % (s.step, s.total))
-
-
-def _hook_exit():
-    """Tell hdet why the script stops early: its exception, or an early end."""
-    global _hooked, _previous_excepthook
-    if _hooked:
-        return
-    _hooked = True
-    _previous_excepthook = sys.excepthook
-    sys.excepthook = _excepthook
-    atexit.register(_atexit)
-
-
-def predict_state(optimizer):
+def predict_state(optimizer: torch.optim.Optimizer) -> StateLayout:
     """The optimizer state step() will create, as [(param, [(key, floats)])].
 
     torch creates optimizer state at the first step, but the shared buffer
     must have its final size from the start (the engine maps it once). So a
-    copy of the optimizer takes one step over 2-element stand-ins: a state
-    tensor of 2 elements is shaped like its parameter, one of 1 is a scalar
-    (Adam's step); anything else is not elementwise and cannot be averaged
-    slot by slot."""
+    copy of the optimizer takes one step over 2-element stand-ins (on each
+    group's device): a state tensor of 2 elements is shaped like its
+    parameter, one of 1 is a scalar (Adam's step); anything else is not
+    elementwise and cannot be averaged slot by slot."""
     stand_ins, groups = [], []
     for g in optimizer.param_groups:
         ps = []
-        for _ in g["params"]:
-            s = torch.zeros(2, requires_grad=True)
-            s.grad = torch.zeros(2)
+        for p in g["params"]:
+            s = torch.zeros(2, device=p.device, dtype=p.dtype, requires_grad=True)
+            s.grad = torch.zeros(2, device=p.device, dtype=p.dtype)
             ps.append(s)
         stand_ins.append(ps)
         groups.append(dict({k: v for k, v in g.items() if k != "params"}, params=ps))
+    cls = type(optimizer)
+    params = inspect.signature(cls.__init__).parameters
+    any_key = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    # defaults may hold keys the constructor does not take (torch 2.15's
+    # AdamW: decoupled_weight_decay); each group carries its options anyway.
+    defaults = {k: v for k, v in optimizer.defaults.items() if any_key or k in params}
     try:
-        probe = type(optimizer)(groups, **optimizer.defaults)
+        probe = cls(groups, **defaults)
         probe.step()
     except Exception as e:  # any optimizer of any library: say which one failed, and why
         raise RuntimeError("hdet: cannot size the state of %s for local sync mode (%s); use sync mode gradients"
                            % (type(optimizer).__name__, e)) from e
-    layout = []
+    layout: StateLayout = []
     for g, ps in zip(optimizer.param_groups, stand_ins):
         for p, s in zip(g["params"], ps):
             entries = []
@@ -160,10 +117,12 @@ class Session:
     Layout of the buffer (float32): every parameter of every param group, in
     order, flattened; then, in local mode, one slot per parameter for its
     optimizer state (floating-point state tensors, keys sorted), sized by
-    predict_state. A parameter without state yet leaves its slot alone."""
+    predict_state. A parameter without state yet leaves its slot alone.
 
-    def __init__(self, optimizer, hello, total):
-        global _active
+    on_error(message) is called once when the session reports a failure, so
+    the owner can mark itself finished."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, hello: Dict[str, Any]) -> None:
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         self.param_count = sum(p.numel() for p in self.params)
@@ -172,10 +131,8 @@ class Session:
         self._layout = predict_state(optimizer) if self.local else []
         state_count = sum(n for _, entries in self._layout for _, n in entries)
         self._trace = None
-        self.step, self.total, self.finished = 0, total, False
+        self.finished = False
         self.conn = Connection.connect(os.environ[ENV_SOCKET])
-        _active = self
-        _hook_exit()
         hello = dict(hello, protocol=PROTOCOL_VERSION, pid=os.getpid(), param_count=self.param_count,
                      state_count=state_count, dtype="float32", buffers=["fd"], sync_mode=self.mode)
         self.conn.send({"type": "hello", "hello": hello})
@@ -199,19 +156,29 @@ class Session:
         self._copy(out=True, with_state=False)
         self.conn.send({"type": "ready"})
 
-    def expect(self, kind):
+    def expect(self, kind: str) -> Dict[str, Any]:
         msg, _ = self.conn.recv()
         if msg["type"] != kind:
             self.fail("expected %s from hdet, got %s" % (kind, msg["type"]))
         return msg
 
-    def fail(self, why):
+    def report(self, message: str) -> None:
+        """Tell hdet why the script stops (once)."""
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            self.conn.send({"type": "error", "message": message})
+        except OSError:
+            pass
+
+    def fail(self, why: str) -> None:
         """Tell hdet why, then raise."""
-        _report_exit(why)
+        self.report(why)
         raise ProtocolError("hdet: " + why)
 
     @torch.no_grad()
-    def _copy(self, out, with_state):
+    def _copy(self, out: bool, with_state: bool) -> None:
         """Parameters (and optimizer state) into the buffer (out) or back."""
         off = 0
         for p in self.params:
@@ -237,12 +204,12 @@ class Session:
                         t.copy_(self.buf[off:off + n].view_as(t))
                 off += n
 
-    def _load(self, msg):
+    def _load(self, msg: Dict[str, Any]) -> None:
         """Copy what hdet left in the buffer (the average) into the tensors."""
         if msg.get("load"):
             self._copy(out=False, with_state=self.local and msg.get("load_optimizer", False))
 
-    def next_message(self, evaluate):
+    def next_message(self, evaluate: Optional[Callable[[], Sequence[float]]]) -> Optional[Dict[str, Any]]:
         """Serve EVAL requests until a PLAN (returned) or a STOP (None)."""
         while True:
             msg, _ = self.conn.recv()
@@ -266,29 +233,30 @@ class Session:
                 return None
             return msg
 
-    def hand_over(self):
+    def hand_over(self) -> None:
         """The window is trained: its parameters go to the buffer."""
         self._copy(out=True, with_state=self.local)
 
-    def done(self, window, steps, losses, applied, probe=None):
+    def done(self, window: int, steps: int, losses: List[float], applied: Dict[str, List[float]],
+             base_lr: List[float], probe: Optional[float] = None) -> None:
         """Report the window (losses, then the probe loss when asked)."""
-        self.trace(event="done", window=window, steps=steps, applied=applied,
+        self.trace(event="done", window=window, steps=steps, applied=applied, base_lr=base_lr,
                    loss_mean=sum(losses) / len(losses))
         extra = [] if probe is None else [probe]
-        self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied},
+        self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied, "base_lr": base_lr},
                        pack_float64s(list(losses) + extra))
 
-    def params_sha256(self):
+    def params_sha256(self) -> str:
         return hashlib.sha256(memoryview(self._mmap)[:self.param_count * 4]).hexdigest()
 
-    def trace(self, **record):
+    def trace(self, **record: Any) -> None:
         """With HDET_TRACE_DIR set, log what this rank loaded and applied
         (the end-to-end tests compare ranks with it)."""
         if self._trace is not None:
             self._trace.write(json.dumps(record) + "\n")
             self._trace.flush()
 
-    def close(self):
+    def close(self) -> None:
         self.conn.close()
         if self._trace is not None:
             self._trace.close()

@@ -1,0 +1,121 @@
+package bridge
+
+// The worker's start-up exchange: connection, HELLO, WELCOME, READY.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+)
+
+// handshake takes the worker from its connection to READY.
+func (w *Worker) handshake(ctx context.Context) error {
+	o := &w.opts
+	conn, err := w.accept(ctx)
+	if err != nil {
+		return w.fail("connecting", err)
+	}
+	w.conn = conn
+	go w.read()
+
+	m, _, err := w.await(ctx, msgHello, o.StartTimeout)
+	if err != nil {
+		return w.fail("sending HELLO", err)
+	}
+	if err := w.checkHello(m); err != nil {
+		return w.fail("sending HELLO", err)
+	}
+	if err := w.shm.mapFloats(w.hello.ParamCount + w.hello.StateCount); err != nil {
+		return w.fail("starting", err)
+	}
+	welcome := &message{
+		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: w.mode,
+		Buffer: &BufferSpec{Kind: BufferFD, FD: bufferFD, Floats: len(w.shm.data)},
+	}
+	if err := w.send(welcome, nil); err != nil {
+		return w.fail("starting", err)
+	}
+	if _, _, err := w.await(ctx, msgReady, o.StartTimeout); err != nil {
+		return w.fail("copying its initial parameters", err)
+	}
+	w.idle = true
+	return nil
+}
+
+func (w *Worker) accept(ctx context.Context) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := w.ln.Accept()
+		ch <- result{c, err}
+	}()
+	timer := time.NewTimer(w.opts.StartTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-w.exited:
+		return nil, fmt.Errorf("%w before connecting (%s): %s", ErrExited, describeExit(w.exitState), w.whyNoConnection())
+	case <-timer.C:
+		_ = w.ln.Close()
+		return nil, fmt.Errorf("%w: %s did not connect within %v; a script under hdet connects at its first optimizer step: does it reach one, and did it call hdet.attach(optimizer, total_steps)?", ErrTimeout, w.opts.interpreter(), w.opts.StartTimeout)
+	case <-ctx.Done():
+		_ = w.ln.Close()
+		return nil, ctx.Err()
+	}
+}
+
+func (w *Worker) checkHello(m *message) error {
+	if m.Hello == nil || m.Hello.Protocol != ProtocolVersion {
+		v := 0
+		if m.Hello != nil {
+			v = m.Hello.Protocol
+		}
+		return fmt.Errorf("%w: worker speaks %d, this hdet speaks %d; install the hdet Python package from the same release", ErrVersion, v, ProtocolVersion)
+	}
+	h := *m.Hello
+	switch {
+	case h.ParamCount <= 0 || h.StateCount < 0:
+		return fmt.Errorf("%w: HELLO with %d parameters and %d floats of optimizer state", ErrProtocol, h.ParamCount, h.StateCount)
+	case h.SyncMode != SyncGradients && h.SyncMode != SyncLocal:
+		return fmt.Errorf("%w: HELLO with sync mode %q", ErrProtocol, h.SyncMode)
+	case h.StateCount > 0 && h.SyncMode != SyncLocal:
+		return fmt.Errorf("%w: HELLO with optimizer state in %s mode", ErrProtocol, h.SyncMode)
+	case h.Dtype != "float32":
+		return fmt.Errorf("%w: HELLO with buffer dtype %q (want float32)", ErrProtocol, h.Dtype)
+	case !slices.Contains(h.Buffers, BufferFD):
+		return fmt.Errorf("%w: worker cannot use a %s buffer (offers %v)", ErrProtocol, BufferFD, h.Buffers)
+	case len(h.Hyperparameters) == 0:
+		return fmt.Errorf("%w: HELLO without hyperparameters", ErrProtocol)
+	}
+	sum := 0
+	for _, g := range h.ParamGroups {
+		sum += g.Size
+	}
+	if sum != h.ParamCount {
+		return fmt.Errorf("%w: HELLO param groups hold %d parameters, param_count says %d", ErrProtocol, sum, h.ParamCount)
+	}
+	if err := checkMode(w.opts.SyncMode, h.SyncMode, w.opts.WorldSize); err != nil {
+		return err
+	}
+	w.hello, w.mode = h, h.SyncMode
+	return nil
+}
+
+// checkMode compares the configured sync mode with what the script does.
+func checkMode(configured, script string, ranks int) error {
+	switch {
+	case configured == "" || configured == script:
+		return nil
+	case configured == SyncLocal:
+		return fmt.Errorf("%w: train.sync is local, but the script set up torch.distributed, whose DDP all-reduces gradients every step; remove train.sync (hdet then follows the script) or set it to gradients", ErrConflict)
+	case ranks > 1:
+		return fmt.Errorf("%w: train.sync is gradients, but the script did not set up torch.distributed before constructing the scheduler, so nothing averages its gradients; remove train.sync (hdet then runs local mode) or call init_process_group first", ErrConflict)
+	}
+	return nil
+}

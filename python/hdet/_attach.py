@@ -1,0 +1,393 @@
+"""hdet.attach: one line that runs any PyTorch training loop under hdet.
+
+Under `hdet run --worker`, attach wraps the optimizer's step (this instance
+only): whatever rate the script (its scheduler, or its own loop) has put in
+each param group when step() is called is the base; the step runs at base x
+this rank's planned multiplier, and the group's own value is put back right
+after it, also when the step raises. The step that completes a window hands
+the parameters to hdet, which averages them across ranks, and loads the
+average back before returning. Outside hdet attach checks its arguments and
+installs nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import random
+import sys
+import time
+import traceback
+import types
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from . import _args, _loss, _session
+from ._values import Saved, Values, dropout_setter, group_keys, restore
+
+
+class _Process:
+    """What this process holds for hdet: the probe registered before attach,
+    which optimizers are attached, and the one attachment that talks to hdet
+    (one connection per process)."""
+
+    def __init__(self) -> None:
+        self.probe: Optional[Callable[[], float]] = None
+        self.attached: "weakref.WeakKeyDictionary[torch.optim.Optimizer, str]" = weakref.WeakKeyDictionary()
+        self.run: Optional[Attachment] = None
+        self.hooked = False
+
+
+_process = _Process()
+
+
+def register_probe(fn: Optional[Callable[[], float]]) -> Optional[Callable[[], float]]:
+    if fn is not None and not callable(fn):
+        raise TypeError("hdet.probe: %r is not callable" % (fn,))
+    _process.probe = fn
+    return fn
+
+
+def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: Optional[int] = None,
+           explore: Optional[Sequence[Any]] = None, alpha: Optional[float] = None, spread: Optional[str] = None,
+           auto: Optional[Dict[str, Any]] = None, dropout: Any = None,
+           callbacks: Optional[Dict[str, Callable[[float], Any]]] = None,
+           evaluate: Optional[Callable[[], Sequence[float]]] = None, probe: Optional[Callable[[], float]] = None,
+           _by: str = "hdet.attach") -> torch.optim.Optimizer:
+    """Run this optimizer's training under hdet; returns the optimizer.
+
+    One line right after the optimizer is built::
+
+        optimizer = hdet.attach(torch.optim.AdamW(model.parameters(), lr=6e-4), total_steps=max_iters)
+
+    total_steps: the number of optimizer steps the script takes (under
+      gradient accumulation, optimizer steps, not micro-batches; a step that
+      AMP's GradScaler skips does not count).
+    window: steps per window T (train.window); default: hdet chooses.
+    explore: what to explore: names or dicts (name, alpha, spread, lower,
+      upper, base, plugin). Names: "lr" (a multiplier of every group's rate),
+      "lr/KEY" (one group's: KEY is its "name" entry, else its index),
+      "weight_decay", "weight_decay/KEY", "momentum", "dropout", and the
+      names of callbacks. Default: "lr", plus "dropout" when dropout is given.
+    alpha, spread, auto: every explored hyperparameter's spread width and
+      kind, and the lr explorer's auto block (docs/pytorch.md).
+    dropout: a module (every nn.Dropout in it is set) or a function(p).
+    callbacks: {name: function(value)} for any other scalar (a custom
+      explore entry gives its base).
+    evaluate: function() -> (test loss, accuracy) for hdet's evaluations.
+    probe: function() -> loss on fixed examples (see hdet.probe).
+
+    Outside hdet (no HDET_SOCKET) the arguments are checked and nothing is
+    installed: the script runs bit for bit as without the line."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("%s: optimizer must be a torch.optim.Optimizer, got %s" % (_by, type(optimizer).__name__))
+    if not optimizer.param_groups:
+        raise ValueError("%s: the optimizer has no param groups" % _by)
+    prev = _process.attached.get(optimizer)
+    if prev is not None:
+        raise RuntimeError("%s: this optimizer is already attached by %s; attach it once (hdet.OneCycleLR attaches "
+                           "its optimizer itself)" % (_by, prev))
+    total = _args.total_steps(total_steps)
+    callbacks = dict(callbacks or {})
+    if dropout is not None:
+        callbacks["dropout"] = dropout_setter(dropout) if isinstance(dropout, torch.nn.Module) else dropout
+    values = Values(optimizer, callbacks)
+    if explore is None:
+        explore = ["lr"] + (["dropout"] if "dropout" in callbacks else [])
+    options = {k: v for k, v in (("alpha", _args.alpha("alpha", alpha)), ("spread", _args.spread("spread", spread)),
+                                 ("auto", _args.auto(auto))) if v is not None}
+    settings = {"window": _args.window(window, total), "explore": _args.explore(explore, values.names(),
+                "auto" in options), "options": options}
+    for name, fn in (("evaluate", evaluate), ("probe", probe)):
+        if fn is not None and not callable(fn):
+            raise TypeError("%s: %s is not callable" % (_by, name))
+    _process.attached[optimizer] = _by
+    if not _session.under_hdet():
+        return optimizer
+    if _process.run is not None:
+        raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one"
+                           % (_by, _process.attached.get(_process.run.optimizer, "attach")))
+    _reseed_replica()
+    _process.run = Attachment(optimizer, total, values, settings, evaluate, probe)
+    _hook_exit()
+    return optimizer
+
+
+def _reseed_replica() -> None:
+    """In local sync mode each replica must see its own data: rank r > 0
+    offsets torch's, random's and numpy's global seeds by r (rank 0 keeps
+    the script's), so shuffling DataLoaders and torch.randint batches
+    differ. A script that set up torch.distributed shards its data itself."""
+    d = torch.distributed
+    r = _session.rank()
+    if r == 0 or (d.is_available() and d.is_initialized()):
+        return
+    seed = torch.initial_seed() + r
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % 2**32)
+
+
+def current(optimizer: Optional[torch.optim.Optimizer] = None) -> Optional[Dict[str, Any]]:
+    """What hdet does now on this rank, None outside hdet (or for an
+    optimizer it does not drive): {"step", "total_steps", "window", "pass"
+    ("search" or "main"), "values" (this step's planned values; lr's is a
+    multiplier), "lr_multiplier", "base_lr" (the first group's rate as the
+    script set it)}."""
+    run = _process.run
+    if run is None or (optimizer is not None and optimizer is not run.optimizer):
+        return None
+    return run.status()
+
+
+class Attachment:
+    """One attached optimizer under hdet: its step wrapper and windows."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, total: int, values: Values, settings: Dict[str, Any],
+                 evaluate: Optional[Callable[[], Sequence[float]]], probe: Optional[Callable[[], float]]) -> None:
+        self.optimizer, self.total, self.values, self.settings = optimizer, total, values, settings
+        self.evaluate, self._probe_fn = evaluate, probe
+        self.session: Optional[_session.Session] = None
+        self.step_num = 0  # optimizer steps completed
+        self.stopped = False
+        self.window = self.start = self.steps = self.tail = self.pass_ = 0
+        self.plan: Dict[str, List[float]] = {}
+        self.losses: List[torch.Tensor] = []
+        self.applied: Dict[str, List[float]] = {}
+        self.bases: List[float] = []
+        self.avg: List[torch.Tensor] = []
+        self._expected: Optional[List[float]] = None
+        self._in_step = False
+        self._steps_called = 0
+        _loss.install()
+        original = optimizer.step  # bound, or a scheduler's wrapper of it
+
+        def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            return self._step(original, *args, **kwargs)
+
+        # A bound method: torch's LR schedulers wrap optimizer.step and read
+        # its __func__. torch's step post-hook would not run when the step
+        # raises, and the group's rate must be put back then too.
+        optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
+        optimizer.register_step_pre_hook(self._check_inside)
+
+    # -- the step ---------------------------------------------------------
+
+    def _step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.session is None:
+            self._connect()
+        if self.stopped:
+            self._past_end()
+        self._steps_called += 1
+        i = self.step_num - self.start
+        now = {name: vals[i] for name, vals in self.plan.items()}
+        bases = [_as_float(g["lr"]) for g in self.optimizer.param_groups]
+        saved: Saved = self.values.enter(now)
+        self._expected = self.values.expected_lr(now, bases)
+        self._in_step = True
+        try:
+            out = original(*args, **kwargs)
+        except BaseException:
+            _loss.take()  # a retried step records its loss again
+            raise
+        finally:
+            self._in_step = False
+            restore(saved)
+        if _skipped(self.optimizer):
+            _loss.take()
+            return out
+        self._record(i, now, bases[0])
+        return out
+
+    def _check_inside(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """Inside the step (torch's pre-hook): the rate the optimizer is
+        about to use must be the planned one."""
+        if not self._in_step or self._expected is None:
+            return
+        for k, (g, want) in enumerate(zip(opt.param_groups, self._expected)):
+            got = _as_float(g["lr"])
+            if not math.isclose(got, want, rel_tol=1e-6, abs_tol=0.0):
+                self._fail("param group %d's learning rate inside optimizer.step() was %g, not the planned %g "
+                           "(the script's %g x this rank's multiplier): something between hdet and the "
+                           "optimizer changed it" % (k, got, want, want / max(self.plan_multiplier(), 1e-300)))
+
+    def _record(self, i: int, now: Dict[str, float], base: float) -> None:
+        loss = _loss.take()
+        if loss is None:
+            self._fail("no loss for step %d: nothing was .backward()-ed since the previous optimizer step"
+                       % self.step_num)
+        self.losses.append(loss)
+        self.bases.append(base)
+        for name, v in now.items():
+            self.applied[name].append(v)
+        self.step_num += 1
+        if self.tail and i + 1 > self.steps - self.tail:
+            self._accumulate(i + 1 - (self.steps - self.tail) - 1)
+        if i + 1 < self.steps:
+            self.values.between({name: vals[i + 1] for name, vals in self.plan.items()})
+            return
+        self._exchange()
+
+    def _past_end(self) -> None:
+        if self.step_num >= self.total:
+            raise RuntimeError("hdet: optimizer step %d is past total_steps=%d given to %s; give it the number of "
+                               "optimizer steps the script takes" % (self.step_num + 1, self.total,
+                                                                      _process.attached.get(self.optimizer)))
+        raise _session.Stopped(self.step_num)
+
+    # -- windows ----------------------------------------------------------
+
+    def _connect(self) -> None:
+        groups = self.optimizer.param_groups
+        probe = self._probe_fn if self._probe_fn is not None else _process.probe
+        self._probe_fn = probe
+        hello: Dict[str, Any] = {
+            "hyperparameters": self.values.names(),
+            "param_groups": [
+                {"key": k, "size": sum(p.numel() for p in g["params"]), "lr": _as_float(g["lr"]),
+                 "weight_decay": _as_float(g.get("weight_decay", 0.0))}
+                for k, g in zip(group_keys(groups), groups)],
+            "device": str(groups[0]["params"][0].device),
+            "total_steps": self.total,
+            "optimizer": type(self.optimizer).__name__,
+            "explore": self.settings["explore"],
+            "options": self.settings["options"],
+            "evaluate": self.evaluate is not None,
+            "probe": probe is not None,
+        }
+        if self.settings["window"] is not None:
+            hello["hdet_window"] = self.settings["window"]
+        self.session = _session.Session(self.optimizer, hello)
+        self._next_window()
+
+    def _exchange(self) -> None:
+        s = self.session
+        assert s is not None
+        t0, window = time.perf_counter(), self.window
+        s.hand_over()
+        probe = self._probe() if self.tail else None
+        losses = torch.stack([x.cpu() for x in self.losses]).double().tolist()
+        s.done(self.window, self.steps, losses, self.applied, self.bases, probe)
+        t1 = time.perf_counter()
+        self._next_window()
+        # The exchange's cost (for `make bench-pytorch`'s profile): handing
+        # over and reporting, then waiting for the plan and loading it.
+        s.trace(event="exchange", window=window, send_s=t1 - t0, wait_s=time.perf_counter() - t1)
+
+    def _next_window(self) -> None:
+        s = self.session
+        assert s is not None
+        msg = s.next_message(self.evaluate)
+        if msg is None:
+            self.stopped = True
+            if self.step_num < self.total:
+                raise _session.Stopped(self.step_num)
+            return
+        start, steps = msg.get("start", 0), msg.get("steps", 0)
+        if start != self.step_num:
+            self._fail("the plan starts at step %d but the script is at step %d" % (start, self.step_num))
+        plan = msg.get("values") or {}
+        names = self.values.names()
+        for name, vals in plan.items():
+            if name not in names or len(vals) != steps:
+                self._fail("bad plan for %r (%d values for %d steps)" % (name, len(vals), steps))
+            if not all(math.isfinite(v) for v in vals):
+                self._fail("non-finite value planned for %r" % name)
+        self.window, self.start, self.steps, self.plan = msg.get("window", 0), start, steps, plan
+        self.pass_ = msg.get("pass", 0)
+        self.tail = msg.get("probe_tail", 0) if self._probe_fn is not None else 0
+        if self.tail and not self.avg:
+            self.avg = [torch.empty_like(p) for p in s.params]
+        self.losses, self.bases = [], []
+        self.applied = {name: [] for name in plan}
+        self.values.between({name: vals[0] for name, vals in plan.items()})
+
+    @torch.no_grad()
+    def _accumulate(self, k: int) -> None:
+        """Running mean of the parameters over the window's tail."""
+        assert self.session is not None
+        for p, a in zip(self.session.params, self.avg):
+            if k == 0:
+                a.copy_(p)
+            else:
+                a.add_(p - a, alpha=1.0 / (k + 1))
+
+    @torch.no_grad()
+    def _probe(self) -> float:
+        """The probe loss of the tail average; the last iterate is restored."""
+        assert self.session is not None and self._probe_fn is not None
+        params = self.session.params
+        saved = [p.detach().clone() for p in params]
+        for p, a in zip(params, self.avg):
+            p.copy_(a)
+        try:
+            return float(self._probe_fn())
+        finally:
+            for p, s in zip(params, saved):
+                p.copy_(s)
+
+    def _fail(self, why: str) -> None:
+        if self.session is not None:
+            self.session.fail(why)
+        raise RuntimeError("hdet: " + why)
+
+    def plan_multiplier(self) -> float:
+        i = min(max(self.step_num - self.start, 0), max(self.steps - 1, 0))
+        vals = self.plan.get("lr")
+        return vals[i] if vals else 1.0
+
+    def status(self) -> Dict[str, Any]:
+        i = min(max(self.step_num - self.start, 0), max(self.steps - 1, 0))
+        return {"step": self.step_num, "total_steps": self.total, "window": self.window,
+                "pass": "main" if self.pass_ else "search",
+                "values": {name: vals[i] for name, vals in self.plan.items() if vals},
+                "lr_multiplier": self.plan_multiplier(), "base_lr": _as_float(self.optimizer.param_groups[0]["lr"])}
+
+    def report(self, message: str) -> None:
+        if self.session is not None:
+            self.session.report(message)
+
+
+def _as_float(x: Any) -> float:
+    return float(x.item()) if torch.is_tensor(x) else float(x)
+
+
+def _skipped(optimizer: torch.optim.Optimizer) -> bool:
+    """A fused optimizer's step that AMP's GradScaler told to skip: the
+    scaler sets found_inf on the optimizer for the step's duration and the
+    kernel skips the update (an unfused step is not called at all)."""
+    found = getattr(optimizer, "found_inf", None)
+    return torch.is_tensor(found) and bool(found.item() != 0)
+
+
+def _excepthook(kind: Any, value: Any, tb: Any) -> None:
+    run = _process.run
+    if run is not None and not issubclass(kind, SystemExit):
+        line = "".join(traceback.format_exception_only(kind, value)).strip()
+        run.report("the script raised at step %d of %d: %s" % (run.step_num, run.total, line))
+    _previous_excepthook(kind, value, tb)
+
+
+_previous_excepthook = sys.excepthook
+
+
+def _atexit() -> None:
+    run = _process.run
+    if run is not None and run.session is not None and not run.session.finished:
+        run.report("the script ended after %d of the %d optimizer steps it gave hdet (total_steps) before the "
+                   "run finished" % (run.step_num, run.total))
+
+
+def _hook_exit() -> None:
+    """Tell hdet why the script stops early: its exception, or an early end."""
+    global _previous_excepthook
+    if _process.hooked:
+        return
+    _process.hooked = True
+    _previous_excepthook = sys.excepthook
+    sys.excepthook = _excepthook
+    atexit.register(_atexit)

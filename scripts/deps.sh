@@ -47,18 +47,11 @@ MSG
 	exit 1
 }
 
-# find_uv: the path of uv, on PATH or where pip --user put it.
+# find_uv: the path of uv, on PATH or where pip installed it for python3
+# (uv's Python package knows: the user's or python3's scripts folder).
 find_uv() {
-	local user_bin
-	if command -v uv 2>/dev/null; then
-		return 0
-	fi
-	user_bin=$(python3 -m site --user-base 2>/dev/null)/bin
-	if [ -x "$user_bin/uv" ]; then
-		echo "$user_bin/uv"
-		return 0
-	fi
-	return 1
+	command -v uv 2>/dev/null ||
+		python3 -c 'import uv; print(uv.find_uv_bin())' 2>/dev/null
 }
 
 # venv: makes .venv at the repository root when it is missing, broken or
@@ -98,7 +91,7 @@ MSG
 		echo "deps: python3 -m pip install --user uv" >&2
 		# The user's site, even where the distribution manages python3's (PEP 668):
 		# uv is one program that imports nothing of the system's.
-		PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --user --quiet uv >&2 || true
+		PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --user --quiet uv >&2 || true
 		if ! uv=$(find_uv); then
 			cat >&2 <<MSG
 deps: uv is missing and 'python3 -m pip install --user uv' did not install it.
@@ -113,7 +106,7 @@ MSG
 		! "$uv" pip install --quiet --python "$dir/bin/python" --no-deps -e "$ROOT/python"; then
 		cat >&2 <<MSG
 deps: could not make .venv (above: $uv failed). It downloads python/requirements.lock's wheels from PyPI
-      (about 4 GB, torch with its CUDA libraries) unless uv's cache (~/.cache/uv) holds them; behind a mirror set UV_INDEX_URL.
+      (torch with its CUDA libraries: 5.5 GB installed) unless uv's cache (~/.cache/uv) holds them; behind a mirror set UV_INDEX_URL.
 MSG
 		exit 1
 	fi

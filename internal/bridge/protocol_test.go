@@ -91,7 +91,7 @@ func TestStartFailures(t *testing.T) {
 	}{
 		{"exit3", "exit status 3", ErrExited, 0},
 		{"garbage", "frame does not start with", ErrProtocol, 0},
-		{"version", "worker speaks 99, this hdet speaks 2", ErrVersion, 0},
+		{"version", "worker speaks 99, this hdet speaks 3", ErrVersion, 0},
 		{"silent", "no HELLO within 500ms", ErrTimeout, 500 * time.Millisecond},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -195,5 +195,5 @@ func TestTailKeepsLastLines(t *testing.T) {
 	_, _ = tl.Write([]byte("first line\nsecond\nthird\n"))
 	assert.Equal(t, "second\nthird\n", tl.String())
 	err := &WorkerError{Rank: 3, PID: 42, Op: "training window 0 (steps 0-9)", Err: ErrExited, Stderr: "boom\n"}
-	assert.Equal(t, "rank 3: worker (pid 42) training window 0 (steps 0-9): worker process exited\n--- last lines of rank 3's worker stderr ---\nboom", err.Error())
+	assert.Equal(t, "rank 3: worker (pid 42) training window 0 (steps 0-9): worker process exited\n--- rank 3's worker stderr: its error ---\nboom", err.Error())
 }

@@ -11,10 +11,8 @@ import (
 
 func scriptHello() Hello {
 	return Hello{
-		Schedule: &Schedule{MaxLR: []float64{0.05, 0.005}, TotalSteps: 300, PctStart: 0.25, AnnealStrategy: "linear",
-			CycleMomentum: true, BaseMomentum: []float64{0.8, 0.8}, MaxMomentum: []float64{0.9, 0.9},
-			DivFactor: 10, FinalDivFactor: 100, ThreePhase: true},
-		Explore: []map[string]any{{"name": "lr"}},
+		TotalSteps: 300,
+		Explore:    []map[string]any{{"name": "lr"}},
 	}
 }
 
@@ -27,9 +25,10 @@ func TestRunSteps(t *testing.T) {
 	assert.Equal(t, 300, n)
 	_, err = RunSteps(200, scriptHello())
 	assert.ErrorIs(t, err, ErrConflict)
-	assert.ErrorContains(t, err, "train.steps is 200, but the script's OneCycleLR has total_steps 300")
+	assert.ErrorContains(t, err, "train.steps is 200, but the script's hdet.attach has total_steps 300")
 	_, err = RunSteps(0, Hello{})
-	assert.ErrorContains(t, err, "set train.steps")
+	assert.ErrorIs(t, err, ErrSetting)
+	assert.ErrorContains(t, err, "total_steps 0; it must be the positive number of optimizer steps")
 }
 
 func TestExplorersFromTheScript(t *testing.T) {
@@ -38,38 +37,51 @@ func TestExplorersFromTheScript(t *testing.T) {
 	assert.Empty(t, notes)
 	require.Len(t, ex, 1)
 	assert.Equal(t, "hdet-explorer-lr", ex[0].Plugin)
-	assert.Equal(t, map[string]any{
-		"kind": "onecycle", "max_lr": 0.05, "total_steps": 300, "pct_start": 0.25, "anneal_strategy": "linear",
-		"div_factor": 10.0, "final_div_factor": 100.0, "three_phase": true, "cycle_momentum": true,
-		"base_momentum": 0.8, "max_momentum": 0.9,
-	}, ex[0].Config["schedule"])
+	assert.Equal(t, 1.0, ex[0].Config["schedule"], "a multiplier of the script's own rate")
+	assert.Equal(t, map[string]any{"lower": multiplierLower, "upper": multiplierUpper}, ex[0].Config["bounds"])
+
+	// A group's rate has the lr explorer too; an explore entry's bounds stay.
+	h := Hello{TotalSteps: 10, Explore: []map[string]any{{"name": "lr/head", "upper": 8.0}, {"name": "weight_decay/body", "base": 0.1}}}
+	ex, _, err = Explorers(nil, h)
+	require.NoError(t, err)
+	assert.Equal(t, "hdet-explorer-lr", ex[0].Plugin)
+	assert.Equal(t, map[string]any{"lower": multiplierLower, "upper": 8.0}, ex[0].Config["bounds"])
+	assert.Equal(t, "hdet-explorer-weight-decay", ex[1].Plugin)
+}
+
+// hdet's window gives the search pass (a quarter of the run) 8 windows, at
+// most 50 steps each.
+func TestDefaultWindow(t *testing.T) {
+	for steps, want := range map[int]int{4: 1, 100: 3, 300: 9, 1000: 31, 1600: 50, 100000: 50} {
+		assert.Equal(t, want, DefaultWindow(steps), "%d steps", steps)
+	}
 }
 
 func TestExplorersMergeWithTheConfig(t *testing.T) {
 	spread := map[string]any{"alpha": 0.3}
 	cfg := []config.Explorer{
-		{Name: "lr", Plugin: "hdet-explorer-lr", Config: map[string]any{"spread": spread, "schedule": map[string]any{"max_lr": 0.05}}},
+		{Name: "lr", Plugin: "hdet-explorer-lr", Config: map[string]any{"spread": spread, "schedule": 1.0}},
 		{Name: "dropout", Plugin: "hdet-explorer-dropout", Config: map[string]any{"schedule": 0.1}},
 	}
 	ex, notes, err := Explorers(cfg, scriptHello())
 	require.NoError(t, err)
-	assert.Empty(t, notes, "the same max_lr is no conflict")
+	assert.Empty(t, notes, "the same base is no conflict")
 	require.Len(t, ex, 2)
 	assert.Equal(t, spread, ex[0].Config["spread"], "the config adds its settings")
-	assert.Equal(t, 300, ex[0].Config["schedule"].(map[string]any)["total_steps"], "the script's schedule fills the rest")
+	assert.Equal(t, multiplierUpper, ex[0].Config["bounds"].(map[string]any)["upper"], "the script's block fills the rest")
 	assert.Equal(t, "dropout", ex[1].Name, "the config adds explorers")
 
-	cfg[0].Config["schedule"] = map[string]any{"max_lr": 0.1}
+	cfg[0].Config["schedule"] = 2.0
 	_, _, err = Explorers(cfg, scriptHello())
 	assert.ErrorIs(t, err, ErrConflict)
-	assert.ErrorContains(t, err, "explorers[0] (lr) schedule disagrees with the script's OneCycleLR (max_lr: 0.1 in the config, 0.05 in the script)")
+	assert.ErrorContains(t, err, "explorers[0] (lr) schedule disagrees with the script's (schedule: 2 in the config, 1 in the script)")
 
 	cfg[0].Override = true
 	ex, notes, err = Explorers(cfg, scriptHello())
 	require.NoError(t, err)
-	assert.Equal(t, 0.1, ex[0].Config["schedule"].(map[string]any)["max_lr"])
+	assert.Equal(t, 2.0, ex[0].Config["schedule"])
 	require.Len(t, notes, 1)
-	assert.Contains(t, notes[0], "overrides the script's OneCycleLR (override: true): max_lr: 0.1 in the config, 0.05 in the script")
+	assert.Contains(t, notes[0], "overrides the script's hdet.attach settings (override: true): schedule: 2 in the config, 1 in the script")
 }
 
 func TestExplorersNoneWarns(t *testing.T) {

@@ -18,21 +18,21 @@ func TestRunWindow(t *testing.T) {
 	for _, tc := range []struct {
 		configured, script, want int
 	}{
-		{0, 0, DefaultWindow}, {40, 0, 40}, {0, 25, 25}, {25, 25, 25},
+		{0, 0, DefaultWindow(300)}, {40, 0, 40}, {0, 25, 25}, {25, 25, 25},
 	} {
 		h.Window = tc.script
 		got, err := RunWindow(tc.configured, 300, h)
 		require.NoError(t, err)
-		assert.Equal(t, tc.want, got, "train.window %d, hdet_window %d", tc.configured, tc.script)
+		assert.Equal(t, tc.want, got, "train.window %d, the script's window %d", tc.configured, tc.script)
 	}
 	h.Window = 25
 	_, err := RunWindow(50, 300, h)
 	assert.ErrorIs(t, err, ErrConflict)
-	assert.ErrorContains(t, err, "train.window is 50, but the script's hdet.OneCycleLR has hdet_window 25")
+	assert.ErrorContains(t, err, "train.window is 50, but the script's hdet.attach has window 25")
 	h.Window = 301
 	_, err = RunWindow(0, 300, h)
 	assert.ErrorIs(t, err, ErrSetting)
-	assert.ErrorContains(t, err, "hdet_window is 301, want an integer in [1, 300]")
+	assert.ErrorContains(t, err, "the script's window is 301, want an integer in [1, 300]")
 }
 
 // settingsHello is a HELLO that uses every documented argument, as the
@@ -57,14 +57,14 @@ func TestExplorersFromTheScriptsSettings(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ex, 4)
 	lr, wd, drop, temp := ex[0].Config, ex[1].Config, ex[2].Config, ex[3].Config
-	assert.Equal(t, map[string]any{"alpha": 0.2, "kind": "geometric"}, lr["spread"], "hdet_alpha, hdet_spread")
+	assert.Equal(t, map[string]any{"alpha": 0.2, "kind": "geometric"}, lr["spread"], "alpha, spread")
 	assert.Equal(t, map[string]any{"lower": 1e-4, "upper": 1.0}, lr["bounds"])
-	assert.Equal(t, settingsHello().Options["auto"], lr["auto"], "hdet_auto is lr's auto block")
-	assert.Equal(t, 0.05, lr["schedule"].(map[string]any)["max_lr"])
-	assert.Equal(t, map[string]any{"alpha": 0.001, "kind": "additive"}, wd["spread"], "the entry's settings win over hdet_*")
+	assert.Equal(t, settingsHello().Options["auto"], lr["auto"], "auto is lr's auto block")
+	assert.Equal(t, 1.0, lr["schedule"], "a multiplier of the script's rate")
+	assert.Equal(t, map[string]any{"alpha": 0.001, "kind": "additive"}, wd["spread"], "the entry's settings win over alpha and spread")
 	assert.Equal(t, map[string]any{"lower": 0.0, "upper": 0.01}, wd["bounds"])
 	assert.Equal(t, 1e-3, wd["schedule"], "base: a constant schedule")
-	assert.NotContains(t, wd, "auto", "hdet_auto is lr's only")
+	assert.NotContains(t, wd, "auto", "auto is lr's only")
 	assert.Equal(t, map[string]any{"alpha": 0.2, "kind": "geometric"}, drop["spread"])
 	assert.Equal(t, "my-explorer", ex[3].Plugin)
 	assert.NotContains(t, temp, "plugin")
@@ -109,20 +109,20 @@ func TestExplorersRefuseScriptSettings(t *testing.T) {
 		want string
 	}{
 		{"unknown option", func(h *Hello) { h.Options["gamma"] = 1.0 }, `the script sent the option "gamma"`},
-		{"negative alpha", func(h *Hello) { h.Options["alpha"] = -0.1 }, "hdet_alpha must be a finite number >= 0, got -0.1"},
-		{"string alpha", func(h *Hello) { h.Options["alpha"] = "big" }, `hdet_alpha must be a finite number >= 0, got "big"`},
-		{"unknown spread", func(h *Hello) { h.Options["spread"] = "cubic" }, `hdet_spread must be one of multiplicative, additive or geometric, got "cubic"`},
-		{"auto not a dict", func(h *Hello) { h.Options["auto"] = true }, "hdet_auto must be a dict of the lr explorer's auto settings, got true"},
-		{"auto unknown key", func(h *Hello) { h.Options["auto"] = map[string]any{"patience": 3.0} }, `hdet_auto has the unknown key "patience"; allowed: enabled, form, start, until`},
-		{"auto decay", func(h *Hello) { h.Options["auto"] = map[string]any{"decay": 0.5} }, `hdet_auto["decay"] was removed in revision 2`},
-		{"auto type", func(h *Hello) { h.Options["auto"] = map[string]any{"until": "soon"} }, `hdet_auto["until"] must be a JSON number, got "soon"`},
-		{"auto integer", func(h *Hello) { h.Options["auto"] = map[string]any{"start": 2.5} }, `hdet_auto["start"] must be a JSON integer, got 2.5`},
-		{"auto without lr", func(h *Hello) { h.Explore = h.Explore[1:3] }, "hdet_auto sets the lr explorer's auto block, but the script does not explore lr"},
+		{"negative alpha", func(h *Hello) { h.Options["alpha"] = -0.1 }, "alpha must be a finite number >= 0, got -0.1"},
+		{"string alpha", func(h *Hello) { h.Options["alpha"] = "big" }, `alpha must be a finite number >= 0, got "big"`},
+		{"unknown spread", func(h *Hello) { h.Options["spread"] = "cubic" }, `spread must be one of multiplicative, additive or geometric, got "cubic"`},
+		{"auto not a dict", func(h *Hello) { h.Options["auto"] = true }, "auto must be a dict of the lr explorer's auto settings, got true"},
+		{"auto unknown key", func(h *Hello) { h.Options["auto"] = map[string]any{"patience": 3.0} }, `auto has the unknown key "patience"; allowed: enabled, form, start, until`},
+		{"auto decay", func(h *Hello) { h.Options["auto"] = map[string]any{"decay": 0.5} }, `auto["decay"] was removed in revision 2`},
+		{"auto type", func(h *Hello) { h.Options["auto"] = map[string]any{"until": "soon"} }, `auto["until"] must be a JSON number, got "soon"`},
+		{"auto integer", func(h *Hello) { h.Options["auto"] = map[string]any{"start": 2.5} }, `auto["start"] must be a JSON integer, got 2.5`},
+		{"auto without lr", func(h *Hello) { h.Explore = h.Explore[1:3] }, "auto sets the lr explorer's auto block, but the script does not explore lr"},
 		{"explore unknown key", func(h *Hello) { h.Explore[1]["scale"] = "log" }, `explore[1] ("weight_decay") has the unknown key "scale"; allowed: name, plugin, alpha, spread, base, lower, upper`},
 		{"explore alpha", func(h *Hello) { h.Explore[1]["alpha"] = -1.0 }, `explore[1] ("weight_decay")["alpha"] must be a finite number >= 0, got -1`},
 		{"explore spread", func(h *Hello) { h.Explore[1]["spread"] = 2.0 }, `explore[1] ("weight_decay")["spread"] must be one of multiplicative, additive or geometric, got 2`},
 		{"explore bound", func(h *Hello) { h.Explore[0]["upper"] = "1" }, `explore[0] ("lr")["upper"] must be a finite number, got "1"`},
-		{"lr base", func(h *Hello) { h.Explore[0]["base"] = 0.1 }, `explore[0] ("lr")["base"]: lr's base is the OneCycleLR schedule (max_lr)`},
+		{"lr base", func(h *Hello) { h.Explore[0]["base"] = 0.1 }, `explore[0] ("lr")["base"]: a learning rate's base is the script's own rate`},
 		{"explore plugin", func(h *Hello) { h.Explore[3]["plugin"] = 1.0 }, `explore[3] ("temperature")["plugin"] must be an explorer binary name, got 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,19 +151,19 @@ func TestExplorersSettingsPrecedence(t *testing.T) {
 	cfg[0].Config["auto"] = map[string]any{"commit": "restart"}
 	_, _, err = Explorers(cfg, settingsHello())
 	assert.ErrorIs(t, err, ErrConflict)
-	assert.ErrorContains(t, err, "explorers[0] (lr) settings disagree with the script's hdet.OneCycleLR arguments (auto.commit: restart in the config, continue in the script; spread.alpha: 0.3 in the config, 0.2 in the script); remove it from the config")
+	assert.ErrorContains(t, err, "explorers[0] (lr) settings disagree with the script's hdet.attach arguments (auto.commit: restart in the config, continue in the script; spread.alpha: 0.3 in the config, 0.2 in the script); remove it from the config")
 
 	cfg[0].Override = true
 	ex, notes, err = Explorers(cfg, settingsHello())
 	require.NoError(t, err)
 	assert.Equal(t, 0.3, ex[0].Config["spread"].(map[string]any)["alpha"])
 	require.Len(t, notes, 1)
-	assert.Contains(t, notes[0], "overrides the script's OneCycleLR (override: true): auto.commit: restart in the config")
+	assert.Contains(t, notes[0], "overrides the script's hdet.attach settings (override: true): auto.commit: restart in the config")
 
 	// A base and the config's constant schedule compare by value.
 	drop := []config.Explorer{{Name: "dropout", Plugin: "hdet-explorer-dropout", Config: map[string]any{"schedule": map[string]any{"value": 0.2}}}}
 	_, _, err = Explorers(drop, settingsHello())
-	assert.ErrorContains(t, err, "explorers[0] (dropout) schedule disagrees with the script's OneCycleLR (value: 0.2 in the config, 0.1 in the script)")
+	assert.ErrorContains(t, err, "explorers[0] (dropout) schedule disagrees with the script's (value: 0.2 in the config, 0.1 in the script)")
 	drop[0].Config["schedule"] = 0.1
 	_, _, err = Explorers(drop, settingsHello())
 	assert.NoError(t, err)
@@ -171,5 +171,5 @@ func TestExplorersSettingsPrecedence(t *testing.T) {
 
 func TestSettingsHint(t *testing.T) {
 	assert.Empty(t, SettingsHint(scriptHello()))
-	assert.True(t, strings.HasPrefix(SettingsHint(settingsHello()), " (the script's hdet.OneCycleLR arguments"))
+	assert.True(t, strings.HasPrefix(SettingsHint(settingsHello()), " (the script's hdet.attach arguments"))
 }

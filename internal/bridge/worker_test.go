@@ -46,8 +46,9 @@ func startPython(t *testing.T, opts Options) started {
 	return started{w, out}
 }
 
-// plan builds a window's values: a ramp per hyperparameter, different per window.
-func plan(k, steps int) engine.Values {
+// windowPlan builds a window's values: a ramp per hyperparameter, different
+// per window (lr's are multipliers of the script's own rate).
+func windowPlan(k, steps int) engine.Values {
 	v := engine.Values{"lr": {}, "weight_decay": {}, "temperature": {}}
 	for i := 0; i < steps; i++ {
 		v["lr"] = append(v["lr"], 0.01*float64(k+1)+0.001*float64(i))
@@ -64,9 +65,8 @@ func TestWorkerTrainsWindows(t *testing.T) {
 	const params = 8*4 + 4 + 4 + 1
 	assert.Equal(t, params, w.ParamCount())
 	h := w.Hello()
-	require.NotNil(t, h.Schedule)
-	assert.Equal(t, 12, h.Schedule.TotalSteps)
-	assert.Equal(t, []float64{0.05, 0.05}, h.Schedule.MaxLR)
+	assert.Equal(t, 12, h.TotalSteps)
+	assert.Equal(t, "SGD", h.Optimizer)
 	assert.True(t, h.Evaluate)
 	assert.Equal(t, "cpu", h.Device)
 	var explored []any
@@ -81,7 +81,7 @@ func TestWorkerTrainsWindows(t *testing.T) {
 
 	ctx := context.Background()
 	for k := 0; k < 3; k++ {
-		v := plan(k, 4)
+		v := windowPlan(k, 4)
 		res, err := w.TrainWindow(ctx, engine.Window{Start: 4 * k, Steps: 4, V: v})
 		require.NoError(t, err, "window %d; worker output:\n%s", k, w.out)
 		require.Len(t, res.Losses, 4)
@@ -89,6 +89,7 @@ func TestWorkerTrainsWindows(t *testing.T) {
 			assert.False(t, math.IsNaN(l) || math.IsInf(l, 0), "loss %v", l)
 		}
 		assert.Equal(t, v, w.Applied(), "the worker applied exactly the plan")
+		assert.Equal(t, 0.05, w.PeakBaseLR(), "the script's own rate, before the multiplier")
 		if k == 1 {
 			// Stand in for the all-reduce: the worker must load what is left here.
 			buf := w.SyncBuffer(true)
@@ -154,9 +155,9 @@ func TestWorkerWithAdamWAndNoExploredValues(t *testing.T) {
 func TestWorkerKilledMidWindow(t *testing.T) {
 	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "12", "--die-at-step", "6"))
 	ctx := context.Background()
-	_, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4, V: plan(0, 4)})
+	_, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4, V: windowPlan(0, 4)})
 	require.NoError(t, err)
-	_, err = w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4, V: plan(1, 4)})
+	_, err = w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4, V: windowPlan(1, 4)})
 	require.ErrorIs(t, err, ErrExited)
 	var we *WorkerError
 	require.ErrorAs(t, err, &we)
@@ -164,7 +165,7 @@ func TestWorkerKilledMidWindow(t *testing.T) {
 	assert.Contains(t, err.Error(), "rank 0: worker (pid ")
 	assert.Contains(t, err.Error(), "training window 1 (steps 4-7)")
 	assert.Contains(t, err.Error(), "killed by signal 9")
-	_, again := w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4, V: plan(1, 4)})
+	_, again := w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4, V: windowPlan(1, 4)})
 	assert.Equal(t, err, again, "the failure is sticky")
 	assert.NoError(t, w.Close())
 }
@@ -185,20 +186,21 @@ func TestWorkerEndsEarly(t *testing.T) {
 	require.NoError(t, err)
 	_, err = w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4})
 	require.ErrorIs(t, err, ErrWorker)
-	assert.Contains(t, err.Error(), "training window 1 (steps 4-7): worker reported an error: the script ended at step 6 of 8")
+	assert.Contains(t, err.Error(), "training window 1 (steps 4-7): worker reported an error: the script ended after 6 of the 8 optimizer steps it gave hdet (total_steps)")
 }
 
-// Past total_steps the scheduler raises torch's ValueError; the script's
-// exit status after STOP is Close's error.
+// An optimizer step past total_steps raises; the script's exit status after
+// STOP is Close's error. The script's own rates were restored after every
+// step: it sees 0.05, never the multiplied rate.
 func TestWorkerStepsPastTheEnd(t *testing.T) {
-	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "4", "--extra-step", "--explicit-loss"))
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "4", "--extra-step"))
 	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4, V: engine.Values{"lr": {0.1, 0.2, 0.3, 0.4}}})
 	require.NoError(t, err)
 	err = w.Close()
 	require.ErrorIs(t, err, ErrExited)
 	assert.Contains(t, err.Error(), "finishing after STOP: worker process exited (exit status 1)")
-	assert.Contains(t, err.Error(), "ValueError: Tried to step")
-	assert.Contains(t, w.out.String(), "[rank 0] worker.py finished 4 steps, lr [0.4, 0.4]", "get_last_lr is the applied rate, each line prefixed")
+	assert.Contains(t, err.Error(), "RuntimeError: hdet: optimizer step 5 is past total_steps=4 given to hdet.attach")
+	assert.Contains(t, w.out.String(), "[rank 0] worker.py finished 4 steps, lr [0.05, 0.05]", "the script's own rates, each line prefixed")
 }
 
 func TestWorkerProbe(t *testing.T) {

@@ -20,8 +20,8 @@ from ._values import dropout_setter
 from .scheduler import OneCycleLR, probe
 
 __all__ = [
-    "OneCycleLR",
     "PROTOCOL_VERSION",
+    "OneCycleLR",
     "ProtocolError",
     "Stopped",
     "attach",

@@ -20,7 +20,8 @@ import time
 import traceback
 import types
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -34,27 +35,27 @@ class _Process:
     (one connection per process)."""
 
     def __init__(self) -> None:
-        self.probe: Optional[Callable[[], float]] = None
-        self.attached: "weakref.WeakKeyDictionary[torch.optim.Optimizer, str]" = weakref.WeakKeyDictionary()
-        self.run: Optional[Attachment] = None
+        self.probe: Callable[[], float] | None = None
+        self.attached: weakref.WeakKeyDictionary[torch.optim.Optimizer, str] = weakref.WeakKeyDictionary()
+        self.run: Attachment | None = None
         self.hooked = False
 
 
 _process = _Process()
 
 
-def register_probe(fn: Optional[Callable[[], float]]) -> Optional[Callable[[], float]]:
+def register_probe(fn: Callable[[], float] | None) -> Callable[[], float] | None:
     if fn is not None and not callable(fn):
         raise TypeError("hdet.probe: %r is not callable" % (fn,))
     _process.probe = fn
     return fn
 
 
-def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: Optional[int] = None,
-           explore: Optional[Sequence[Any]] = None, alpha: Optional[float] = None, spread: Optional[str] = None,
-           auto: Optional[Dict[str, Any]] = None, dropout: Any = None,
-           callbacks: Optional[Dict[str, Callable[[float], Any]]] = None,
-           evaluate: Optional[Callable[[], Sequence[float]]] = None, probe: Optional[Callable[[], float]] = None,
+def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | None = None,
+           explore: Sequence[Any] | None = None, alpha: float | None = None, spread: str | None = None,
+           auto: dict[str, Any] | None = None, dropout: Any = None,
+           callbacks: dict[str, Callable[[float], Any]] | None = None,
+           evaluate: Callable[[], Sequence[float]] | None = None, probe: Callable[[], float] | None = None,
            _by: str = "hdet.attach") -> torch.optim.Optimizer:
     """Run this optimizer's training under hdet; returns the optimizer.
 
@@ -132,7 +133,7 @@ def _reseed_replica() -> None:
         np.random.seed(seed % 2**32)
 
 
-def current(optimizer: Optional[torch.optim.Optimizer] = None) -> Optional[Dict[str, Any]]:
+def current(optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any] | None:
     """What hdet does now on this rank, None outside hdet (or for an
     optimizer it does not drive): {"step", "total_steps", "window", "pass"
     ("search" or "main"), "values" (this step's planned values; lr's is a
@@ -147,20 +148,20 @@ def current(optimizer: Optional[torch.optim.Optimizer] = None) -> Optional[Dict[
 class Attachment:
     """One attached optimizer under hdet: its step wrapper and windows."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, total: int, values: Values, settings: Dict[str, Any],
-                 evaluate: Optional[Callable[[], Sequence[float]]], probe: Optional[Callable[[], float]]) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, total: int, values: Values, settings: dict[str, Any],
+                 evaluate: Callable[[], Sequence[float]] | None, probe: Callable[[], float] | None) -> None:
         self.optimizer, self.total, self.values, self.settings = optimizer, total, values, settings
         self.evaluate, self._probe_fn = evaluate, probe
-        self.session: Optional[_session.Session] = None
+        self.session: _session.Session | None = None
         self.step_num = 0  # optimizer steps completed
         self.stopped = False
         self.window = self.start = self.steps = self.tail = self.pass_ = 0
-        self.plan: Dict[str, List[float]] = {}
-        self.losses: List[torch.Tensor] = []
-        self.applied: Dict[str, List[float]] = {}
-        self.bases: List[float] = []
-        self.avg: List[torch.Tensor] = []
-        self._expected: Optional[List[float]] = None
+        self.plan: dict[str, list[float]] = {}
+        self.losses: list[torch.Tensor] = []
+        self.applied: dict[str, list[float]] = {}
+        self.bases: list[float] = []
+        self.avg: list[torch.Tensor] = []
+        self._expected: list[float] | None = None
         self._in_step = False
         self._steps_called = 0
         _loss.install()
@@ -215,7 +216,7 @@ class Attachment:
                            "(the script's %g x this rank's multiplier): something between hdet and the "
                            "optimizer changed it" % (k, got, want, want / max(self.plan_multiplier(), 1e-300)))
 
-    def _record(self, i: int, now: Dict[str, float], base: float) -> None:
+    def _record(self, i: int, now: dict[str, float], base: float) -> None:
         loss = _loss.take()
         if loss is None:
             self._fail("no loss for step %d: nothing was .backward()-ed since the previous optimizer step"
@@ -245,7 +246,7 @@ class Attachment:
         groups = self.optimizer.param_groups
         probe = self._probe_fn if self._probe_fn is not None else _process.probe
         self._probe_fn = probe
-        hello: Dict[str, Any] = {
+        hello: dict[str, Any] = {
             "hyperparameters": self.values.names(),
             "param_groups": [
                 {"key": k, "size": sum(p.numel() for p in g["params"]), "lr": _as_float(g["lr"]),
@@ -340,7 +341,7 @@ class Attachment:
         vals = self.plan.get("lr")
         return vals[i] if vals else 1.0
 
-    def status(self) -> Dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         i = min(max(self.step_num - self.start, 0), max(self.steps - 1, 0))
         return {"step": self.step_num, "total_steps": self.total, "window": self.window,
                 "pass": "main" if self.pass_ else "search",

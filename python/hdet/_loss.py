@@ -10,11 +10,13 @@ scaled by AMP's GradScaler is recorded unscaled. Values stay tensors (no
 device sync per step) until the window ends.
 """
 
+from __future__ import annotations
+
 import threading
 
 import torch
 
-_pending = []
+_pending: list[torch.Tensor] = []
 _guard = threading.local()
 _installed = False
 
@@ -48,7 +50,7 @@ def _wrap_backward(orig, first_tensor):
         finally:
             _guard.inside = False
 
-    backward.__wrapped__ = orig
+    backward.__wrapped__ = orig  # type: ignore[attr-defined]
     backward.__doc__ = orig.__doc__
     return backward
 
@@ -57,10 +59,10 @@ def _wrap_scale(orig):
     def scale(self, outputs):
         out = orig(self, outputs)
         if torch.is_tensor(outputs) and torch.is_tensor(out) and outputs.numel() == 1:
-            out._hdet_unscaled = outputs.detach()
+            out._hdet_unscaled = outputs.detach()  # type: ignore[attr-defined]
         return out
 
-    scale.__wrapped__ = orig
+    scale.__wrapped__ = orig  # type: ignore[attr-defined]
     return scale
 
 
@@ -70,7 +72,7 @@ def install():
     if _installed:
         return
     _installed = True
-    torch.Tensor.backward = _wrap_backward(torch.Tensor.backward, True)
+    torch.Tensor.backward = _wrap_backward(torch.Tensor.backward, True)  # type: ignore[method-assign]
     torch.autograd.backward = _wrap_backward(torch.autograd.backward, False)
     scalers = [getattr(getattr(torch, "amp", None), "GradScaler", None),
                getattr(getattr(getattr(torch, "cuda", None), "amp", None), "GradScaler", None)]

@@ -7,7 +7,8 @@ import inspect
 import json
 import mmap
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -61,7 +62,7 @@ class Stopped(SystemExit):
         return "hdet stopped the run at step %d" % self.step
 
 
-StateLayout = List[Tuple[torch.Tensor, List[Tuple[str, int]]]]
+StateLayout = list[tuple[torch.Tensor, list[tuple[str, int]]]]
 
 
 def predict_state(optimizer: torch.optim.Optimizer) -> StateLayout:
@@ -122,7 +123,7 @@ class Session:
     on_error(message) is called once when the session reports a failure, so
     the owner can mark itself finished."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, hello: Dict[str, Any]) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, hello: dict[str, Any]) -> None:
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         self.param_count = sum(p.numel() for p in self.params)
@@ -156,7 +157,7 @@ class Session:
         self._copy(out=True, with_state=False)
         self.conn.send({"type": "ready"})
 
-    def expect(self, kind: str) -> Dict[str, Any]:
+    def expect(self, kind: str) -> dict[str, Any]:
         msg, _ = self.conn.recv()
         if msg["type"] != kind:
             self.fail("expected %s from hdet, got %s" % (kind, msg["type"]))
@@ -204,12 +205,12 @@ class Session:
                         t.copy_(self.buf[off:off + n].view_as(t))
                 off += n
 
-    def _load(self, msg: Dict[str, Any]) -> None:
+    def _load(self, msg: dict[str, Any]) -> None:
         """Copy what hdet left in the buffer (the average) into the tensors."""
         if msg.get("load"):
             self._copy(out=False, with_state=self.local and msg.get("load_optimizer", False))
 
-    def next_message(self, evaluate: Optional[Callable[[], Sequence[float]]]) -> Optional[Dict[str, Any]]:
+    def next_message(self, evaluate: Callable[[], Sequence[float]] | None) -> dict[str, Any] | None:
         """Serve EVAL requests until a PLAN (returned) or a STOP (None)."""
         while True:
             msg, _ = self.conn.recv()
@@ -237,8 +238,8 @@ class Session:
         """The window is trained: its parameters go to the buffer."""
         self._copy(out=True, with_state=self.local)
 
-    def done(self, window: int, steps: int, losses: List[float], applied: Dict[str, List[float]],
-             base_lr: List[float], probe: Optional[float] = None) -> None:
+    def done(self, window: int, steps: int, losses: list[float], applied: dict[str, list[float]],
+             base_lr: list[float], probe: float | None = None) -> None:
         """Report the window (losses, then the probe loss when asked)."""
         self.trace(event="done", window=window, steps=steps, applied=applied, base_lr=base_lr,
                    loss_mean=sum(losses) / len(losses))

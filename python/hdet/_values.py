@@ -11,7 +11,7 @@ so they are set after a step for the next one and stay in place.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable
 
 import torch
 
@@ -34,7 +34,7 @@ def dropout_setter(module: torch.nn.Module) -> Callable[[float], None]:
     return set_p
 
 
-def group_keys(groups: List[Dict[str, Any]]) -> List[str]:
+def group_keys(groups: list[dict[str, Any]]) -> list[str]:
     """Each param group's key: its "name" entry, else its index."""
     return [str(g.get("name", i)) for i, g in enumerate(groups)]
 
@@ -44,10 +44,10 @@ def is_lr(name: str) -> bool:
 
 
 # (group, key, saved value): what restore() puts back after a step.
-Saved = List[Tuple[Dict[str, Any], str, Any]]
+Saved = list[tuple[dict[str, Any], str, Any]]
 
 
-def _put(group: Dict[str, Any], key: str, value: Any, saved: Saved) -> None:
+def _put(group: dict[str, Any], key: str, value: Any, saved: Saved) -> None:
     old = group[key]
     if torch.is_tensor(old):  # a Tensor lr is changed in place, never replaced
         saved.append((group, key, old.clone()))
@@ -68,13 +68,13 @@ def restore(saved: Saved) -> None:
 class Values:
     """The names a run may explore on this optimizer, and their appliers."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, callbacks: Dict[str, Callable[[float], Any]]) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, callbacks: dict[str, Callable[[float], Any]]) -> None:
         self.groups = optimizer.param_groups
         keys = group_keys(self.groups)
         g0 = self.groups[0]
         every = list(range(len(self.groups)))
         # name -> the indices of the groups it sets
-        self.in_step: Dict[str, List[int]] = {"lr": every}
+        self.in_step: dict[str, list[int]] = {"lr": every}
         if "weight_decay" in g0:
             decayed = [i for i, g in enumerate(self.groups) if _float(g["weight_decay"]) > 0] or every
             self.in_step["weight_decay"] = decayed
@@ -85,7 +85,7 @@ class Values:
                 self.in_step["lr/" + k] = [i]
                 if "weight_decay" in g:
                     self.in_step["weight_decay/" + k] = [i]
-        self.callbacks: Dict[str, Callable[[float], Any]] = {}
+        self.callbacks: dict[str, Callable[[float], Any]] = {}
         for name, fn in callbacks.items():
             if name in self.in_step:
                 raise ValueError("hdet: callback %r would replace the optimizer's hyperparameter of that name" % name)
@@ -93,10 +93,10 @@ class Values:
                 raise TypeError("hdet: callback for %r is not callable" % name)
             self.callbacks[name] = fn
 
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         return list(self.in_step) + list(self.callbacks)
 
-    def enter(self, values: Dict[str, float]) -> Saved:
+    def enter(self, values: dict[str, float]) -> Saved:
         """Put one step's optimizer-group values in place: lr names multiply
         the group's current rate, the others replace the group's value."""
         saved: Saved = []
@@ -113,7 +113,7 @@ class Values:
                     _put(g, name.split("/")[0], v, saved)
         return saved
 
-    def between(self, values: Dict[str, float]) -> None:
+    def between(self, values: dict[str, float]) -> None:
         """Set the callback values for the next forward pass."""
         for name, v in values.items():
             fn = self.callbacks.get(name)
@@ -124,7 +124,7 @@ class Values:
         """The script's own rate of the first group, as it stands now."""
         return _float(self.groups[0]["lr"])
 
-    def expected_lr(self, values: Dict[str, float], bases: List[float]) -> Optional[List[float]]:
+    def expected_lr(self, values: dict[str, float], bases: list[float]) -> list[float] | None:
         """Each group's rate the step must use, None when lr is not planned."""
         mult = [1.0] * len(self.groups)
         planned = False

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Callable, Literal
 
 import torch
 from torch.optim.lr_scheduler import OneCycleLR as _TorchOneCycleLR
@@ -10,7 +11,7 @@ from torch.optim.lr_scheduler import OneCycleLR as _TorchOneCycleLR
 from . import _attach
 
 
-def probe(fn: Optional[Callable[[], float]]) -> Optional[Callable[[], float]]:
+def probe(fn: Callable[[], float] | None) -> Callable[[], float] | None:
     """Give hdet a probe function for the `probe` signal (docs/design.md §1.1).
 
     fn() -> float evaluates the current model, in eval mode and without
@@ -38,18 +39,18 @@ class OneCycleLR(_TorchOneCycleLR):
     step(loss) accepts a loss for compatibility; hdet records each step's
     loss from the script's .backward() calls."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, max_lr: Union[float, List[float]],
-                 total_steps: Optional[int] = None, epochs: Optional[int] = None,
-                 steps_per_epoch: Optional[int] = None, pct_start: float = 0.3, anneal_strategy: str = "cos",
-                 cycle_momentum: bool = True, base_momentum: Union[float, List[float]] = 0.85,
-                 max_momentum: Union[float, List[float]] = 0.95, div_factor: float = 25.0,
+    def __init__(self, optimizer: torch.optim.Optimizer, max_lr: float | list[float],
+                 total_steps: int | None = None, epochs: int | None = None,
+                 steps_per_epoch: int | None = None, pct_start: float = 0.3, anneal_strategy: Literal["cos", "linear"] = "cos",
+                 cycle_momentum: bool = True, base_momentum: float | list[float] = 0.85,
+                 max_momentum: float | list[float] = 0.95, div_factor: float = 25.0,
                  final_div_factor: float = 1e4, three_phase: bool = False, last_epoch: int = -1,
-                 verbose: bool = False, *, hdet_window: Optional[int] = None, hdet_alpha: Optional[float] = None,
-                 hdet_spread: Optional[str] = None, hdet_auto: Optional[Dict[str, Any]] = None,
-                 explore: Optional[Sequence[Any]] = None, dropout_callback: Optional[Callable[[float], Any]] = None,
-                 callbacks: Optional[Dict[str, Callable[[float], Any]]] = None,
-                 evaluate: Optional[Callable[[], Sequence[float]]] = None,
-                 probe: Optional[Callable[[], float]] = None) -> None:
+                 verbose: bool = False, *, hdet_window: int | None = None, hdet_alpha: float | None = None,
+                 hdet_spread: str | None = None, hdet_auto: dict[str, Any] | None = None,
+                 explore: Sequence[Any] | None = None, dropout_callback: Callable[[float], Any] | None = None,
+                 callbacks: dict[str, Callable[[float], Any]] | None = None,
+                 evaluate: Callable[[], Sequence[float]] | None = None,
+                 probe: Callable[[], float] | None = None) -> None:
         if verbose:
             raise ValueError("hdet.OneCycleLR: verbose=True is not supported (torch 2.7 removed the argument); "
                              "print get_last_lr() instead")

@@ -1,5 +1,6 @@
 """A small real PyTorch worker for the bridge tests: linear regression with
-two named parameter groups, trained with hdet.OneCycleLR."""
+two named parameter groups, attached with hdet.attach (or hdet.OneCycleLR
+with --onecycle)."""
 
 import argparse
 import json
@@ -20,14 +21,14 @@ ap.add_argument("--hang-at-step", type=int, default=-1)
 ap.add_argument("--fail-at-step", type=int, default=-1)
 ap.add_argument("--fail-after-stop", action="store_true", help="exit 3 once the run is over (after hdet's STOP)")
 ap.add_argument("--end-at-step", type=int, default=-1, help="leave the loop early")
-ap.add_argument("--extra-step", action="store_true", help="step the scheduler once past total_steps")
-ap.add_argument("--explicit-loss", action="store_true", help="step(loss) instead of step()")
+ap.add_argument("--extra-step", action="store_true", help="step the optimizer once past total_steps")
+ap.add_argument("--onecycle", action="store_true", help="hdet.OneCycleLR instead of hdet.attach")
 ap.add_argument("--fail-rank", type=int, default=-1, help="only this rank fails, ends early or hangs")
 ap.add_argument("--explore", default="lr,weight_decay,temperature", help="names, or a JSON list of names and dicts")
-ap.add_argument("--hdet-window", type=int, help="hdet_window")
-ap.add_argument("--hdet-alpha", type=float, help="hdet_alpha")
-ap.add_argument("--hdet-spread", help="hdet_spread")
-ap.add_argument("--hdet-auto", type=json.loads, help="hdet_auto, as JSON")
+ap.add_argument("--window", type=int, help="attach's window")
+ap.add_argument("--alpha", type=float, help="attach's alpha")
+ap.add_argument("--spread", help="attach's spread")
+ap.add_argument("--auto", type=json.loads, help="attach's auto, as JSON")
 ap.add_argument("--sleep", type=float, default=0, help="seconds per step")
 ap.add_argument("--ddp", action="store_true", help="set up torch.distributed (gradients mode)")
 ap.add_argument("--probe", action="store_true", help="give hdet a probe function")
@@ -42,9 +43,9 @@ groups = [
     {"name": "head", "params": model[2].parameters(), "weight_decay": 0.0},
 ]
 if args.optimizer == "adamw":
-    opt = torch.optim.AdamW(groups, lr=1e-3)
+    opt = torch.optim.AdamW(groups, lr=0.05)
 else:
-    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9)
 if args.ddp:
     torch.distributed.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from hdet
     model = torch.nn.parallel.DistributedDataParallel(model)
@@ -63,11 +64,16 @@ def evaluate():
 probe_x = torch.randn(64, 8, generator=torch.Generator().manual_seed(99))
 if args.probe:
     hdet.probe(lambda: float((model(probe_x) ** 2).mean()))
-sched = hdet.OneCycleLR(opt, max_lr=[0.05, 0.05], total_steps=args.steps,
-                        callbacks={"temperature": lambda v: temperature.__setitem__(0, v)},
-                        explore=json.loads(args.explore) if args.explore.startswith("[") else args.explore.split(","),
-                        evaluate=evaluate, hdet_window=args.hdet_window, hdet_alpha=args.hdet_alpha,
-                        hdet_spread=args.hdet_spread, hdet_auto=args.hdet_auto)
+hdet_args = dict(callbacks={"temperature": lambda v: temperature.__setitem__(0, v)},
+                 explore=json.loads(args.explore) if args.explore.startswith("[") else args.explore.split(","),
+                 evaluate=evaluate)
+sched = None
+if args.onecycle:
+    sched = hdet.OneCycleLR(opt, max_lr=[0.05, 0.05], total_steps=args.steps, hdet_window=args.window,
+                            hdet_alpha=args.alpha, hdet_spread=args.spread, hdet_auto=args.auto, **hdet_args)
+else:
+    hdet.attach(opt, args.steps, window=args.window, alpha=args.alpha, spread=args.spread, auto=args.auto,
+                **hdet_args)
 gen = torch.Generator().manual_seed(1 + hdet.rank())
 w_true = torch.arange(8, dtype=torch.float32) / 8
 for step in range(args.steps):
@@ -86,12 +92,10 @@ for step in range(args.steps):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    if args.explicit_loss:
-        sched.step(loss)
-    else:
+    if sched is not None:
         sched.step()
-print("worker.py finished %d steps, lr %r" % (args.steps, sched.get_last_lr()), flush=True)
+print("worker.py finished %d steps, lr %r" % (args.steps, [g["lr"] for g in opt.param_groups]), flush=True)
 if args.extra_step:
-    sched.step()
+    opt.step()
 if args.fail_after_stop:
     sys.exit(3)

@@ -90,6 +90,9 @@ func (o *Options) environ(sock, pkg string) []string {
 	if o.GPU != "" {
 		set["CUDA_VISIBLE_DEVICES"] = o.GPU
 	}
+	if _, ok := os.LookupEnv("OMP_NUM_THREADS"); !ok && o.LocalSize > 1 {
+		set["OMP_NUM_THREADS"] = "1"
+	}
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")

@@ -49,7 +49,7 @@ func fakeWorker(mode string) {
 	case "env":
 		// Report the environment in the error message, for TestEnvironment.
 		var env []string
-		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "EXTRA"} {
+		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "EXTRA"} {
 			if v, ok := os.LookupEnv(k); ok {
 				env = append(env, k+"="+v)
 			}
@@ -117,11 +117,12 @@ func TestBadDoneIsProtocolError(t *testing.T) {
 func TestEnvironment(t *testing.T) {
 	t.Setenv("RANK", "77") // inherited values must not leak through
 	t.Setenv("MASTER_PORT", "1")
-	_, err := startFake(t, "env", Options{Rank: 1, WorldSize: 3, LocalRank: 1, SyncMode: SyncGradients,
+	require.NoError(t, os.Unsetenv("OMP_NUM_THREADS"))
+	_, err := startFake(t, "env", Options{Rank: 1, WorldSize: 3, LocalRank: 1, LocalSize: 3, SyncMode: SyncGradients,
 		MasterPort: 29555, GPU: "1", Env: []string{"EXTRA=x"}})
 	require.ErrorIs(t, err, ErrWorker)
 	for _, kv := range []string{"HDET_RANK=1", "HDET_WORLD_SIZE=3", "HDET_LOCAL_RANK=1", "HDET_SYNC_MODE=gradients",
-		"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "CUDA_VISIBLE_DEVICES=1", "EXTRA=x"} {
+		"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "CUDA_VISIBLE_DEVICES=1", "OMP_NUM_THREADS=1", "EXTRA=x"} {
 		assert.Contains(t, err.Error(), kv)
 	}
 
@@ -130,9 +131,14 @@ func TestEnvironment(t *testing.T) {
 	require.ErrorIs(t, err, ErrWorker)
 	assert.NotContains(t, err.Error(), "HDET_SYNC_MODE", "no configured mode: the script's")
 	assert.NotContains(t, err.Error(), "RANK=77")
+	assert.NotContains(t, err.Error(), "OMP_NUM_THREADS", "one rank on the host: the script's threads")
 	for _, kv := range []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29556"} {
 		assert.Contains(t, err.Error(), kv, "torchrun's variables in every mode")
 	}
+	t.Setenv("OMP_NUM_THREADS", "4")
+	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, LocalSize: 2, MasterPort: 29557})
+	require.ErrorIs(t, err, ErrWorker)
+	assert.Contains(t, err.Error(), "OMP_NUM_THREADS=4", "the user's setting stands")
 }
 
 func TestOptionsValidation(t *testing.T) {

@@ -62,6 +62,11 @@ type Options struct {
 	Command []string // the worker's argv, e.g. python3 train.py --steps 600
 
 	Rank, WorldSize, LocalRank int
+	// LocalSize is the ranks on this host. With several, a worker whose
+	// environment does not set OMP_NUM_THREADS gets 1, as torchrun gives
+	// each of several processes: N scripts each using every core slow
+	// each other down.
+	LocalSize int
 
 	// MasterAddr and MasterPort are torch.distributed's rendezvous
 	// (MASTER_ADDR/MASTER_PORT, with RANK, WORLD_SIZE, LOCAL_RANK, as

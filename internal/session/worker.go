@@ -61,7 +61,7 @@ func (s *session) startWorker(ctx context.Context) error {
 		return err
 	}
 	wk, err := bridge.Start(ctx, bridge.Options{
-		Command: s.o.Worker, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(),
+		Command: s.o.Worker, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize(),
 		MasterAddr: host, MasterPort: port, GPU: s.workerGPU(), SyncMode: string(s.sync),
 	})
 	if err != nil {

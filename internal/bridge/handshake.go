@@ -100,6 +100,9 @@ func (w *Worker) checkHello(m *message) error {
 	if sum != h.ParamCount {
 		return fmt.Errorf("%w: HELLO param groups hold %d parameters, param_count says %d", ErrProtocol, sum, h.ParamCount)
 	}
+	if g := w.opts.ReplicaSize; g > 1 && h.DistWorldSize != g {
+		return fmt.Errorf("%w: train.replica_size is %d, so each replica's %d ranks must train as one data-parallel model: the script must call torch.distributed.init_process_group() (hdet makes its replica its world: WORLD_SIZE=%d) and wrap the model in DDP before its first optimizer step; its world had %d ranks", ErrConflict, g, g, g, h.DistWorldSize)
+	}
 	if err := checkMode(w.opts.SyncMode, h.SyncMode, w.opts.WorldSize); err != nil {
 		return err
 	}

@@ -64,22 +64,28 @@ func (w *Worker) start(ctx context.Context) error {
 
 // environ is the worker's environment: ours, minus the variables we own,
 // plus the HDET_* ones, torch.distributed's env:// rendezvous as torchrun
-// sets it (so DistributedSampler and init_process_group work unchanged),
-// and the embedded hdet package first on PYTHONPATH.
+// sets it for the script's world (the run, or its replica: so
+// DistributedSampler and init_process_group work unchanged), and the
+// embedded hdet package first on PYTHONPATH.
 func (o *Options) environ(sock, pkg string) []string {
+	localRank := o.LocalRank
+	if o.ReplicaSize > 1 {
+		localRank = o.ReplicaRank // a replica sits on one host
+	}
 	set := map[string]string{
-		"HDET_SOCKET":     sock,
-		"HDET_BUFFER_FD":  strconv.Itoa(bufferFD),
-		"HDET_PROTOCOL":   strconv.Itoa(ProtocolVersion),
-		"HDET_RANK":       strconv.Itoa(o.Rank),
-		"HDET_WORLD_SIZE": strconv.Itoa(o.WorldSize),
-		"HDET_LOCAL_RANK": strconv.Itoa(o.LocalRank),
-		"RANK":            strconv.Itoa(o.Rank),
-		"WORLD_SIZE":      strconv.Itoa(o.WorldSize),
-		"LOCAL_RANK":      strconv.Itoa(o.LocalRank),
-		"MASTER_ADDR":     o.MasterAddr,
-		"MASTER_PORT":     strconv.Itoa(o.MasterPort),
-		"PYTHONPATH":      pkg,
+		"HDET_SOCKET":       sock,
+		"HDET_BUFFER_FD":    strconv.Itoa(bufferFD),
+		"HDET_PROTOCOL":     strconv.Itoa(ProtocolVersion),
+		"HDET_RANK":         strconv.Itoa(o.Rank),
+		"HDET_WORLD_SIZE":   strconv.Itoa(o.WorldSize),
+		"HDET_LOCAL_RANK":   strconv.Itoa(o.LocalRank),
+		"HDET_REPLICA_SIZE": strconv.Itoa(max(1, o.ReplicaSize)),
+		"RANK":              strconv.Itoa(o.torchRank()),
+		"WORLD_SIZE":        strconv.Itoa(o.torchSize()),
+		"LOCAL_RANK":        strconv.Itoa(localRank),
+		"MASTER_ADDR":       o.MasterAddr,
+		"MASTER_PORT":       strconv.Itoa(o.MasterPort),
+		"PYTHONPATH":        pkg,
 	}
 	if p := os.Getenv("PYTHONPATH"); p != "" {
 		set["PYTHONPATH"] = pkg + ":" + p

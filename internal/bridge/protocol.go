@@ -101,6 +101,9 @@ type Hello struct {
 	// SyncMode is what the script does: gradients when it set up
 	// torch.distributed before constructing the scheduler, else local.
 	SyncMode string `json:"sync_mode"`
+	// DistWorldSize is the size of the script's torch.distributed world at
+	// its first optimizer step, 0 when it set none up.
+	DistWorldSize int `json:"dist_world_size"`
 }
 
 // message is the JSON part of every frame; fields not used by a type are

@@ -68,6 +68,13 @@ type Options struct {
 	// each other down.
 	LocalSize int
 
+	// ReplicaSize is G, the ranks of this rank's replica (0 or 1: every rank
+	// is a replica). With G > 1 the script's torch.distributed world is its
+	// replica, as torchrun would start it for the replica alone: RANK is
+	// ReplicaRank (its position), WORLD_SIZE is G, and MasterAddr/Port are
+	// the replica's rendezvous.
+	ReplicaSize, ReplicaRank int
+
 	// MasterAddr and MasterPort are torch.distributed's rendezvous
 	// (MASTER_ADDR/MASTER_PORT, with RANK, WORLD_SIZE, LOCAL_RANK, as
 	// torchrun sets them). Every rank must get the same port (rank 0 picks
@@ -92,6 +99,22 @@ type frame struct {
 	msg     *message
 	payload []byte
 	err     error
+}
+
+// torchSize and torchRank are the script's torch.distributed world: its
+// replica with G > 1, else the run.
+func (o *Options) torchSize() int {
+	if o.ReplicaSize > 1 {
+		return o.ReplicaSize
+	}
+	return o.WorldSize
+}
+
+func (o *Options) torchRank() int {
+	if o.ReplicaSize > 1 {
+		return o.ReplicaRank
+	}
+	return o.Rank
 }
 
 // Worker is one rank's external training process. It implements
@@ -165,8 +188,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: local rank %d", ErrOptions, o.LocalRank)
 	case o.SyncMode != "" && o.SyncMode != SyncGradients && o.SyncMode != SyncLocal:
 		return fmt.Errorf("%w: sync mode %q (allowed: %s, %s, or empty for the script's)", ErrOptions, o.SyncMode, SyncGradients, SyncLocal)
-	case o.WorldSize > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
-		return fmt.Errorf("%w: %d ranks need MasterPort in 1..65535, got %d", ErrOptions, o.WorldSize, o.MasterPort)
+	case o.ReplicaSize > 1 && (o.ReplicaRank < 0 || o.ReplicaRank >= o.ReplicaSize || o.WorldSize%o.ReplicaSize != 0):
+		return fmt.Errorf("%w: position %d in a replica of %d ranks, world size %d", ErrOptions, o.ReplicaRank, o.ReplicaSize, o.WorldSize)
+	case o.torchSize() > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
+		return fmt.Errorf("%w: %d ranks need MasterPort in 1..65535, got %d", ErrOptions, o.torchSize(), o.MasterPort)
 	case o.Timeout < 0 || o.StartTimeout < 0:
 		return fmt.Errorf("%w: negative timeout", ErrOptions)
 	}

@@ -552,7 +552,7 @@ func (c *Controller) commit(ctx context.Context, end int) []Event {
 		}
 	}
 	if c.next < minSearchWindows {
-		c.notices = append(c.notices, fmt.Sprintf("the search pass ended after %d windows of %d steps: so few controller updates move a guess that is far off only part of the way (on the GPT 1.1-2x per update); a shorter window gives the search more (train.window, or hdet_window in a script), which on the GPT helped with a probe and drifted to small rates on training losses alone (docs/benchmarks.md, the GPT study)",
+		c.notices = append(c.notices, fmt.Sprintf("the search pass ended after %d windows of %d steps: so few controller updates move a guess that is far off only part of the way (on the GPT 1.1-2x per update); a shorter window gives the search more (train.window, or window= in hdet.attach), which on the GPT helped with a probe and drifted to small rates on training losses alone (docs/benchmarks.md, the GPT study)",
 			c.next, c.shape.WindowSteps))
 	}
 	c.pass, c.searchEnd, c.next, c.ahead = plan.PassMain, end, 0, nil

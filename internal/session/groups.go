@@ -16,11 +16,6 @@ func (s *session) layout() error {
 	if err != nil {
 		return &UsageError{Err: err}
 	}
-	if lay.Size > 1 && len(s.o.Worker) > 0 {
-		// The script's own process group would have to be split per replica
-		// for its per-step gradients; the bridge does not do that yet.
-		return Usagef("train.replica_size %d: replica groups need the built-in workload; a --worker script runs with train.replica_size 1", lay.Size)
-	}
 	s.lay = lay
 	return nil
 }

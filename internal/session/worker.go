@@ -24,13 +24,24 @@ func (s *session) workerGPU() string {
 	return s.gpu.UUID
 }
 
-// rendezvous is the torch.distributed address every rank's script uses:
-// rank 0 picks a free port on its host and broadcasts host:port.
+// torchWorld is the communicator of the ranks whose scripts form one
+// torch.distributed world: the run, or with replica groups the replica.
+func (s *session) torchWorld() World {
+	if s.lay.Size > 1 {
+		return s.inside
+	}
+	return s.o.World
+}
+
+// rendezvous is the torch.distributed address every rank's script in its
+// torch world uses: the world's first rank picks a free port on its host
+// and broadcasts host:port. Replicas on one host each pick their own port
+// on their own first rank; the kernel hands each a different free one.
 func (s *session) rendezvous() (string, int, error) {
-	w := s.o.World
+	w := s.torchWorld()
 	var msg []byte
 	var perr error
-	if s.rank == 0 {
+	if w.Rank() == 0 {
 		host, err := s.o.Host()
 		port, lerr := freePort()
 		if perr = errors.Join(err, lerr); perr == nil {
@@ -62,6 +73,7 @@ func (s *session) startWorker(ctx context.Context) error {
 	}
 	wk, err := bridge.Start(ctx, bridge.Options{
 		Command: s.o.Worker, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize(),
+		ReplicaSize: s.lay.Size, ReplicaRank: s.lay.Position(w.Rank()),
 		MasterAddr: host, MasterPort: port, GPU: s.workerGPU(), SyncMode: string(s.sync),
 	})
 	if err != nil {

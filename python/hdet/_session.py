@@ -42,11 +42,29 @@ def local_rank() -> int:
     return _env_int("HDET_LOCAL_RANK", "LOCAL_RANK", 0)
 
 
-def script_sync_mode() -> str:
-    """What the script does: "gradients" when it set up torch.distributed
-    (its DDP all-reduces gradients every step), else "local"."""
+def dist_world_size() -> int:
+    """The size of the script's torch.distributed world, 0 without one."""
     d = torch.distributed
-    return "gradients" if d.is_available() and d.is_initialized() else "local"
+    return d.get_world_size() if d.is_available() and d.is_initialized() else 0
+
+
+def script_sync_mode() -> str:
+    """What the script does: "gradients" when its torch.distributed world is
+    the whole run (its DDP all-reduces gradients every step across every
+    rank), else "local": no world, or one replica's (train.replica_size > 1,
+    whose replicas hdet averages every window)."""
+    n = dist_world_size()
+    return "gradients" if n > 0 and n == world_size() else "local"
+
+
+def _check_params(params: list[torch.Tensor]) -> None:
+    """hdet hands plain tensors over: sharded ones (FSDP2's DTensors) are
+    refused by name rather than averaged wrong."""
+    for p in params:
+        if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
+            raise RuntimeError("hdet: the optimizer's parameters are DTensors (FSDP2 fully_shard, or tensor "
+                               "parallelism); hdet averages plain tensors only for now: wrap the model in DDP "
+                               "inside each replica (train.replica_size) instead")
 
 
 class Stopped(SystemExit):
@@ -126,6 +144,7 @@ class Session:
     def __init__(self, optimizer: torch.optim.Optimizer, hello: dict[str, Any]) -> None:
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        _check_params(self.params)
         self.param_count = sum(p.numel() for p in self.params)
         self.mode = script_sync_mode()
         self.local = self.mode == "local"
@@ -135,7 +154,8 @@ class Session:
         self.finished = False
         self.conn = Connection.connect(os.environ[ENV_SOCKET])
         hello = dict(hello, protocol=PROTOCOL_VERSION, pid=os.getpid(), param_count=self.param_count,
-                     state_count=state_count, dtype="float32", buffers=["fd"], sync_mode=self.mode)
+                     state_count=state_count, dtype="float32", buffers=["fd"], sync_mode=self.mode,
+                     dist_world_size=dist_world_size())
         self.conn.send({"type": "hello", "hello": hello})
         welcome = self.expect("welcome")
         if welcome.get("protocol") != PROTOCOL_VERSION:
@@ -241,8 +261,9 @@ class Session:
     def done(self, window: int, steps: int, losses: list[float], applied: dict[str, list[float]],
              base_lr: list[float], probe: float | None = None) -> None:
         """Report the window (losses, then the probe loss when asked)."""
-        self.trace(event="done", window=window, steps=steps, applied=applied, base_lr=base_lr,
-                   loss_mean=sum(losses) / len(losses))
+        if self._trace is not None:
+            self.trace(event="done", window=window, steps=steps, applied=applied, base_lr=base_lr,
+                       loss_mean=sum(losses) / len(losses), params_sha256=self.params_sha256())
         extra = [] if probe is None else [probe]
         self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied, "base_lr": base_lr},
                        pack_float64s(list(losses) + extra))

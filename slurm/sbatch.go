@@ -56,7 +56,11 @@ type Job struct {
 	// Sync is train.sync for the job ("": the config's): gradients for
 	// links fast enough to all-reduce the gradients every step, local for
 	// slower ones (docs/sync-modes.md). The script says which and why.
-	Sync    string
+	Sync string
+	// Worker is a PyTorch script's command (hdet run --worker -- CMD...);
+	// empty: the config's built-in workload. With a worker Config may be
+	// empty (the script is the configuration).
+	Worker  []string
 	Command string // the command line that made the script, for its header
 }
 
@@ -158,7 +162,13 @@ func (j Job) Validate() error {
 	if j.Hdet == "" || strings.Contains(j.Hdet, "/") && !strings.HasPrefix(j.Hdet, "/") {
 		bad("--hdet %q: want an absolute path, or a bare name to look up on the nodes' PATH", j.Hdet)
 	}
+	if j.Config == "" && len(j.Worker) == 0 {
+		bad("CONFIG: a config file is needed unless a worker command follows --worker --")
+	}
 	for _, p := range []struct{ flag, v string }{{"CONFIG", j.Config}, {"--hdet", j.Hdet}, {"--run-root", j.RunRoot}} {
+		if p.flag == "CONFIG" && p.v == "" {
+			continue
+		}
 		if p.flag != "--hdet" && !strings.HasPrefix(p.v, "/") {
 			bad("%s %q: must be an absolute path", p.flag, p.v)
 		}
@@ -211,6 +221,21 @@ func (j Job) tasksPerNode() int {
 }
 
 // quote makes s one shell word.
+// what the run trains: the config, then the worker's command, quoted.
+func (j Job) what() string {
+	var b strings.Builder
+	if j.Config != "" {
+		b.WriteString(` "$CONFIG"`)
+	}
+	if len(j.Worker) > 0 {
+		b.WriteString(" --worker --")
+		for _, a := range j.Worker {
+			b.WriteString(" " + quote(a))
+		}
+	}
+	return b.String()
+}
+
 func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
@@ -278,7 +303,9 @@ func (j Job) header(b *scriptWriter, tpn int) {
 func (j Job) prelude(b *scriptWriter, tpn int) {
 	b.w("set -u")
 	b.w("HDET=%s", quote(j.Hdet))
-	b.w("CONFIG=%s", quote(j.Config))
+	if j.Config != "" {
+		b.w("CONFIG=%s", quote(j.Config))
+	}
 	b.w("RUN_DIR=%s/$SLURM_JOB_ID", quote(j.RunRoot))
 	b.w(`mkdir -p "$RUN_DIR"`)
 	b.w(`echo "hdet: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}, nodes $SLURM_JOB_NODELIST, run dir $RUN_DIR"`)
@@ -323,7 +350,7 @@ func (j Job) launch(b *scriptWriter, tpn int) {
 		if dist != "" {
 			dist = " --distribution=block:block"
 		}
-		b.w(`srun --mpi=pmix --nodes=%d --ntasks-per-node=%d%s%s%s "$HDET" run --run-dir "$RUN_DIR"%s "$CONFIG" &`, j.Nodes, tpn, dist, cpus, gpu, set)
+		b.w(`srun --mpi=pmix --nodes=%d --ntasks-per-node=%d%s%s%s "$HDET" run --run-dir "$RUN_DIR"%s%s &`, j.Nodes, tpn, dist, cpus, gpu, set, j.what())
 	case LauncherMpirun:
 		if j.GPUsPerNode > 0 {
 			b.w("# Every rank sees all of its node's GPUs (CUDA_VISIBLE_DEVICES of the job) so")
@@ -337,7 +364,7 @@ func (j Job) launch(b *scriptWriter, tpn int) {
 		if rank != "" {
 			rank = " --rank-by slot"
 		}
-		b.w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node%s %s "$HDET" run --run-dir "$RUN_DIR"%s "$CONFIG" &`, tpn, rank, MpirunKeepalive, set)
+		b.w(`mpirun -np "$SLURM_NTASKS" --map-by ppr:%d:node%s %s "$HDET" run --run-dir "$RUN_DIR"%s%s &`, tpn, rank, MpirunKeepalive, set, j.what())
 	}
 }
 

@@ -258,3 +258,21 @@ func TestScriptSyncMode(t *testing.T) {
 	require.ErrorIs(t, err, ErrOption)
 	assert.Contains(t, err.Error(), `--sync "ring": want local or gradients`)
 }
+
+// A PyTorch worker job: no config needed, the command after --worker --
+// quoted word by word, replica groups laid out as for the built-in workload.
+func TestScriptWorkerWithReplicaGroups(t *testing.T) {
+	j := gpuJob()
+	j.Config, j.ReplicaSize = "", 2
+	j.Worker = []string{"/envs/llm/bin/python", "train.py", "--lr", "it's 3e-4"}
+	s, err := Script(j)
+	require.NoError(t, err)
+	assert.NotContains(t, s, "CONFIG=")
+	assert.Contains(t, strings.Split(s, "\n"), `srun --mpi=pmix --nodes=2 --ntasks-per-node=8 --distribution=block:block --gpus-per-node=8 "$HDET" run --run-dir "$RUN_DIR" --set train.replica_size=2 --worker -- '/envs/llm/bin/python' 'train.py' '--lr' 'it'\''s 3e-4' &`)
+	bashSyntax(t, s)
+
+	j.Worker = nil
+	_, err = Script(j)
+	assert.ErrorIs(t, err, ErrOption)
+	assert.ErrorContains(t, err, "a config file is needed unless a worker command follows --worker --")
+}

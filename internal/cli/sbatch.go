@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hdet-dev/hdet/slurm"
@@ -13,7 +14,7 @@ import (
 func runSbatch(s Streams, args []string) error {
 	fs := newFlagSet(s, "sbatch")
 	fs.Usage = func() {
-		fmt.Fprintln(s.Err, "usage: hdet sbatch CONFIG.yaml --time D-HH:MM:SS [flags] > job.sbatch\n\nflags:")
+		fmt.Fprintln(s.Err, "usage: hdet sbatch CONFIG.yaml --time D-HH:MM:SS [flags] > job.sbatch\n       hdet sbatch [CONFIG.yaml] --time D-HH:MM:SS [flags] --worker -- python train.py ARGS... > job.sbatch\n\nflags:")
 		fs.PrintDefaults()
 	}
 	j := slurm.Job{}
@@ -32,21 +33,40 @@ func runSbatch(s Streams, args []string) error {
 	fs.StringVar(&j.Hdet, "hdet", "", "hdet binary the job runs (default: this one)")
 	fs.StringVar(&j.RunRoot, "run-root", "runs", "directory that holds one run directory per job id")
 
-	pos, err := parseInterspersed(fs, args)
+	// As in hdet run: --worker -- CMD... is a PyTorch script's command.
+	flags := args
+	if i := slices.Index(args, "--worker"); i >= 0 {
+		if i+2 >= len(args) || args[i+1] != "--" {
+			return Usagef("--worker needs the worker's command after -- (hdet sbatch [CONFIG.yaml] --time ... --worker -- python train.py)")
+		}
+		flags, j.Worker = args[:i], args[i+2:]
+	}
+	pos, err := parseInterspersed(fs, flags)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return Usagef("want exactly one CONFIG.yaml, got %d arguments %q", len(pos), pos)
+	if len(pos) > 1 || len(pos) == 0 && len(j.Worker) == 0 {
+		return Usagef("want one CONFIG.yaml (optional with --worker -- CMD), got %d arguments %q", len(pos), pos)
 	}
 	if j.Time == "" {
 		return Usagef("--time is required (e.g. 24:00:00): hdet checkpoints before the limit")
 	}
-	if j.Config, err = existingFile(pos[0]); err != nil {
-		return err
+	if len(pos) == 1 {
+		if j.Config, err = existingFile(pos[0]); err != nil {
+			return err
+		}
 	}
 	if j.JobName == "" {
-		j.JobName = slurm.DefaultJobName(j.Config)
+		name := j.Config
+		if name == "" {
+			name = j.Worker[len(j.Worker)-1]
+			for _, a := range j.Worker {
+				if strings.HasSuffix(a, ".py") {
+					name = a
+				}
+			}
+		}
+		j.JobName = slurm.DefaultJobName(name)
 	}
 	if j.Hdet == "" {
 		if j.Hdet, err = os.Executable(); err != nil {

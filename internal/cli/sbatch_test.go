@@ -76,8 +76,8 @@ func TestSbatchUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--time", "1:00:00"}, "want exactly one CONFIG.yaml"},
-		{[]string{"mnist.yaml", "other.yaml", "--time", "1:00:00"}, "want exactly one CONFIG.yaml"},
+		{[]string{"--time", "1:00:00"}, "want one CONFIG.yaml"},
+		{[]string{"mnist.yaml", "other.yaml", "--time", "1:00:00"}, "want one CONFIG.yaml"},
 		{[]string{"mnist.yaml", "--gpus-per-node", "8"}, "--time is required"},
 		{append([]string{"missing.yaml"}, ok...), `CONFIG "missing.yaml"`},
 		{append([]string{"adir"}, ok...), "not a regular file"},
@@ -120,4 +120,15 @@ func TestSbatchSync(t *testing.T) {
 	assert.Equal(t, ExitUsage, code)
 	assert.Contains(t, stderr, `--sync "allreduce": want local or gradients`)
 	assert.Empty(t, out)
+}
+
+func TestSbatchWorker(t *testing.T) {
+	dir := t.TempDir()
+	code, out, stderr := sbatchIn(t, dir, "--time", "10", "--ntasks-per-node", "4", "--replica-size", "2", "--worker", "--", "python", "train.py", "--steps", "100")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, out, ` --set train.replica_size=2 --worker -- 'python' 'train.py' '--steps' '100' &`)
+	assert.Contains(t, out, "#SBATCH --job-name=hdet-train")
+	code, _, stderr = sbatchIn(t, dir, "--time", "10", "--ntasks-per-node", "4", "--worker")
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, stderr, "--worker needs the worker's command after --")
 }

@@ -33,14 +33,11 @@ func runSbatch(s Streams, args []string) error {
 	fs.StringVar(&j.Hdet, "hdet", "", "hdet binary the job runs (default: this one)")
 	fs.StringVar(&j.RunRoot, "run-root", "runs", "directory that holds one run directory per job id")
 
-	// As in hdet run: --worker -- CMD... is a PyTorch script's command.
-	flags := args
-	if i := slices.Index(args, "--worker"); i >= 0 {
-		if i+2 >= len(args) || args[i+1] != "--" {
-			return Usagef("--worker needs the worker's command after -- (hdet sbatch [CONFIG.yaml] --time ... --worker -- python train.py)")
-		}
-		flags, j.Worker = args[:i], args[i+2:]
+	flags, worker, err := splitWorker(args)
+	if err != nil {
+		return err
 	}
+	j.Worker = worker
 	pos, err := parseInterspersed(fs, flags)
 	if err != nil {
 		return err
@@ -57,16 +54,7 @@ func runSbatch(s Streams, args []string) error {
 		}
 	}
 	if j.JobName == "" {
-		name := j.Config
-		if name == "" {
-			name = j.Worker[len(j.Worker)-1]
-			for _, a := range j.Worker {
-				if strings.HasSuffix(a, ".py") {
-					name = a
-				}
-			}
-		}
-		j.JobName = slurm.DefaultJobName(name)
+		j.JobName = slurm.DefaultJobName(jobSource(j))
 	}
 	if j.Hdet == "" {
 		if j.Hdet, err = os.Executable(); err != nil {
@@ -91,6 +79,34 @@ func runSbatch(s Streams, args []string) error {
 	}
 	_, err = fmt.Fprint(s.Out, script)
 	return err
+}
+
+// splitWorker takes --worker -- CMD... off the arguments, as hdet run does:
+// a PyTorch script's command.
+func splitWorker(args []string) (flags, worker []string, err error) {
+	i := slices.Index(args, "--worker")
+	if i < 0 {
+		return args, nil, nil
+	}
+	if i+2 >= len(args) || args[i+1] != "--" {
+		return nil, nil, Usagef("--worker needs the worker's command after -- (hdet sbatch [CONFIG.yaml] --time ... --worker -- python train.py)")
+	}
+	return args[:i], args[i+2:], nil
+}
+
+// jobSource is what names the job: the config, else the worker's script
+// (its .py argument, else its last word).
+func jobSource(j slurm.Job) string {
+	if j.Config != "" {
+		return j.Config
+	}
+	name := j.Worker[len(j.Worker)-1]
+	for _, a := range j.Worker {
+		if strings.HasSuffix(a, ".py") {
+			name = a
+		}
+	}
+	return name
 }
 
 // existingFile returns path made absolute, or a usage error when it is not a

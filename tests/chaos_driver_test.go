@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,7 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/watchdog"
 )
 
@@ -32,6 +35,7 @@ type chaos struct {
 	explorer string // the lr explorer binary (its folder is the plugin directory)
 	tools    chaosToolset
 	ref      chaosRef
+	sched    *chaosSchedule
 
 	runDir, fsDir, logDir string
 	args                  []string // mpirun's
@@ -41,19 +45,29 @@ type chaos struct {
 	faults     []*injection
 	active     []*injection // faults in force now (a full disk, a cut link): a launch started meanwhile meets them
 	nFaults    int
-	pending    int           // faults a scenario has yet to inject at the next relaunch
-	beforeNext []func()      // between this launch and the next (a corrupted checkpoint)
-	nextSetup  bool          // a fault for the next launch's setup
-	problems   []string      // verdict failures found on the way
-	leftovers  []string      // processes found after a launch
-	unprovoked int           // launches that failed with no fault in them
-	lastKey    string        // rank 0's last heartbeat (window, step, phase, ops)
-	lastMove   time.Time     // when it last changed
-	quietFrom  time.Time     // when the last fault ended
-	start, end time.Time     // of the chaos run
-	maxWindow  int           // the furthest window rank 0 reached
-	setupTime  time.Duration // how long the last launch took to its first window
-	expects    []chaosExpect // what the launches' logs must show
+	pending    int                         // faults a scenario has yet to inject at the next relaunch
+	beforeNext []func()                    // between this launch and the next (a corrupted checkpoint)
+	nextSetup  bool                        // a fault for the next launch's setup
+	problems   []string                    // verdict failures found on the way
+	leftovers  []string                    // processes found after a launch
+	unprovoked int                         // launches that failed with no fault in them
+	lastKey    string                      // rank 0's last heartbeat (window, step, phase, ops)
+	lastMove   time.Time                   // when it last changed
+	quietFrom  time.Time                   // when the last fault ended
+	start, end time.Time                   // of the chaos run
+	setupTime  time.Duration               // how long the last launch took to its first window
+	expects    []chaosExpect               // what the launches' logs must show
+	holdCap    int                         // windows a fault in force may let the run train (the slot's hold)
+	capped     int                         // faults in force ended early for it
+	gate       bool                        // the next strike waits for the commit (gateWait)
+	gateHit    string                      // where the last gated strike struck ("" when it missed the commit)
+	gateLaunch int                         // in which launch
+	gateMisses int                         // gated strikes that found the run past the commit
+	extra      int                         // faults drawn on the way (a pair that injected one)
+	disarm     []func()                    // what an armed fault started (batch), closed if it is not struck
+	armed      func() (*injection, func()) // the strike of a fault inject armed before its window (prearmed)
+	late       []int                       // how many windows after its slot's window each slot struck
+	ours       map[int]bool                // the soak\'s own processes in the hosts (batch)
 }
 
 // launch is one mpirun of the run: the command an sbatch --requeue job runs
@@ -70,6 +84,12 @@ type launch struct {
 	cause       *injection   // the fault it ended on (the last before its end)
 	exitAfter   time.Duration
 	firstWindow int
+	// pass is the pass rank 0 is in: the pass of the checkpoint the launch
+	// resumes from, the main pass from the commit's restart on (track);
+	// lastWin its last window seen; pos and maxPos its position now and the
+	// furthest, -1 before its first window.
+	pass, lastWin, pos, maxPos int
+	firstPos                   int // its first position, -1 before
 }
 
 // injection is one fault as injected.
@@ -78,9 +98,12 @@ type injection struct {
 	launch       int
 	at, until    time.Time // injected; ended (zero: instantaneous)
 	dur          time.Duration
-	window       int // rank 0's window at the injection, -1 in setup or between launches
+	window       int    // rank 0's window at the injection, -1 in setup or between launches
+	pass         int    // and its pass
+	pos          int    // its position (chaos_schedule_test.go), -1 in setup or between launches
+	where        string // whereSearch, whereCommit or whereMain
 	ended        bool
-	recovered    time.Time // when the run was past window again after the launch it ended
+	recovered    time.Time // when the run was past its position again after the launch it ended
 	pair         bool      // one of two faults within one window
 	setup        bool      // during a launch's setup (or checkpoint read)
 }
@@ -113,7 +136,8 @@ func (c *chaos) useDisk(fsDir string) {
 
 func (c *chaos) startLaunch() *launch {
 	t := c.t
-	l := &launch{n: len(c.launches) + 1, start: time.Now(), done: make(chan struct{}), firstWindow: -1}
+	l := &launch{n: len(c.launches) + 1, start: time.Now(), done: make(chan struct{}), firstWindow: -1,
+		pass: c.resumePass(), lastWin: -1, pos: -1, maxPos: -1, firstPos: -1}
 	l.log = filepath.Join(c.logDir, fmt.Sprintf("launch-%03d.log", l.n))
 	f, err := os.Create(l.log)
 	require.NoError(t, err)
@@ -157,6 +181,26 @@ func (l *launch) logHas(s string) bool {
 	return bytes.Contains(b, []byte(s))
 }
 
+// logSize is the size of the launch's output so far.
+func (l *launch) logSize() int64 {
+	fi, err := os.Stat(l.log)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logCount counts s in the launch's output from offset off on.
+func (l *launch) logCount(off int64, s string) int {
+	f, err := os.Open(l.log)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.NewSectionReader(f, off, 1<<40))
+	return bytes.Count(b, []byte(s))
+}
+
 // beat is rank 0's heartbeat, when this launch wrote it.
 func (c *chaos) beat(l *launch) *watchdog.Beat {
 	b, err := watchdog.ReadBeat(filepath.Join(c.runDir, "heartbeats", "rank-0"))
@@ -166,10 +210,11 @@ func (c *chaos) beat(l *launch) *watchdog.Beat {
 	return b
 }
 
-// poll notes the current launch's progress and the faults it has recovered
-// from.
+// poll notes the current launch's progress, its pass and position, and the
+// faults it has recovered from.
 func (c *chaos) poll() *watchdog.Beat {
-	b := c.beat(c.cur)
+	l := c.cur
+	b := c.beat(l)
 	if b == nil {
 		return nil
 	}
@@ -177,17 +222,81 @@ func (c *chaos) poll() *watchdog.Beat {
 		c.lastKey, c.lastMove = key, time.Now()
 	}
 	if b.Window >= 0 {
-		c.maxWindow = max(c.maxWindow, b.Window)
-		if c.cur.firstWindow < 0 {
-			c.cur.firstWindow, c.setupTime = b.Window, time.Since(c.cur.start)
+		c.track(l, b)
+		if l.firstWindow < 0 {
+			l.firstWindow, c.setupTime = b.Window, time.Since(l.start)
 		}
 		for _, f := range c.faults {
-			if f.ended && f.recovered.IsZero() && f.launch < c.cur.n && b.Window > f.window {
+			if f.ended && f.recovered.IsZero() && f.launch < l.n && l.pos > f.pos {
 				f.recovered = time.Now()
 			}
 		}
 	}
 	return b
+}
+
+// resumePass is the pass of the checkpoint the next launch resumes from:
+// the newest whole one, as hdet picks it.
+func (c *chaos) resumePass() int {
+	st, _, _, err := checkpoint.Latest(filepath.Join(c.runDir, "checkpoints"))
+	if err != nil {
+		return plan.PassSearch
+	}
+	return st.Pass
+}
+
+// track follows a launch's pass and position from rank 0's heartbeat
+// (window >= 0): it is in the main pass once rank 0 restores the step-0
+// state (phase restart) or its window goes back (the main pass counts its
+// windows from 0 again).
+func (c *chaos) track(l *launch, b *watchdog.Beat) {
+	if l.pass == plan.PassSearch && (b.Phase == engine.PhaseRestart || b.Window < l.lastWin) {
+		l.pass = plan.PassMain
+	}
+	l.lastWin = b.Window
+	l.pos = c.position(l, b)
+	if l.firstPos < 0 {
+		l.firstPos = l.pos
+	}
+	l.maxPos = max(l.maxPos, l.pos)
+}
+
+// position is where rank 0 is in the run: the search pass's window w is w,
+// the commit S (the search pass's window count), the main pass's window w
+// S+1+w.
+func (c *chaos) position(l *launch, b *watchdog.Beat) int {
+	s := c.ref.search
+	switch {
+	case l.pass == plan.PassSearch:
+		return min(b.Window, s) // window S: the main pass's first plan
+	case c.atCommit(l, b):
+		return s
+	}
+	return s + 1 + b.Window
+}
+
+// atCommit reports whether rank 0 is between the last search window and
+// the main pass's first: the last search window's observe (the commit
+// record) and checkpoint, the main pass's first plan, the restart to the
+// step-0 state and the main pass's step-0 checkpoint.
+func (c *chaos) atCommit(l *launch, b *watchdog.Beat) bool {
+	s := c.ref.search
+	if l.pass == plan.PassSearch {
+		return b.Window >= s || (b.Window == s-1 && (b.Phase == engine.PhaseObserve || b.Phase == engine.PhaseCheckpoint))
+	}
+	return b.Window == 0 && (b.Phase == engine.PhaseRestart || (b.Phase == engine.PhaseCheckpoint && b.Step == 0))
+}
+
+// where is the part of the run a beat is in; in setup, the pass the launch
+// resumes in.
+func (c *chaos) where(l *launch, b *watchdog.Beat) string {
+	switch {
+	case b != nil && b.Window >= 0 && c.atCommit(l, b):
+		return whereCommit
+	case l.pass == plan.PassSearch:
+		return whereSearch
+	}
+	return whereMain
 }
 
 // checkHang ends a launch that neither moved nor exited for chaosBound
@@ -231,15 +340,15 @@ func (c *chaos) sleep(d time.Duration) {
 	}
 }
 
-// waitWindow waits until a launch trains window w or a later one,
-// relaunching every launch that ends meanwhile.
-func (c *chaos) waitWindow(w int) {
+// waitPos waits until a launch is at position p or past it, relaunching
+// every launch that ends meanwhile.
+func (c *chaos) waitPos(p int) {
 	for {
 		if c.cur.exited() {
 			c.relaunch()
 			continue
 		}
-		if b := c.tick(); b != nil && b.Window >= w {
+		if b := c.tick(); b != nil && b.Window >= 0 && c.cur.pos >= p {
 			return
 		}
 	}
@@ -260,7 +369,7 @@ func (c *chaos) relaunch() {
 	c.afterLaunch(prev)
 	if prev.code == 0 {
 		if c.finished() {
-			c.t.Fatalf("the run finished at launch %d after %d of %d faults: it is too short for the schedule", prev.n, len(c.faults), c.nFaults)
+			c.t.Fatalf("the run finished at launch %d after %d of %d faults: it outran its schedule (a bug of the soak's sizing: %s)", prev.n, len(c.faults), c.nFaults, c.sched)
 		}
 		c.problems = append(c.problems, fmt.Sprintf("launch %d exited 0 without finishing the run:\n%s", prev.n, prev.tail(20)))
 	}
@@ -353,7 +462,7 @@ func (c *chaos) checkLeftovers(l *launch) {
 func (c *chaos) processesLeft() []string {
 	var left []string
 	for _, h := range c.tb.hosts {
-		for _, pid := range netnsPIDs(h) {
+		for _, pid := range c.hostPIDs(h) {
 			left = append(left, fmt.Sprintf("%s (pid %d) on %s", procName(pid), pid, h))
 		}
 	}
@@ -380,6 +489,18 @@ func netnsPIDs(host string) []int {
 			continue
 		}
 		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p)); err == nil && ns == want {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// hostPIDs is the run's processes on a host: every one in its network
+// namespace but the soak's own (an armed fault's batch).
+func (c *chaos) hostPIDs(host string) []int {
+	var pids []int
+	for _, p := range netnsPIDs(host) {
+		if !c.ours[p] {
 			pids = append(pids, p)
 		}
 	}

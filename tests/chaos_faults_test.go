@@ -2,6 +2,8 @@ package tests
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/testenv"
 	"github.com/hdet-dev/hdet/internal/watchdog"
 )
@@ -31,41 +34,58 @@ type faultKind struct {
 	weight    int // in the random part of the schedule
 	n         int // faults it injects
 	run       func(c *chaos) bool
+	// trains: the run may train on while the fault is in force (its slot
+	// gets chaosHoldCap windows for it); strikes: it strikes within
+	// milliseconds of its moment, everything it needs found beforehand
+	// (the commit's slot takes only such a kind).
+	trains, strikes bool
+	prearm          armer // armed before the slot's window (prearmed)
 }
 
 func chaosKinds() []*faultKind {
-	single := func(name, how string, w int, s starter) *faultKind {
-		return &faultKind{name: name, how: how, weight: w, n: 1, run: func(c *chaos) bool { return c.single(name, s) }}
+	single := func(name, how string, w int, trains, strikes bool, s starter) *faultKind {
+		return &faultKind{name: name, how: how, weight: w, n: 1, trains: trains, strikes: strikes, run: func(c *chaos) bool { return c.single(name, s) }}
 	}
 	return []*faultKind{
-		single("kill-rank", "SIGKILL of one rank (any host)", 4, fired(armKillRank)),
-		single("kill-host", "SIGKILL of every process on one host", 3, fired(armKillHost)),
-		single("freeze-host", "SIGSTOP of every process on one host for train.watchdog + 2-5 s, then SIGCONT", 1, freezeHost),
-		single("link-down", "`ip link set eth0 down` inside one host for 2-20 s (it loses both links)", 1, linkDown),
-		single("partition", "the link between two hosts cut for 2-20 s (a blackhole route each way)", 1, partition),
-		single("slow-link", "one host's link slowed for 2-10 s (tc netem delay+loss, or tbf where the kernel has no netem)", 2, slowLink),
-		single("disk-full", "the run directory's tmpfs filled to 0-400 kB free for 0.2-1.5 s", 3, fired(armDiskFull)),
-		{name: "disk-full-long", how: "filled to 0-32 kB free for run.checkpoint_max_failing + 5-15 s; relaunched meanwhile", weight: 1, n: 1, run: (*chaos).diskFullLong},
-		single("sigusr1", "SIGUSR1 to mpirun (Slurm's warning): checkpoint and exit 3", 3, fired(armSigusr1)),
-		single("explorer-kill", "SIGKILL of the lr explorer plugin", 4, fired(armExplorerKill)),
-		{name: "corrupt-checkpoint", how: "a launch ended (kill or SIGUSR1), then its newest checkpoint damaged before the relaunch", weight: 1, n: 2, run: (*chaos).corruptScenario},
-		{name: "resume", how: "a launch ended, then the relaunch hit at a random moment of its setup or as it reads the checkpoint: SIGKILL of a rank or host, SIGUSR1, full disk", weight: 2, n: 2, run: (*chaos).resumeScenario},
-		{name: "double", how: "two of kill-rank, kill-host, explorer-kill, sigusr1, disk-full within one window (both armed first)", weight: 2, n: 2, run: (*chaos).double},
+		single("kill-rank", "SIGKILL of one rank (any host)", 4, false, true, fired(armKillRank)),
+		single("kill-host", "SIGKILL of every process on one host", 3, false, true, fired(armKillHost)),
+		single("freeze-host", "SIGSTOP of every process on one host for train.watchdog + 2-5 s, then SIGCONT", 1, false, true, fired(armFreezeHost)),
+		prearmed("link-down", "`ip link set eth0 down` inside one host for 2-20 s (it loses both links)", 1, false, armLinkDown),
+		prearmed("partition", "the link between two hosts cut for 2-20 s (a blackhole route each way)", 1, false, armPartition),
+		prearmed("slow-link", "one host's link slowed for 2-10 s (tc netem delay+loss, or tbf where the kernel has no netem)", 2, true, armSlowLink),
+		single("disk-full", "the run directory's tmpfs filled to 0-400 kB free for 0.2-1.5 s", 3, true, true, fired(armDiskFull)),
+		{name: "disk-full-long", how: "filled to 0-32 kB free for run.checkpoint_max_failing + 5-15 s; relaunched meanwhile", weight: 1, n: 1, trains: true, strikes: true, run: (*chaos).diskFullLong},
+		single("sigusr1", "SIGUSR1 to mpirun (Slurm's warning): checkpoint and exit 3", 3, false, true, fired(armSigusr1)),
+		single("explorer-kill", "SIGKILL of the lr explorer plugin", 4, false, true, fired(armExplorerKill)),
+		{name: "corrupt-checkpoint", how: "a launch ended (kill or SIGUSR1), then its newest checkpoint damaged before the relaunch", weight: 1, n: 2, strikes: true, run: (*chaos).corruptScenario},
+		{name: "resume", how: "a launch ended, then the relaunch hit at a random moment of its setup or as it reads the checkpoint: SIGKILL of a rank or host, SIGUSR1, full disk", weight: 2, n: 2, trains: true, strikes: true, run: (*chaos).resumeScenario},
+		{name: "double", how: "two of kill-rank, kill-host, explorer-kill, sigusr1, disk-full within one window (both armed first)", weight: 2, n: 2, trains: true, strikes: true, run: (*chaos).double},
 	}
 }
 
-// record logs an injection as part of the current launch.
+// record logs an injection as part of the current launch, with where in
+// the run it landed.
 func (c *chaos) record(inj *injection) {
-	inj.launch, inj.window = c.cur.n, -1
-	if b := c.beat(c.cur); b != nil {
+	l := c.cur
+	inj.launch, inj.window, inj.pos = l.n, -1, -1
+	b := c.beat(l)
+	if b != nil {
 		inj.window = b.Window
 		if b.Window < 0 {
 			inj.detail += " [" + b.Phase + "]"
+		} else {
+			c.track(l, b)
+			inj.pos = l.pos
 		}
 	}
+	inj.pass, inj.where = l.pass, c.where(l, b)
+	if c.gateHit != "" && l.n == c.gateLaunch {
+		inj.where = whereCommit
+		inj.detail += " [at the commit: " + c.gateHit + "]"
+	}
 	c.faults = append(c.faults, inj)
-	c.cur.faults = append(c.cur.faults, inj)
-	c.t.Logf("fault %d: %s, launch %d, window %d: %s", len(c.faults), inj.kind, inj.launch, inj.window, inj.detail)
+	l.faults = append(l.faults, inj)
+	c.t.Logf("fault %d: %s, launch %d, pass %d window %d (%s): %s", len(c.faults), inj.kind, inj.launch, inj.pass, inj.window, inj.where, inj.detail)
 }
 
 // single injects one fault, and ends it after its duration.
@@ -86,9 +106,47 @@ func (c *chaos) hold(inj *injection, stop func()) {
 		return
 	}
 	c.active = append(c.active, inj)
-	c.sleep(time.Until(inj.at.Add(inj.dur)))
+	c.holdUntil(inj, inj.at.Add(inj.dur))
 	c.end1(inj, stop)
 }
+
+// holdUntil waits until end, watching the launch, or until the run has
+// trained c.holdCap windows past the fault's position (its first window
+// after a fault in its setup): the fault is then ended early, so that no
+// fault lets the run train through more windows than its slot has.
+//
+// On a full disk rank 0 may not write its heartbeat either (a page is all
+// it needs); the windows whose records it could not write, one warning
+// each in the launch's output, count then.
+func (c *chaos) holdUntil(inj *injection, end time.Time) {
+	l, from := c.cur, inj.pos
+	off := l.logSize()
+	for i := 0; time.Now().Before(end); i++ {
+		c.tick()
+		if l != c.cur {
+			continue
+		}
+		if from < 0 {
+			from = l.pos
+		}
+		trained := 0
+		if from >= 0 {
+			trained = l.pos - from
+		}
+		if i%5 == 0 {
+			trained = max(trained, l.logCount(off, chaosRecordFailed))
+		}
+		if trained >= c.holdCap {
+			c.capped++
+			inj.detail += fmt.Sprintf(" (ended after %.1f s: the run trained %d windows meanwhile)", time.Since(inj.at).Seconds(), trained)
+			return
+		}
+	}
+}
+
+// chaosRecordFailed is hdet's warning for a metrics record a full disk
+// refused: one a window.
+const chaosRecordFailed = "metrics.jsonl write failed"
 
 func (c *chaos) end1(inj *injection, stop func()) {
 	stop()
@@ -135,14 +193,65 @@ func (c *chaos) rankPIDs() map[int]string {
 // first, so that its two faults land within one window.
 type armer func(c *chaos) func() (*injection, func())
 
-// fired is an armer used as a starter.
+// fired is an armer used as a starter: armed, then struck (at the commit
+// when the slot is the commit's).
 func fired(a armer) starter {
 	return func(c *chaos) (*injection, func()) {
-		if fire := a(c); fire != nil {
+		if fire := a(c); fire != nil && c.gateWait() {
 			return fire()
 		}
 		return nil, nil
 	}
+}
+
+// prearmed is a kind whose arming takes long (it starts a process in a
+// host, seconds on a loaded machine): inject arms it (c.armed) before it
+// waits for the slot's window, so that the run does not train on meanwhile.
+func prearmed(name, how string, w int, trains bool, a armer) *faultKind {
+	strike := func(c *chaos) (*injection, func()) {
+		fire := c.armed
+		c.armed = nil
+		if fire == nil {
+			fire = a(c)
+		}
+		if fire != nil && c.gateWait() {
+			return fire()
+		}
+		c.disarmAll()
+		return nil, nil
+	}
+	return &faultKind{name: name, how: how, weight: w, n: 1, trains: trains, prearm: a,
+		run: func(c *chaos) bool { return c.single(name, strike) }}
+}
+
+// gateWait, when the strike is the commit slot's (c.gate), waits polling
+// rank 0's heartbeat every 100 µs until the run is at the commit (atCommit)
+// and notes where in gateHit; it returns at once, gateHit empty, when the
+// launch is past the commit (strike now), and false when it ended or hung
+// before (no strike: the slot is tried again in the next launch).
+func (c *chaos) gateWait() bool {
+	if !c.gate {
+		return true
+	}
+	c.gate, c.gateHit = false, ""
+	l := c.cur
+	for !l.exited() && !l.hang {
+		if b := c.poll(); b != nil && b.Window >= 0 {
+			if c.atCommit(l, b) {
+				c.gateHit, c.gateLaunch = fmt.Sprintf("pass %d window %d, phase %s", l.pass, b.Window, b.Phase), l.n
+				return true
+			}
+			if l.pass == plan.PassMain {
+				c.gateMisses++
+				c.t.Logf("the commit's strike found launch %d past the commit: it strikes now", l.n)
+				return true
+			}
+		}
+		c.checkHang()
+		time.Sleep(100 * time.Microsecond)
+	}
+	c.t.Logf("launch %d ended before the commit: the commit's strike is tried again in the next one", l.n)
+	return false
 }
 
 func armKillRank(c *chaos) func() (*injection, func()) {
@@ -167,7 +276,7 @@ func armKillRank(c *chaos) func() (*injection, func()) {
 
 func armKillHost(c *chaos) func() (*injection, func()) {
 	h := c.host()
-	pids := netnsPIDs(h)
+	pids := c.hostPIDs(h)
 	if len(pids) == 0 {
 		return nil
 	}
@@ -184,36 +293,145 @@ func signalAll(pids []int, sig syscall.Signal) {
 	}
 }
 
-func freezeHost(c *chaos) (*injection, func()) {
+func armFreezeHost(c *chaos) func() (*injection, func()) {
 	h := c.host()
-	pids := netnsPIDs(h)
+	pids := c.hostPIDs(h)
 	if len(pids) == 0 {
-		return nil, nil
+		return nil
 	}
-	at := time.Now()
-	signalAll(pids, syscall.SIGSTOP)
 	d := chaosWatchdog + c.uniform(2*time.Second, 5*time.Second)
-	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s: %d processes stopped for %.1f s", h, len(pids), d.Seconds())},
-		func() { signalAll(pids, syscall.SIGCONT) }
-}
-
-// inHost runs a command in a host's network namespace.
-func (c *chaos) inHost(host string, args ...string) error {
-	out, err := exec.Command("ip", append([]string{"netns", "exec", host}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s on %s: %w: %s", strings.Join(args, " "), host, err, out)
+	return func() (*injection, func()) {
+		at := time.Now()
+		signalAll(pids, syscall.SIGSTOP)
+		return &injection{at: at, dur: d, detail: fmt.Sprintf("%s: %d processes stopped for %.1f s", h, len(pids), d.Seconds())},
+			func() { signalAll(pids, syscall.SIGCONT) }
 	}
-	return nil
 }
 
-func linkDown(c *chaos) (*injection, func()) {
+// batch is `ip -batch -` or `tc -batch -` started inside a host when a
+// fault is armed, so that striking (and ending) the fault is a line written
+// to it: `ip netns exec` takes seconds on a loaded machine (a mount
+// namespace and /sys each time), while the run trains on.
+type batch struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  testenv.SyncBuffer
+	what string
+}
+
+// startBatch starts tool (ip or tc) reading commands inside host and waits
+// until it runs there (it has answered a command that prints); the chaos
+// run closes it if the fault is never struck.
+func (c *chaos) startBatch(host, tool string) *batch {
+	b := &batch{what: tool + " on " + host}
+	b.cmd = exec.Command("ip", "netns", "exec", host, tool, "-batch", "-")
+	in, err := b.cmd.StdinPipe()
+	require.NoError(c.t, err)
+	b.in = in
+	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
+	require.NoError(c.t, b.cmd.Start())
+	if c.ours == nil {
+		c.ours = map[int]bool{}
+	}
+	c.ours[b.cmd.Process.Pid] = true // ip netns exec execs the tool: not the run's, not a leftover
+	c.disarm = append(c.disarm, func() { _ = b.in.Close(); _ = b.cmd.Wait() })
+	show, answer := "link show dev lo", "lo:"
+	if tool == "tc" {
+		show, answer = "qdisc show dev lo", "qdisc"
+	}
+	b.run(c.t, show)
+	for start := time.Now(); !strings.Contains(b.out.String(), answer); {
+		require.Less(c.t, time.Since(start), 30*time.Second, "%s does not answer: %s", b.what, b.out.String())
+		c.tick()
+	}
+	return b
+}
+
+// run hands the tool one command (it runs it as it reads it).
+func (b *batch) run(t *testing.T, line string) {
+	_, err := io.WriteString(b.in, line+"\n")
+	require.NoError(t, err, "%s: %s: %s", b.what, line, b.out.String())
+}
+
+// close ends the tool once it has run every command, and checks that each
+// one succeeded.
+func (b *batch) close(t *testing.T) {
+	require.NoError(t, b.in.Close())
+	require.NoError(t, b.cmd.Wait(), "%s: %s", b.what, b.out.String())
+}
+
+// struck hands the armed batches to the fault that was struck (it closes
+// them when it ends).
+func (c *chaos) struck() { c.disarm = nil }
+
+// disarmAll closes the batches of a fault that was armed but not struck.
+func (c *chaos) disarmAll() {
+	for _, f := range c.disarm {
+		f()
+	}
+	c.disarm = nil
+}
+
+func armLinkDown(c *chaos) func() (*injection, func()) {
 	h := c.host()
-	at := time.Now()
-	require.NoError(c.t, c.inHost(h, "ip", "link", "set", "eth0", "down"))
+	ip := c.startBatch(h, "ip")
 	d := c.uniform(2*time.Second, 20*time.Second)
-	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s's link down for %.1f s", h, d.Seconds())}, func() {
-		require.NoError(c.t, c.inHost(h, "ip", "link", "set", "eth0", "up"))
-		waitBack(c.t, c.tb, h)
+	return func() (*injection, func()) {
+		c.struck()
+		at := time.Now()
+		ip.run(c.t, "link set eth0 down")
+		return &injection{at: at, dur: d, detail: fmt.Sprintf("%s's link down for %.1f s", h, d.Seconds())}, func() {
+			ip.run(c.t, "link set eth0 up")
+			ip.close(c.t)
+			c.waitBack(h)
+		}
+	}
+}
+
+// waitBack waits, watching the launch, until a host whose link came back
+// reaches the launcher (waitBack's probe), or until the run has trained 2
+// windows since (its ranks reach the other hosts again): the run trains
+// on meanwhile, and its windows are the schedule's.
+func (c *chaos) waitBack(host string) {
+	env, err := os.ReadFile(filepath.Join(c.tb.state, "cluster.env"))
+	require.NoError(c.t, err)
+	m := regexp.MustCompile(`(?m)^NC_BR_IP=(\S+)$`).FindSubmatch(env)
+	require.NotNil(c.t, m, "no NC_BR_IP in cluster.env:\n%s", env)
+	ln, err := net.Listen("tcp", string(m[1])+":0")
+	require.NoError(c.t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.Close()
+		}
+	}()
+	probe := "exec 3<>/dev/tcp/" + strings.Replace(ln.Addr().String(), ":", "/", 1)
+	l, from, start := c.cur, c.cur.pos, time.Now()
+	for {
+		done := make(chan error, 1)
+		go func() { done <- exec.Command("ip", "netns", "exec", host, "timeout", "2", "bash", "-c", probe).Run() }()
+		for waiting := true; waiting; {
+			select {
+			case err := <-done:
+				if err == nil {
+					c.t.Logf("%s reached the launcher %.1f s after its link came back", host, time.Since(start).Seconds())
+					return
+				}
+				waiting = false
+			default:
+				c.tick()
+				if from >= 0 && l == c.cur && !l.exited() && l.pos >= from+2 {
+					c.t.Logf("%s is back: the run trained 2 windows %.1f s after its link came back", host, time.Since(start).Seconds())
+					return
+				}
+			}
+		}
+		require.Less(c.t, time.Since(start), 30*time.Second, "%s did not reach %s within 30 s", host, ln.Addr())
+		c.sleep(200 * time.Millisecond)
 	}
 }
 
@@ -228,35 +446,44 @@ func (c *chaos) hostIP(host string) string {
 	return string(m[1]) + "." + strings.TrimPrefix(host, "hdnode")
 }
 
-func partition(c *chaos) (*injection, func()) {
+func armPartition(c *chaos) func() (*injection, func()) {
 	i := c.rng.IntN(len(c.tb.hosts))
 	a, b := c.tb.hosts[i], c.tb.hosts[(i+1+c.rng.IntN(len(c.tb.hosts)-1))%len(c.tb.hosts)]
-	route := func(op, from, to string) {
-		require.NoError(c.t, c.inHost(from, "ip", "route", op, "blackhole", c.hostIP(to)+"/32"))
-	}
-	at := time.Now()
-	route("add", a, b)
-	route("add", b, a)
+	ipA, ipB := c.startBatch(a, "ip"), c.startBatch(b, "ip")
+	toA, toB := c.hostIP(a)+"/32", c.hostIP(b)+"/32"
 	d := c.uniform(2*time.Second, 20*time.Second)
-	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s <-> %s cut for %.1f s", a, b, d.Seconds())}, func() {
-		route("del", a, b)
-		route("del", b, a)
+	return func() (*injection, func()) {
+		c.struck()
+		at := time.Now()
+		ipA.run(c.t, "route add blackhole "+toB)
+		ipB.run(c.t, "route add blackhole "+toA)
+		return &injection{at: at, dur: d, detail: fmt.Sprintf("%s <-> %s cut for %.1f s", a, b, d.Seconds())}, func() {
+			ipA.run(c.t, "route del blackhole "+toB)
+			ipB.run(c.t, "route del blackhole "+toA)
+			ipA.close(c.t)
+			ipB.close(c.t)
+		}
 	}
 }
 
-func slowLink(c *chaos) (*injection, func()) {
+func armSlowLink(c *chaos) func() (*injection, func()) {
 	h := c.host()
-	var qdisc []string
+	var qdisc string
 	if c.tools.netem {
-		qdisc = []string{"netem", "delay", fmt.Sprintf("%dms", 10+c.rng.IntN(50)), "10ms", "loss", fmt.Sprintf("%d%%", 1+c.rng.IntN(5))}
+		qdisc = fmt.Sprintf("netem delay %dms 10ms loss %d%%", 10+c.rng.IntN(50), 1+c.rng.IntN(5))
 	} else {
-		qdisc = []string{"tbf", "rate", fmt.Sprintf("%dmbit", 4+c.rng.IntN(13)), "burst", "32kb", "latency", "50ms"}
+		qdisc = fmt.Sprintf("tbf rate %dmbit burst 32kb latency 50ms", 4+c.rng.IntN(13))
 	}
-	at := time.Now()
-	require.NoError(c.t, c.inHost(h, append([]string{"tc", "qdisc", "add", "dev", "eth0", "root"}, qdisc...)...))
+	tc := c.startBatch(h, "tc")
 	d := c.uniform(2*time.Second, 10*time.Second)
-	return &injection{at: at, dur: d, detail: fmt.Sprintf("%s: %s for %.1f s", h, strings.Join(qdisc, " "), d.Seconds())}, func() {
-		require.NoError(c.t, c.inHost(h, "tc", "qdisc", "del", "dev", "eth0", "root"))
+	return func() (*injection, func()) {
+		c.struck()
+		at := time.Now()
+		tc.run(c.t, "qdisc add dev eth0 root "+qdisc)
+		return &injection{at: at, dur: d, detail: fmt.Sprintf("%s: %s for %.1f s", h, qdisc, d.Seconds())}, func() {
+			tc.run(c.t, "qdisc del dev eth0 root")
+			tc.close(c.t)
+		}
 	}
 }
 
@@ -266,14 +493,14 @@ func (c *chaos) fill(leave int64, d time.Duration) (*injection, func()) {
 	return c.armFill(leave, d)()
 }
 
-// armFill opens the file that will leave at most leave bytes free on the
-// run directory's file system for d.
+// armFill draws how much a fill will leave free (at most leave bytes) on
+// the run directory's file system for d; the strike fills it.
 func (c *chaos) armFill(leave int64, d time.Duration) func() (*injection, func()) {
-	path := filepath.Join(c.fsDir, fmt.Sprintf("fill-%d", time.Now().UnixNano()))
-	f, err := os.Create(path)
-	require.NoError(c.t, err)
 	left := c.rng.Int64N(leave + 1)
 	return func() (*injection, func()) {
+		path := filepath.Join(c.fsDir, fmt.Sprintf("fill-%d", time.Now().UnixNano()))
+		f, err := os.Create(path)
+		require.NoError(c.t, err)
 		defer f.Close()
 		var st syscall.Statfs_t
 		require.NoError(c.t, syscall.Statfs(c.fsDir, &st))
@@ -297,14 +524,14 @@ func armDiskFull(c *chaos) func() (*injection, func()) {
 // must stop with that error (not train on unprotected), and relaunches meet
 // the full disk in their setup until it is freed.
 func (c *chaos) diskFullLong() bool {
-	inj, stop := c.fill(32<<10, chaosMaxFailing+c.uniform(5*time.Second, 15*time.Second))
+	fire := c.armFill(32<<10, chaosMaxFailing+c.uniform(5*time.Second, 15*time.Second))
+	if !c.gateWait() {
+		return false
+	}
+	inj, stop := fire()
 	inj.kind = "disk-full-long"
 	c.record(inj)
-	// Windows enough left to train past run.checkpoint_max_failing (with
-	// room for a loaded machine): the launch must stop on it, unless
-	// another fault (a SIGUSR1 in the same window, a kill) ended it first.
 	l := c.cur
-	want := inj.window >= 0 && time.Duration(c.windows-inj.window)*c.ref.window > 4*chaosMaxFailing
 	c.active = append(c.active, inj)
 	for time.Now().Before(inj.at.Add(inj.dur)) {
 		if c.cur.exited() {
@@ -313,6 +540,12 @@ func (c *chaos) diskFullLong() bool {
 		c.tick()
 	}
 	c.end1(inj, stop)
+	// A launch struck in its training must stop on it, unless it trained to
+	// the run's end while the disk was full (nothing left to train
+	// unprotected: it fails on the model or the end record, and the relaunch
+	// runs the last windows again) or another fault (a SIGUSR1 in the same
+	// window, a kill) ended it first.
+	want := inj.pos >= 0 && !l.logHas(`"message":"run finished"`)
 	if want && !(l.exited() && l.end.Before(inj.at.Add(chaosMaxFailing))) {
 		c.expect(l.n, true, "(run.checkpoint_max_failing "+chaosMaxFailing.String()+")", "checkpoints failing past run.checkpoint_max_failing stop the run")
 		c.expect(l.n, true, "no space left on device (the file system of "+c.runDir, "the disk-full message names the path and its free space")
@@ -420,7 +653,11 @@ func (c *chaos) corruptNewest() {
 	at := time.Now()
 	require.NoError(c.t, os.WriteFile(newest, data, 0o644))
 	c.pending--
-	inj := &injection{kind: "corrupt-checkpoint", at: at, launch: len(c.launches) + 1, window: -1, detail: filepath.Base(newest) + ": " + how}
+	inj := &injection{kind: "corrupt-checkpoint", at: at, launch: len(c.launches) + 1, window: -1, pos: -1, detail: filepath.Base(newest) + ": " + how}
+	inj.pass, inj.where = plan.PassSearch, whereSearch
+	if strings.HasPrefix(filepath.Base(newest), "ckpt-main-") {
+		inj.pass, inj.where = plan.PassMain, whereMain
+	}
 	c.faults = append(c.faults, inj)
 	c.t.Logf("fault %d: %s, before launch %d: %s", len(c.faults), inj.kind, inj.launch, inj.detail)
 	c.expect(inj.launch, false, "skipping a damaged checkpoint", "a damaged newest checkpoint is skipped for the one before ("+inj.detail+")")
@@ -495,6 +732,9 @@ func (c *chaos) double() bool {
 	}
 	var got []*injection
 	var stops []func()
+	if !c.gateWait() {
+		return false
+	}
 	for i, fire := range fires {
 		if i > 0 {
 			time.Sleep(time.Duration(c.rng.Float64() * float64(c.ref.window) / 2))
@@ -513,7 +753,7 @@ func (c *chaos) double() bool {
 	for i, inj := range got {
 		if stops[i] != nil {
 			c.active = append(c.active, inj)
-			c.sleep(time.Until(inj.at.Add(inj.dur)))
+			c.holdUntil(inj, inj.at.Add(inj.dur))
 			c.end1(inj, stops[i])
 		}
 	}

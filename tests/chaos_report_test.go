@@ -3,68 +3,38 @@ package tests
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 )
 
-// run drives the run through nFaults faults: the first launch is hit in its
-// setup, then every kind comes once in a random order, then kinds drawn by
-// weight, each a random number of windows after the last; then the run is
-// relaunched until it finishes.
+// run drives the run through its schedule (c.sched): the first launch is
+// hit in its setup, then each slot's fault comes when the run reaches the
+// slot's position (the commit's armed there and struck at the commit), at
+// once when the run is past it; faults a slot injected fewer of than its
+// kind's (a pair that found one thing to hit) are drawn on the way; then
+// the run is relaunched until it finishes.
 func (c *chaos) run(nFaults int) {
-	c.nFaults, c.start = nFaults, time.Now()
+	c.nFaults, c.start, c.holdCap = nFaults, time.Now(), chaosHoldCap
 	c.startLaunch()
 	c.pending = 1
 	c.setupFault()
-	kinds := chaosKinds()
-	queue := c.rng.Perm(len(kinds))
-	// A full disk past run.checkpoint_max_failing must stop a launch before
-	// the run ends (it otherwise ends on the full disk): early in the run.
-	for i, k := range queue {
-		if kinds[k].name == "disk-full-long" {
-			j := c.rng.IntN(len(queue) / 2)
-			queue[i], queue[j] = queue[j], queue[i]
-		}
+	for _, sl := range c.sched.slots {
+		c.inject(sl)
 	}
-	// The last fault comes before the last quarter of the run, so that the
-	// launch after it has windows left to be hit in.
-	last := c.windows * 3 / 4
+	quiet := func(k *faultKind) bool { return k.n == 1 && !k.trains && k.strikes }
 	for len(c.faults)+c.pending < nFaults {
-		left := nFaults - len(c.faults) - c.pending
-		var k *faultKind
-		for len(queue) > 0 && k == nil {
-			if kinds[queue[0]].n <= left {
-				k = kinds[queue[0]]
-			}
-			queue = queue[1:]
-		}
-		if k == nil {
-			k = c.draw(kinds, left)
-		}
-		// The windows left shared among the faults left (a kind injects 1.3
-		// on average): the next one a random number of windows on.
-		gap := float64(last-c.maxWindow) * 1.3 / float64(left)
-		target := c.maxWindow + 1 + c.rng.IntN(max(1, int(2*gap)))
-		if c.maxWindow < last {
-			target = min(last, target)
-		}
-		for tries := 0; ; tries++ {
-			c.waitWindow(target)
-			if c.maxWindow > c.windows-5 {
-				c.t.Fatalf("the run reached window %d of %d with %d of %d faults injected: make it longer", c.maxWindow, c.windows, len(c.faults), nFaults)
-			}
-			c.sleep(time.Duration(c.rng.Float64() * float64(c.ref.window))) // a random moment of the window
-			if k.run(c) {
-				break
-			}
-			if tries > 100 {
-				c.t.Fatalf("%s: found nothing to hit 100 times", k.name)
-			}
-		}
+		k := drawKind(c.rng, chaosKinds(), nFaults-len(c.faults)-c.pending, quiet)
+		c.extra++
+		c.inject(&chaosSlot{kind: k, where: whereMain, hold: chaosQuiet, at: c.cur.pos + chaosGapMin})
 	}
 	for {
 		if c.cur.exited() {
@@ -80,23 +50,48 @@ func (c *chaos) run(nFaults int) {
 	c.end = time.Now()
 }
 
-// draw picks a kind by weight among those that inject at most left faults.
-func (c *chaos) draw(kinds []*faultKind, left int) *faultKind {
-	total := 0
-	for _, k := range kinds {
-		if k.n <= left {
-			total += k.weight
-		}
+// inject waits for a slot's position and injects its fault, trying again
+// a window later when it found nothing to hit.
+func (c *chaos) inject(sl *chaosSlot) {
+	c.holdCap = sl.hold
+	defer func() {
+		c.holdCap, c.gate, c.gateHit, c.armed = chaosHoldCap, false, "", nil
+		c.disarmAll()
+	}()
+	planned, n0 := sl.at, len(c.faults)
+	if sl.where == whereCommit {
+		planned = c.ref.search
 	}
-	r := c.rng.IntN(total)
-	for _, k := range kinds {
-		if k.n <= left {
-			if r -= k.weight; r < 0 {
-				return k
+	for tries := 0; ; tries++ {
+		c.gateHit = ""
+		if sl.kind.prearm != nil && c.armed == nil {
+			c.armed = sl.kind.prearm(c)
+		}
+		c.waitPos(sl.at)
+		if c.cur.pos >= c.sched.total-chaosTail {
+			c.t.Fatalf("the run reached position %d of %d with %d of %d faults injected: it outran its schedule (a bug of the soak's sizing: %s)",
+				c.cur.pos, c.sched.total, len(c.faults), c.nFaults, c.sched)
+		}
+		if sl.where == whereCommit && sl.kind.strikes && c.cur.pass == plan.PassSearch {
+			c.gate = true // armed here, struck at the commit
+		} else {
+			c.sleep(time.Duration(c.rng.Float64() * float64(c.ref.window))) // a random moment of the window
+		}
+		if sl.kind.run(c) {
+			for _, f := range c.faults[n0:] {
+				if f.pos >= 0 {
+					c.late = append(c.late, f.pos-planned)
+					break
+				}
 			}
+			return
 		}
+		c.gate = false
+		if tries > 100 {
+			c.t.Fatalf("%s: found nothing to hit 100 times", sl.kind.name)
+		}
+		sl.at = c.cur.pos + 1
 	}
-	panic("unreachable")
 }
 
 // kindsSeen counts the faults by kind.
@@ -111,6 +106,7 @@ func (c *chaos) kindsSeen() map[string]int {
 // kindRow is one line of the soak's table.
 type kindRow struct {
 	faults, ended, pairs, setup int
+	search, commit, main        int // where they landed (in setup: the pass the launch resumed in)
 	exitMax                     time.Duration
 	exits                       []time.Duration
 	lost                        time.Duration
@@ -128,6 +124,14 @@ func (c *chaos) printTable(seed uint64, nFaults int) {
 			rows[f.kind] = r
 		}
 		r.faults++
+		switch f.where {
+		case whereSearch:
+			r.search++
+		case whereCommit:
+			r.commit++
+		default:
+			r.main++
+		}
 		if f.pair {
 			r.pairs++
 		}
@@ -151,9 +155,9 @@ func (c *chaos) printTable(seed uint64, nFaults int) {
 		how[k.name] = k.how
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Printf("chaos: seed %d, %d faults of %d kinds on 3 hosts x 2 ranks, %d windows of %d steps, train.watchdog %s, run.checkpoint_max_failing %s\n",
-		seed, len(c.faults), len(rows), c.windows, chaosWindow, chaosWatchdog, chaosMaxFailing)
-	fmt.Fprintln(w, "kind\tfaults\tin a pair\tin setup\tlaunches ended\texit after (median)\texit after (max)\ttime lost\t")
+	fmt.Printf("chaos: seed %d, %d faults of %d kinds on 3 hosts x 2 ranks, auto.commit restart: %d search windows, the commit, %d main windows of %d steps, train.watchdog %s, run.checkpoint_max_failing %s\n",
+		seed, len(c.faults), len(rows), c.ref.search, c.ref.main, chaosWindow, chaosWatchdog, chaosMaxFailing)
+	fmt.Fprintln(w, "kind\tfaults\tsearch\tcommit\tmain\tin a pair\tin setup\tlaunches ended\texit after (median)\texit after (max)\ttime lost\t")
 	names := make([]string, 0, len(rows))
 	for n := range rows {
 		names = append(names, n)
@@ -161,7 +165,7 @@ func (c *chaos) printTable(seed uint64, nFaults int) {
 	sort.Strings(names)
 	for _, n := range names {
 		r := rows[n]
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.1f s\t\n", n, r.faults, r.pairs, r.setup, r.ended, median(r.exits), secs(r.exitMax, r.ended), r.lost.Seconds())
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%.1f s\t\n", n, r.faults, r.search, r.commit, r.main, r.pairs, r.setup, r.ended, median(r.exits), secs(r.exitMax, r.ended), r.lost.Seconds())
 	}
 	_ = w.Flush()
 	for _, n := range names {
@@ -209,8 +213,111 @@ func (c *chaos) printLaunches() {
 	fmt.Printf("launches: %d (exit codes: %s), %d with no fault in them, %d hung; bound: a failed launch exits within %s of its fault (a frozen host: of its SIGCONT)\n",
 		len(c.launches), strings.Join(cs, ", "), c.unprovoked, hangs, chaosBound)
 	fmt.Printf("time: %.0f s with the faults, %.1f s uninterrupted: %.0f s lost\n", wall.Seconds(), c.ref.wall.Seconds(), (wall - c.ref.wall).Seconds())
-	fmt.Printf("verdict: final checksum %s (uninterrupted %s); %d processes left behind; %d damaged or partial checkpoint files\n",
-		c.lastChecksum(), c.ref.checksum, len(c.leftovers), len(c.badCheckpoints()))
+	fmt.Printf("work redone: %s\n", c.redone())
+	landed := c.landed()
+	fmt.Printf("schedule: %s; %d faults drawn on the way; faults in force ended early: %d; the commit's strike: %d missed; slots struck %s\n",
+		c.sched, c.extra, c.capped, c.gateMisses, lateness(c.late))
+	fmt.Printf("landed: %d in search windows, %d at the commit, %d in main windows (and %d in a launch's setup or between launches)\n",
+		landed[whereSearch], landed[whereCommit], landed[whereMain], landed[""])
+	fmt.Printf("verdict: final checksum %s (uninterrupted %s); committed %s (uninterrupted %s); %d processes left behind; %d damaged or partial checkpoint files\n",
+		c.lastChecksum(), c.ref.checksum, committed(c.lastCommit()), committed(c.ref.commit), len(c.leftovers), len(c.badCheckpoints()))
+}
+
+// redone sums, by where the fault that ended a launch landed, the windows
+// the relaunch trained again: from the one it resumed at (its log says from
+// which checkpoint) to the furthest the ended launch reached (on a full
+// disk rank 0's heartbeat may stop: at least that many).
+func (c *chaos) redone() string {
+	type sum struct{ launches, windows, most int }
+	by := map[string]*sum{}
+	for i, l := range c.launches {
+		if l.code == 0 || l.cause == nil || l.maxPos < 0 {
+			continue
+		}
+		for _, next := range c.launches[i+1:] {
+			if next.firstPos < 0 {
+				continue // it ended in its setup: the one after resumes
+			}
+			s := by[l.cause.where]
+			if s == nil {
+				s = &sum{}
+				by[l.cause.where] = s
+			}
+			w := max(0, l.maxPos-c.resumedAt(next))
+			s.launches, s.windows, s.most = s.launches+1, s.windows+w, max(s.most, w)
+			break
+		}
+	}
+	var parts []string
+	for _, where := range []string{whereSearch, whereCommit, whereMain} {
+		if s := by[where]; s != nil {
+			parts = append(parts, fmt.Sprintf("faults %s ended %d launches: %d windows trained again (%.1f a launch, at most %d)",
+				whereName[where], s.launches, s.windows, float64(s.windows)/float64(s.launches), s.most))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
+var resumedFrom = regexp.MustCompile(`"pass":(\d+),"step":(\d+),[^\n]*"message":"resuming from checkpoint"`)
+
+// resumedAt is the position a launch resumed at: that of the checkpoint its
+// log names, 0 for a fresh start.
+func (c *chaos) resumedAt(l *launch) int {
+	b, _ := os.ReadFile(l.log)
+	m := resumedFrom.FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	pass, _ := strconv.Atoi(string(m[1]))
+	step, _ := strconv.Atoi(string(m[2]))
+	if pass == plan.PassSearch {
+		return step / chaosWindow
+	}
+	return c.ref.search + 1 + step/chaosWindow
+}
+
+// lateness sums up how many windows after their slot's window the faults
+// struck (the moment of the window, the arming; more when an earlier fault
+// let the run train past the slot).
+func lateness(late []int) string {
+	if len(late) == 0 {
+		return "-"
+	}
+	s := append([]int(nil), late...)
+	sort.Ints(s)
+	return fmt.Sprintf("%d to %d windows after their window (median %d)", s[0], s[len(s)-1], s[len(s)/2])
+}
+
+// landed counts the faults by where they landed: in a window of the search
+// or the main pass, at the commit, or ("") in a launch's setup or between
+// launches.
+func (c *chaos) landed() map[string]int {
+	n := map[string]int{}
+	for _, f := range c.faults {
+		switch {
+		case f.where == whereCommit:
+			n[whereCommit]++
+		case f.window < 0:
+			n[""]++
+		default:
+			n[f.where]++
+		}
+	}
+	return n
+}
+
+// lastCommit is the run's commit record, if any.
+func (c *chaos) lastCommit() *metrics.Record {
+	var last *metrics.Record
+	for _, r := range readMetrics(c.t, c.runDir) {
+		if r.Type == metrics.TypeCommit {
+			last = &r
+		}
+	}
+	return last
 }
 
 func (c *chaos) lastChecksum() string {

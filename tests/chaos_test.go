@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,23 +15,29 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/slurm"
 )
 
-// The chaos soak (issue 32): one training run on the test bed's 3 hosts x 2
-// ranks driven through a seeded random schedule of faults, each at a random
-// moment, relaunched after every failure the way `sbatch --requeue` does
-// (the same command, the same run directory), until it finishes. The
-// verdict: the final checksum equals an uninterrupted run's (and so does
-// every window's), metrics.jsonl holds each window once in order with one
-// end record, every checkpoint left is whole, no process is left on any
-// host, and every failed launch exited non-zero within chaosBound of its
-// fault. HDET_CHAOS_SEED replays a schedule, HDET_CHAOS_FAULTS sizes it
-// (25 by default, the CI run; 200 for the nightly kind of soak).
+// The chaos soak (issues 32 and 42): one training run on the test bed's 3
+// hosts x 2 ranks, the default path (auto.commit restart: a search pass,
+// the commit, the main pass from step 0), driven through a seeded schedule
+// of faults placed by window (chaos_schedule_test.go) in the search pass,
+// at the commit and in the main pass, relaunched after every failure the
+// way `sbatch --requeue` does (the same command, the same run directory),
+// until it finishes. The verdict: the final checksum equals an
+// uninterrupted run's (and so does every window's, in both passes), so do
+// the committed values, metrics.jsonl holds each window once per pass in
+// order with one commit record between the passes and one end record,
+// every checkpoint left is whole, no process is left on any host, and
+// every failed launch exited non-zero within chaosBound of its fault.
+// HDET_CHAOS_SEED replays a schedule, HDET_CHAOS_FAULTS sizes it (25 by
+// default, the CI run; 200 for the nightly kind of soak); the run's length
+// follows from the schedule.
 
 const (
 	chaosWatchdog   = 15 * time.Second // train.watchdog: ends a launch stuck on a frozen host or a cut link
-	chaosMaxFailing = 3 * time.Second  // run.checkpoint_max_failing: at 30-50 ms a window, 60-100 windows unprotected
+	chaosMaxFailing = 3 * time.Second  // run.checkpoint_max_failing: at 10-50 ms a window, 60-300 windows unprotected
 	chaosWindow     = 5                // steps per window
 	// chaosBound: a launch a fault ends must exit within this of the fault
 	// (of its SIGCONT for a frozen host: a stopped host's daemon cannot be
@@ -41,8 +48,11 @@ const (
 	chaosDiskMiB = 12
 )
 
+// chaosConfig is the soak's run: the default path, whose lr explorer
+// searches to its default auto.until (just past OneCycle's warm-up),
+// commits, and trains the main pass of windows windows from step 0.
 func chaosConfig(windows int) string {
-	return fmt.Sprintf(`# the chaos soak's run (tests/chaos_test.go)
+	return fmt.Sprintf(`# the chaos soak's run (tests/chaos_test.go): the default path, auto.commit restart
 workload: {hidden: [32], batch_size: 32}
 train: {steps: %d, window: %d, seed: 11, sync: local, watchdog: %s}
 run: {progress: none, checkpoint_every: 2, keep: 3, checkpoint_max_failing: %s}
@@ -51,8 +61,7 @@ explorers:
     plugin: hdet-explorer-lr
     config:
       schedule: {kind: onecycle, max_lr: 0.004}
-      spread: {alpha: 0.5, narrow_from: 1}
-      auto: {commit: continue} # one pass: its windows count once (TestRestartPassesAndResume resumes both passes)
+      spread: {alpha: 0.5}
 `, windows*chaosWindow, chaosWindow, chaosWatchdog, chaosMaxFailing)
 }
 
@@ -77,26 +86,30 @@ func chaosParams(t *testing.T) (seed uint64, faults int) {
 
 func TestMultiHostChaos(t *testing.T) {
 	seed, nFaults := chaosParams(t)
-	// Enough windows that the faults, one after another with a few windows
-	// between them, all land before the end.
-	windows := max(500, 20*nFaults)
-	say(t, "chaos: HDET_CHAOS_SEED=%d HDET_CHAOS_FAULTS=%d (%d windows of %d steps; replay with these two)", seed, nFaults, windows, chaosWindow)
+	rng := rand.New(rand.NewPCG(seed, 0x68646574))
+	sched := newChaosSchedule(rng, nFaults)
+	windows := sched.main
+	say(t, "chaos: HDET_CHAOS_SEED=%d HDET_CHAOS_FAULTS=%d (replay with these two)", seed, nFaults)
+	say(t, "chaos: schedule: %s", sched)
 	tb := startTestbed(t, 3, false)
 	tools := chaosTools(t, tb)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "chaos.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(chaosConfig(windows)), 0o644))
 
-	c := newChaos(t, tb, rand.New(rand.NewPCG(seed, 0x68646574)), cfgPath, windows)
+	c := newChaos(t, tb, rng, cfgPath, windows)
 	c.tools = tools
 	c.ref = c.reference(filepath.Join(dir, "reference"))
 	c.setupTime = c.ref.setup
-	say(t, "chaos: uninterrupted run: %.1f s (setup %.1f s, %.1f ms a window), checksum %s",
-		c.ref.wall.Seconds(), c.ref.setup.Seconds(), 1e3*c.ref.window.Seconds(), c.ref.checksum)
+	say(t, "chaos: uninterrupted run: %.1f s (setup %.1f s, %.1f ms a window), %d search windows, the commit (%s), %d main windows, checksum %s",
+		c.ref.wall.Seconds(), c.ref.setup.Seconds(), 1e3*c.ref.window.Seconds(), c.ref.search, committed(c.ref.commit), c.ref.main, c.ref.checksum)
+	require.NoError(t, sched.place(c.ref.search))
+	c.sched = sched
+	t.Logf("chaos: slots at positions (search windows 0-%d, the commit %d, main windows from %d): %s", c.ref.search-1, c.ref.search, c.ref.search+1, sched.positions())
 
 	fsDir := filepath.Join(dir, "fs")
 	require.NoError(t, os.Mkdir(fsDir, 0o755))
-	mountTmpfs(t, fsDir, fmt.Sprintf("size=%dm", chaosDiskMiB+windows/200))
+	mountTmpfs(t, fsDir, fmt.Sprintf("size=%dm", chaosDiskMiB+sched.total/200))
 	t.Cleanup(c.killEverything) // before the tmpfs is unmounted
 	c.useDisk(fsDir)
 
@@ -133,22 +146,33 @@ func (c *chaos) reference(runDir string) chaosRef {
 			firstWindow = time.Now()
 		}
 		time.Sleep(10 * time.Millisecond)
-		require.Less(t, time.Since(l.start), 10*time.Minute, "the uninterrupted run hangs")
+		require.Less(t, time.Since(l.start), 20*time.Minute, "the uninterrupted run hangs")
 	}
 	require.Equal(t, 0, l.code, "the uninterrupted run failed:\n%s", l.tail(40))
 	recs := readMetrics(t, runDir)
-	ref := chaosRef{wall: l.end.Sub(l.start), setup: firstWindow.Sub(l.start), windows: map[int]string{}}
+	ref := chaosRef{wall: l.end.Sub(l.start), setup: firstWindow.Sub(l.start), windows: map[[2]int]string{}}
 	for _, r := range recs {
 		switch r.Type {
 		case metrics.TypeWindow:
-			ref.windows[r.Window] = r.Checksum
+			ref.windows[[2]int{r.Pass, r.Window}] = r.Checksum
+			if r.Pass == plan.PassSearch {
+				ref.search++
+			} else {
+				ref.main++
+			}
+		case metrics.TypeCommit:
+			require.Nil(t, ref.commit, "the uninterrupted run committed twice")
+			ref.commit = &r
 		case metrics.TypeEnd:
 			ref.checksum = r.Checksum
 		}
 	}
-	require.Len(t, ref.windows, c.windows)
+	require.NotNil(t, ref.commit, "the uninterrupted run committed (auto.commit restart, the default)")
+	require.Positive(t, ref.search, "the uninterrupted run has a search pass")
+	require.Equal(t, c.windows, ref.main, "the main pass has the run's windows")
+	require.Len(t, ref.windows, ref.search+ref.main)
 	require.NotEmpty(t, ref.checksum)
-	ref.window = (ref.wall - ref.setup) / time.Duration(c.windows)
+	ref.window = (ref.wall - ref.setup) / time.Duration(ref.search+ref.main)
 	c.checkLeftovers(l)
 	c.launches = nil
 	return ref
@@ -157,7 +181,27 @@ func (c *chaos) reference(runDir string) chaosRef {
 type chaosRef struct {
 	wall, setup, window time.Duration
 	checksum            string
-	windows             map[int]string // window -> checksum after its converge
+	windows             map[[2]int]string // (pass, window) -> checksum after its converge
+	search, main        int               // windows of each pass
+	commit              *metrics.Record   // the commit record
+}
+
+// committed is a commit record's values, for the report.
+func committed(r *metrics.Record) string {
+	if r == nil {
+		return "none"
+	}
+	names := make([]string, 0, len(r.Committed))
+	for n := range r.Committed {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		v := r.Committed[n]
+		parts = append(parts, fmt.Sprintf("%s %.6g, offset %.6g", n, float64(v.Value), float64(v.Offset)))
+	}
+	return fmt.Sprintf("after step %d: %s", r.Step, strings.Join(parts, "; "))
 }
 
 func readMetrics(t *testing.T, runDir string) []metrics.Record {
@@ -172,24 +216,36 @@ func readMetrics(t *testing.T, runDir string) []metrics.Record {
 func (c *chaos) verdict() {
 	t := c.t
 	recs := readMetrics(t, c.runDir)
-	var windows []int
-	ends := 0
+	var seq []string
+	ends, commits := 0, 0
 	for i, r := range recs {
 		switch r.Type {
 		case metrics.TypeWindow:
-			windows = append(windows, r.Window)
-			assert.Equal(t, c.ref.windows[r.Window], r.Checksum, "window %d's parameters differ from the uninterrupted run's", r.Window)
+			seq = append(seq, fmt.Sprintf("%d/%d", r.Pass, r.Window))
+			want, ok := c.ref.windows[[2]int{r.Pass, r.Window}]
+			assert.True(t, ok, "pass %d window %d: not a window of the uninterrupted run", r.Pass, r.Window)
+			assert.Equal(t, want, r.Checksum, "pass %d window %d's parameters differ from the uninterrupted run's", r.Pass, r.Window)
+		case metrics.TypeCommit:
+			commits++
+			seq = append(seq, "commit")
+			assert.Equal(t, c.ref.commit.Step, r.Step, "the search pass ended where the uninterrupted run's did")
+			assert.Equal(t, c.ref.commit.Committed, r.Committed, "the committed values differ from the uninterrupted run's")
 		case metrics.TypeEnd:
 			ends++
 			assert.Equal(t, len(recs)-1, i, "the end record is the last line")
 			assert.Equal(t, c.ref.checksum, r.Checksum, "the final parameters differ from the uninterrupted run's")
 		}
 	}
-	want := make([]int, c.windows)
-	for i := range want {
-		want[i] = i
+	var want []string
+	for w := range c.ref.search {
+		want = append(want, fmt.Sprintf("%d/%d", plan.PassSearch, w))
 	}
-	assert.Equal(t, want, windows, "each window recorded exactly once, in order")
+	want = append(want, "commit")
+	for w := range c.ref.main {
+		want = append(want, fmt.Sprintf("%d/%d", plan.PassMain, w))
+	}
+	assert.Equal(t, want, seq, "each window recorded exactly once per pass, in order (pass/window), the commit record between the passes")
+	assert.Equal(t, 1, commits, "one commit record")
 	assert.Equal(t, 1, ends, "one end record")
 	assert.Empty(t, c.badCheckpoints(), "every file in checkpoints/ is a whole, readable checkpoint")
 	assert.Empty(t, c.leftovers, "no process left on any host after a launch")
@@ -212,5 +268,13 @@ func (c *chaos) verdict() {
 	assert.Equal(t, c.nFaults, len(c.faults), "every scheduled fault was injected")
 	if c.nFaults >= 25 {
 		assert.GreaterOrEqual(t, len(kinds), 8, "faults of at least 8 kinds")
+	}
+	// Faults in each part of the run the schedule has slots for: the search
+	// pass's windows, the commit, the main pass's windows.
+	landed := c.landed()
+	for _, where := range []string{whereSearch, whereCommit, whereMain} {
+		if c.sched.count(where) > 0 {
+			assert.Positive(t, landed[where], "a fault landed %s (%s)", whereName[where], c.sched)
+		}
 	}
 }

@@ -22,7 +22,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam does no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps venv test test-go test-python test-faults test-multihost test-chaos run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps venv test test-go test-python test-faults test-multihost test-chaos test-chaos-long run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 
 all: build
 

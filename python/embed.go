@@ -5,7 +5,8 @@ package python
 
 import "embed"
 
-// Package holds hdet/*.py and boot/sitecustomize.py.
+// Package holds hdet/*.py, the integrations' hdet/integrations/*.py and
+// boot/sitecustomize.py.
 //
-//go:embed hdet/*.py boot/sitecustomize.py
+//go:embed hdet/*.py hdet/integrations/*.py boot/sitecustomize.py
 var Package embed.FS

@@ -1,0 +1,407 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/testenv"
+)
+
+// The integrations' end-to-end tests run the two example scripts,
+// examples/pytorch/hf_finetune.py (a GPT-2 built from a config, on the
+// standard library's sources) and examples/pytorch/lightning_train.py (an
+// MLP on a Gaussian mixture), each through a small wrapper that runs the
+// example unchanged and prints, at its first training step, one
+// "HDET-TEST {json}" line of what the Trainer sees: its world, what hdet
+// hid from the environment, its folders (the search pass is killed at the
+// commit, so not at the end). Nothing is downloaded.
+
+// hfWrapper runs the Hugging Face example with a GradScaler on the CPU
+// (accelerate makes one for fp16 on a GPU) and infinite gradients at the
+// global steps in HDET_TEST_SKIP, which the scaler then skips.
+const hfWrapper = `import json, os, runpy, sys
+import torch, transformers
+
+skip = {int(s) for s in os.environ.get("HDET_TEST_SKIP", "").split(",") if s}
+create, train_step = transformers.Trainer.create_accelerator_and_postprocess, transformers.Trainer.training_step
+printed = []
+
+def create_accelerator_and_postprocess(self):
+    create(self)
+    if skip:
+        self.accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
+
+def training_step(self, model, inputs, num_items_in_batch=None):
+    if not printed:
+        from hdet.integrations import hidden_environment
+        printed.append(1)
+        print("HDET-TEST " + json.dumps({"rank": int(os.environ.get("HDET_RANK", "0")),
+            "pass": os.environ.get("HDET_PASS") or "search", "hidden": sorted(hidden_environment()),
+            "processes": self.accelerator.num_processes, "output_dir": self.args.output_dir,
+            "global_step": self.state.global_step}), flush=True)
+    loss = train_step(self, model, inputs, num_items_in_batch)
+    if self.state.global_step in skip:
+        next(model.parameters()).grad.fill_(float("inf"))
+    return loss
+
+transformers.Trainer.create_accelerator_and_postprocess = create_accelerator_and_postprocess
+transformers.Trainer.training_step = training_step
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+`
+
+// lightningWrapper runs the Lightning example after importing Lightning
+// itself (so its rank_zero_only read the launchers' variables first).
+const lightningWrapper = `import json, os, runpy, sys
+import lightning.pytorch as pl
+from lightning_utilities.core.rank_zero import rank_zero_only
+
+class Report(pl.Callback):
+    printed = False
+
+    def on_train_batch_start(self, t, module, batch, i):
+        if Report.printed:
+            return
+        from hdet.integrations import hidden_environment
+        Report.printed = True
+        print("HDET-TEST " + json.dumps({"rank": int(os.environ.get("HDET_RANK", "0")),
+            "pass": os.environ.get("HDET_PASS") or "search", "hidden": sorted(hidden_environment()),
+            "processes": t.world_size, "strategy": type(t.strategy).__name__,
+            "cluster": type(t._accelerator_connector.cluster_environment).__name__, "rank_zero": rank_zero_only.rank,
+            "log_dir": t.log_dir, "global_step": t.global_step}), flush=True)
+
+fit = pl.Trainer.fit
+
+def report_fit(self, *args, **kwargs):
+    self.callbacks.append(Report())
+    return fit(self, *args, **kwargs)
+
+pl.Trainer.fit = report_fit
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+`
+
+// trainerSaw is one HDET-TEST line.
+type trainerSaw struct {
+	Rank       int      `json:"rank"`
+	Pass       string   `json:"pass"`
+	Hidden     []string `json:"hidden"`
+	Processes  int      `json:"processes"`
+	OutputDir  string   `json:"output_dir"`
+	LogDir     string   `json:"log_dir"`
+	Strategy   string   `json:"strategy"`
+	Cluster    string   `json:"cluster"`
+	RankZero   int      `json:"rank_zero"`
+	GlobalStep int      `json:"global_step"`
+}
+
+func trainerLines(t *testing.T, stdout string) []trainerSaw {
+	t.Helper()
+	var out []trainerSaw
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		_, js, ok := strings.Cut(sc.Text(), "HDET-TEST ")
+		if !ok {
+			continue
+		}
+		var s trainerSaw
+		require.NoError(t, json.Unmarshal([]byte(js), &s), sc.Text())
+		out = append(out, s)
+	}
+	return out
+}
+
+// needPythonModule needs `import name` to work in testenv.Python (Need's rule).
+func needPythonModule(t *testing.T, name string) {
+	t.Helper()
+	testenv.NeedTorch(t)
+	if out, err := exec.Command(testenv.Python, "-c", "import "+name).CombinedOutput(); err != nil {
+		testenv.Need(t, fmt.Errorf("no %s for %s: %v\n%s", name, testenv.Python, err, out), testenv.GetTorch)
+	}
+}
+
+// integrationRun runs LAUNCHER hdet run --worker -- python WRAPPER EXAMPLE
+// ARGS in dir (2 ranks), with HDET_TRACE_DIR set and env added; launch
+// builds the launcher's command from hdet's command line.
+func integrationRun(t *testing.T, dir string, launch func(ctx context.Context, args ...string) *exec.Cmd,
+	env []string, wrapper, example string, args ...string) (hdetRun, string) {
+	t.Helper()
+	hdet, plugins := hdetBinaries(t)
+	runDir, traceDir := filepath.Join(dir, "run"), filepath.Join(dir, "trace")
+	require.NoError(t, os.MkdirAll(traceDir, 0o755))
+	script := filepath.Join(dir, "wrapper.py")
+	require.NoError(t, os.WriteFile(script, []byte(wrapper), 0o644))
+	full := append([]string{hdet, "run", "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none",
+		"--worker", "--", testenv.Python, script, examplePath(t, example)}, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := launch(ctx, full...)
+	cmd.Dir = dir
+	cmd.Env = append(cmd.Env, append([]string{"HDET_TRACE_DIR=" + traceDir, "OMP_NUM_THREADS=1"}, env...)...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("%s: %.1f s wall, %.1f s CPU (user+sys of hdet and both ranks' scripts)", example,
+		time.Since(start).Seconds(), cpuSeconds(cmd))
+	return hdetRun{dir: runDir, stdout: out.String(), stderr: errb.String(), err: err}, traceDir
+}
+
+func cpuSeconds(cmd *exec.Cmd) float64 {
+	if cmd.ProcessState == nil {
+		return 0
+	}
+	return (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+}
+
+func mpirun2(t *testing.T) func(ctx context.Context, args ...string) *exec.Cmd {
+	return func(ctx context.Context, args ...string) *exec.Cmd { return mpirunCmd(ctx, t, 2, args...) }
+}
+
+// plainRun runs an example once without hdet (python EXAMPLE ARGS in dir).
+func plainRun(t *testing.T, dir, example string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Python, append([]string{examplePath(t, example)}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s without hdet:\n%s", example, out)
+	return string(out)
+}
+
+// checkIntegrationRun asserts what both examples' runs must show: exit 0,
+// the same parameters on every rank after each converge, the script
+// started again for the main pass, the loss falling (checkWorkerRun), a
+// commit, distinct learning rates per rank in every search window, each
+// replica with data of its own, and the Trainer's view of each of the 4
+// processes. Returns the commit record and the HDET-TEST lines.
+func checkIntegrationRun(t *testing.T, r hdetRun, traceDir string, steps int) (metrics.Record, []trainerSaw) {
+	t.Helper()
+	require.NoError(t, r.err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	recs := r.records(t)
+	main, probed := 0, 0
+	for _, w := range typed(recs, metrics.TypeWindow) {
+		if w.Pass == 1 {
+			main++
+			continue
+		}
+		lr := w.Values["lr"]
+		require.Len(t, lr, 2)
+		assert.NotEqual(t, lr[0], lr[1], "search window %d: each rank at its own rate", w.Window)
+		if len(w.Probe) == 2 && !math.IsNaN(float64(w.Probe[0])) && !math.IsNaN(float64(w.Probe[1])) {
+			probed++
+		}
+	}
+	assert.Positive(t, probed, "search windows compared on the evaluation slice (the probe)")
+	checkWorkerRun(t, r, 2, main, traceDir)
+	starts := typed(recs, metrics.TypeStart)
+	require.NotEmpty(t, starts)
+	assert.Equal(t, steps, starts[0].TotalSteps, "the optimizer steps the Trainer takes")
+	commits := typed(recs, metrics.TypeCommit)
+	require.Len(t, commits, 1)
+	assert.Contains(t, r.stdout, "committed after a search pass of ")
+	for _, rec := range recs {
+		for _, e := range rec.Events {
+			assert.NotEqual(t, metrics.EventSameData, e.Kind, "replicas trained on the same batches: %s", e.Message)
+		}
+	}
+	saw := trainerLines(t, r.stdout)
+	require.Len(t, saw, 4, "each rank's Trainer, in each pass:\n%s", r.stdout)
+	for _, s := range saw {
+		assert.Equal(t, 1, s.Processes, "rank %d %s: the Trainer's world is one process", s.Rank, s.Pass)
+		for _, name := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"} {
+			assert.Contains(t, s.Hidden, name, "rank %d %s", s.Rank, s.Pass)
+		}
+	}
+	return commits[0], saw
+}
+
+// wantDir is where a process writes what the script asked to write in dir.
+func wantDir(dir string, s trainerSaw) string {
+	if s.Pass == "main" && s.Rank == 0 {
+		return dir
+	}
+	return filepath.Join(dir, "hdet", s.Pass, fmt.Sprintf("rank-%d", s.Rank))
+}
+
+// hdetReport reads <dir>/hdet.json.
+func hdetReport(t *testing.T, dir string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "hdet.json"))
+	require.NoError(t, err)
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal(b, &rep))
+	return rep
+}
+
+// loadsWithoutHdet runs Python code with `import hdet` made to fail.
+func loadsWithoutHdet(t *testing.T, code string) {
+	t.Helper()
+	out, err := exec.Command(testenv.Python, "-c", "import sys; sys.modules['hdet'] = None\n"+code).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// The Hugging Face Trainer example under mpirun, 2 ranks: trained for 4
+// steps without hdet, then resumed under hdet (resume_from_checkpoint=True
+// in the same output_dir) to 20 steps, with a GradScaler skipping 2 steps.
+func TestIntegrationsHuggingFace(t *testing.T) {
+	needPythonModule(t, "transformers")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	common := []string{"--output-dir", out, "--corpus-bytes", "300000", "--eval-items", "64", "--batch-size", "8",
+		"--warmup-steps", "6", "--logging-steps", "2", "--eval-steps", "8", "--save-steps", "2"}
+	plainRun(t, dir, "hf_finetune.py", append(common, "--max-steps", "4")...)
+	require.DirExists(t, filepath.Join(out, "checkpoint-4"))
+
+	r, traceDir := integrationRun(t, dir, mpirun2(t), []string{"HDET_TEST_SKIP=9,15"}, hfWrapper, "hf_finetune.py",
+		append(common, "--max-steps", "20", "--resume", "last")...)
+	commit, saw := checkIntegrationRun(t, r, traceDir, 16)
+	committed := float64(commit.Committed["lr"].Value)
+	for _, s := range saw {
+		assert.Equal(t, wantDir(out, s), s.OutputDir, "rank %d %s", s.Rank, s.Pass)
+		assert.Equal(t, 4, s.GlobalStep, "rank %d %s: resumed from checkpoint-4", s.Rank, s.Pass)
+		assert.Contains(t, s.Hidden, "OMPI_COMM_WORLD_SIZE", "rank %d %s", s.Rank, s.Pass)
+	}
+	// Each process's checkpoints in its own folder; the search pass's never
+	// where the main pass resumes from.
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	for _, want := range []string{"checkpoint-4", "checkpoint-20", "hdet", "hdet.json", "model.safetensors"} {
+		assert.Contains(t, names, want)
+	}
+	assert.DirExists(t, filepath.Join(out, "hdet", "main", "rank-1", "checkpoint-20"))
+	for rank := range 2 {
+		search, _ := filepath.Glob(filepath.Join(out, "hdet", "search", fmt.Sprintf("rank-%d", rank), "checkpoint-*"))
+		assert.NotEmpty(t, search, "rank %d: the search pass's checkpoints", rank)
+	}
+
+	rep := hdetReport(t, out)
+	assert.Equal(t, "main", rep["pass"])
+	assert.InDelta(t, committed, rep["lr_multiplier"], 1e-12)
+	assert.InDelta(t, committed*1e-3, rep["lr"], 1e-12, "the learning_rate the commit gives")
+	assert.EqualValues(t, 2, rep["skipped_steps"], "the GradScaler's two skips")
+
+	// The Trainer's own logs carry hdet's values beside the loss.
+	b, err := os.ReadFile(filepath.Join(out, "checkpoint-20", "trainer_state.json"))
+	require.NoError(t, err)
+	var state struct {
+		GlobalStep int              `json:"global_step"`
+		LogHistory []map[string]any `json:"log_history"`
+	}
+	// Python's JSON: a skipped step's grad_norm is Infinity.
+	b = []byte(strings.NewReplacer("-Infinity", "null", "Infinity", "null", "NaN", "null").Replace(string(b)))
+	require.NoError(t, json.Unmarshal(b, &state))
+	assert.Equal(t, 20, state.GlobalStep, "every step the Trainer counted, the skipped ones too")
+	besideLoss := 0
+	for _, h := range state.LogHistory {
+		if _, ok := h["loss"]; ok {
+			if m, ok := h["hdet/committed_lr_multiplier"]; ok {
+				besideLoss++
+				assert.InDelta(t, committed, m, 1e-12)
+			}
+		}
+	}
+	assert.Positive(t, besideLoss, "training logs with hdet's values")
+
+	ck := filepath.Join(out, "checkpoint-20")
+	loadsWithoutHdet(t, fmt.Sprintf(`import torch, transformers
+torch.load(%q, weights_only=True); torch.load(%q, weights_only=True); torch.load(%q, weights_only=False)
+transformers.GPT2LMHeadModel.from_pretrained(%q)`, filepath.Join(ck, "optimizer.pt"), filepath.Join(ck, "scheduler.pt"),
+		filepath.Join(ck, "training_args.bin"), ck))
+}
+
+// checkLightningFolders: each process's logs and checkpoints in its own
+// folder, hdet's values in the main pass's metrics.csv, hdet.json, and the
+// last checkpoint loading without hdet.
+func checkLightningFolders(t *testing.T, root string, saw []trainerSaw, committed float64) {
+	t.Helper()
+	for _, s := range saw {
+		assert.Equal(t, "SingleDeviceStrategy", s.Strategy, "rank %d %s", s.Rank, s.Pass)
+		assert.Equal(t, "LightningEnvironment", s.Cluster, "rank %d %s: no SLURM, MPI or TorchElastic environment", s.Rank, s.Pass)
+		assert.Zero(t, s.RankZero, "rank %d %s: every replica is rank zero", s.Rank, s.Pass)
+		assert.True(t, strings.HasPrefix(s.LogDir, wantDir(root, s)+string(filepath.Separator)), "rank %d %s: %s", s.Rank, s.Pass, s.LogDir)
+		if s.Pass == "search" || s.Rank != 0 {
+			assert.Contains(t, s.LogDir, filepath.Join("hdet", s.Pass), "rank %d %s", s.Rank, s.Pass)
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(root, "lightning_logs", "version_*"))
+	require.Len(t, logs, 1, "only the main pass's rank 0 writes where the script asked")
+	b, err := os.ReadFile(filepath.Join(logs[0], "metrics.csv"))
+	require.NoError(t, err)
+	header, _, _ := strings.Cut(string(b), "\n")
+	for _, col := range []string{"hdet/lr", "hdet/lr_multiplier", "hdet/committed_lr_multiplier", "train_loss"} {
+		assert.Contains(t, strings.Split(header, ","), col)
+	}
+	rep := hdetReport(t, root)
+	assert.InDelta(t, committed, rep["lr_multiplier"], 1e-12)
+	last := filepath.Join(logs[0], "checkpoints", "last.ckpt")
+	loadsWithoutHdet(t, fmt.Sprintf("import torch\nck = torch.load(%q, weights_only=False)\nassert 'net.0.weight' in ck['state_dict']", last))
+}
+
+var lightningArgs = []string{"--train-size", "1024", "--save-every", "4", "--log-every", "2", "--no-progress-bar"}
+
+// The Lightning example under mpirun, 2 ranks, resuming (ckpt_path) at
+// step 8 of a fit that ran without hdet, to 24 steps.
+func TestIntegrationsLightning(t *testing.T) {
+	needPythonModule(t, "lightning")
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain")
+	plainRun(t, dir, "lightning_train.py", append([]string{"--root", plain, "--max-steps", "24"}, lightningArgs...)...)
+	ckpt := filepath.Join(plain, "lightning_logs", "version_0", "checkpoints", "epoch=0-step=8.ckpt")
+	require.FileExists(t, ckpt)
+
+	root := filepath.Join(dir, "out")
+	r, traceDir := integrationRun(t, dir, mpirun2(t), nil, lightningWrapper, "lightning_train.py",
+		append([]string{"--root", root, "--max-steps", "24", "--ckpt-path", ckpt}, lightningArgs...)...)
+	commit, saw := checkIntegrationRun(t, r, traceDir, 16)
+	for _, s := range saw {
+		assert.Equal(t, 8, s.GlobalStep, "rank %d %s: resumed at step 8", s.Rank, s.Pass)
+		assert.Contains(t, s.Hidden, "OMPI_COMM_WORLD_SIZE", "rank %d %s", s.Rank, s.Pass)
+	}
+	checkLightningFolders(t, root, saw, float64(commit.Committed["lr"].Value))
+}
+
+// The Lightning example under srun --mpi=pmix on the one-node test cluster:
+// Lightning must not take the job step for its own (SLURMEnvironment).
+func TestIntegrationsLightningSrun(t *testing.T) {
+	needPythonModule(t, "lightning")
+	c := startSlurm(t)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "out")
+	srun := func(ctx context.Context, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "srun", append([]string{"--mpi=pmix", "-n", "2"}, args...)...)
+		cmd.Env = slices.Clone(c.env)
+		cmd.WaitDelay = 10 * time.Second
+		return cmd
+	}
+	r, traceDir := integrationRun(t, dir, srun, nil, lightningWrapper, "lightning_train.py",
+		append([]string{"--root", root, "--max-steps", "16"}, lightningArgs...)...)
+	commit, saw := checkIntegrationRun(t, r, traceDir, 16)
+	for _, s := range saw {
+		for _, name := range []string{"SLURM_PROCID", "SLURM_NTASKS", "PMIX_RANK"} {
+			assert.Contains(t, s.Hidden, name, "rank %d %s", s.Rank, s.Pass)
+		}
+	}
+	checkLightningFolders(t, root, saw, float64(commit.Committed["lr"].Value))
+}

@@ -58,7 +58,9 @@ find_uv() {
 # stale: .venv/hdet-stamp holds the sha256 of python/requirements.lock and
 # python/pyproject.toml it was made from. uv makes it from python3 on PATH,
 # installs the lock with its hashes (uv's cache, ~/.cache/uv, makes a remake
-# quick) and the client python/ editable, so python/hdet edits are live.
+# quick) and the client python/ editable, so python/hdet edits are live
+# (compat mode: a path entry after PYTHONPATH, so the copy hdet hands a
+# worker first on its PYTHONPATH is the one it imports).
 venv() {
 	local dir=$ROOT/.venv stamp=$ROOT/.venv/hdet-stamp want uv py start
 	want=$(cd "$ROOT" && sha256sum python/requirements.lock python/pyproject.toml)
@@ -103,7 +105,7 @@ MSG
 	rm -rf "$dir"
 	if ! "$uv" venv --quiet --python "$py" "$dir" ||
 		! "$uv" pip sync --quiet --python "$dir/bin/python" --require-hashes "$ROOT/python/requirements.lock" ||
-		! "$uv" pip install --quiet --python "$dir/bin/python" --no-deps -e "$ROOT/python"; then
+		! "$uv" pip install --quiet --python "$dir/bin/python" --no-deps -C editable_mode=compat -e "$ROOT/python"; then
 		cat >&2 <<MSG
 deps: could not make .venv (above: $uv failed). It downloads python/requirements.lock's wheels from PyPI
       (torch with its CUDA libraries: 5.5 GB installed) unless uv's cache (~/.cache/uv) holds them; behind a mirror set UV_INDEX_URL.

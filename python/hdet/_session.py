@@ -174,7 +174,9 @@ class Session:
         if trace_dir:
             self._trace = open(os.path.join(trace_dir, "trace-rank%d.jsonl" % self.rank), "a")
             self.trace(event="start", rank=self.rank, pid=os.getpid())
-        self._copy(out=True, with_state=False)
+        # The optimizer state too: a script that resumed its own checkpoint
+        # has state before the first step, which the first load must keep.
+        self._copy(out=True, with_state=self.local)
         self.conn.send({"type": "ready"})
 
     def expect(self, kind: str) -> dict[str, Any]:

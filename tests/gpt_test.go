@@ -17,10 +17,13 @@ import (
 	"github.com/hdet-dev/hdet/internal/testenv"
 )
 
+// The lines hdet adds to gpt.py: gpt_hdet.py imports hdet and attaches the
+// optimizer (the softmax temperature explored with --explore-temperature);
+// gpt_hdet_probe.py also registers a probe.
 const (
-	torchImport = "from torch.optim.lr_scheduler import OneCycleLR"
-	hdetImport  = "from hdet import OneCycleLR"
-	probeImport = "from hdet import OneCycleLR, probe"
+	gptImport = "import hdet"
+	gptAttach = `    opt = hdet.attach(opt, args.steps, callbacks={"temperature": model.set_temperature}, explore=["lr"] + [{"name": "temperature", "base": args.temperature, "plugin": "hdet-explorer-weight-decay", "lower": 0.25, "upper": 4.0}] * args.explore_temperature)`
+	gptProbe  = "    hdet.probe(lambda: evaluate(model, fixed_windows(val, args.context, 64, offset=0.5)))  # none of the reported windows"
 )
 
 func exampleLines(t *testing.T, name string) []string {
@@ -30,46 +33,50 @@ func exampleLines(t *testing.T, name string) []string {
 	return strings.Split(string(b), "\n")
 }
 
-// differingLines are the indices where two files of the same length differ.
-func differingLines(t *testing.T, a, b []string) []int {
+// insertedLines are the lines of b that are not a's, by their index in b,
+// when b is a with lines inserted (nothing changed or removed).
+func insertedLines(t *testing.T, a, b []string) map[int]string {
 	t.Helper()
-	require.Equal(t, len(a), len(b), "the same number of lines")
-	var out []int
-	for i := range a {
-		if a[i] != b[i] {
-			out = append(out, i)
+	out := map[int]string{}
+	i := 0
+	for j, l := range b {
+		if i < len(a) && a[i] == l {
+			i++
+			continue
 		}
+		out[j] = l
 	}
+	require.Equal(t, len(a), i, "every line of the first file is in the second, in order")
 	return out
 }
 
-// gpt_hdet.py is gpt.py with one line changed, the scheduler's import; the
-// docstrings included. gpt_hdet_probe.py is gpt_hdet.py with hdet's probe
-// imported on the same line and one line added that registers it.
+// gpt_hdet.py is gpt.py with two lines added, the docstrings included:
+// `import hdet` ahead of torch's imports and hdet.attach right after the
+// optimizer is built. gpt_hdet_probe.py is gpt_hdet.py with one more line,
+// hdet.probe, right after the attach line.
 func TestGPTExampleDiffs(t *testing.T) {
 	plain, hdet, probe := exampleLines(t, "gpt.py"), exampleLines(t, "gpt_hdet.py"), exampleLines(t, "gpt_hdet_probe.py")
 
-	diff := differingLines(t, plain, hdet)
-	require.Len(t, diff, 1, "gpt.py and gpt_hdet.py differ in one line")
-	assert.Equal(t, torchImport, plain[diff[0]])
-	assert.Equal(t, hdetImport, hdet[diff[0]])
+	added := insertedLines(t, plain, hdet)
+	require.Len(t, added, 2, "gpt.py and gpt_hdet.py differ in two added lines: %v", added)
+	i := slices.Index(hdet, gptImport)
+	require.GreaterOrEqual(t, i, 0, "gpt_hdet.py adds %q", gptImport)
+	assert.Equal(t, gptImport, added[i])
+	assert.Equal(t, "import torch", hdet[i+1], "hdet's import, ahead of torch's")
+	j := slices.Index(hdet, gptAttach)
+	require.GreaterOrEqual(t, j, 0, "gpt_hdet.py adds the attach line")
+	assert.Equal(t, gptAttach, added[j])
+	assert.True(t, strings.HasPrefix(hdet[j-1], "    opt = torch.optim.AdamW("), "attach right after the optimizer is built: %q", hdet[j-1])
 
-	var added []int
-	for i, l := range probe {
-		if strings.HasPrefix(strings.TrimSpace(l), "probe(") {
-			added = append(added, i)
-		}
-	}
-	require.Len(t, added, 1, "gpt_hdet_probe.py adds one probe(...) line")
-	withoutProbe := slices.Delete(slices.Clone(probe), added[0], added[0]+1)
-	diff = differingLines(t, hdet, withoutProbe)
-	require.Len(t, diff, 1, "gpt_hdet_probe.py, its probe line left out, differs from gpt_hdet.py in one line")
-	assert.Equal(t, probeImport, withoutProbe[diff[0]])
+	added = insertedLines(t, hdet, probe)
+	require.Len(t, added, 1, "gpt_hdet_probe.py is gpt_hdet.py with one line added: %v", added)
+	k := slices.Index(probe, gptProbe)
+	require.GreaterOrEqual(t, k, 0, "gpt_hdet_probe.py adds the probe line")
+	assert.Equal(t, gptAttach, probe[k-1], "the probe right after the attach line")
 }
 
 // gptArgs is a small GPT for CI: 2 layers of width 64, context 32, 8 windows
-// per rank and step, 40 steps (4 windows of 10), evaluated at steps 0 and 20
-// and at the end.
+// per rank and step, 40 steps, evaluated at steps 0 and 20 and at the end.
 var gptArgs = []string{"--steps", "40", "--layers", "2", "--width", "64", "--heads", "4", "--context", "32",
 	"--batch-size", "8", "--val-windows", "64", "--eval-every", "20", "--max-lr", "3e-3"}
 
@@ -89,35 +96,43 @@ func parseFloat(t *testing.T, re *regexp.Regexp, out string) float64 {
 }
 
 // gpt_hdet_probe.py (a byte-level GPT under DDP: two AdamW param groups,
-// gradient clipping, zero_grad(set_to_none=True)) under `hdet run --worker`
-// on 4 ranks, T = 10: gradients mode, the ranks apply distinct learning
-// rates, the probe reaches the controller, the validation loss falls.
+// gradient clipping, zero_grad(set_to_none=True)) with nanoGPT's schedule
+// (warm-up and cosine set by hand every step) and the softmax temperature
+// explored, under `hdet run --worker` on 4 ranks, T = 5 (a search pass of
+// a quarter of the run, 2 windows: the first asks for the probe, which the
+// update at its end reads): gradients mode, the ranks apply distinct
+// learning-rate multipliers and temperatures, the probe reaches the
+// controller, the validation loss falls.
 func TestGPTWorker(t *testing.T) {
 	var traceDir string
-	r := runWorker(t, 4, "train: {window: 10}", func(d string, _ *exec.Cmd) { traceDir = d },
-		examplePath(t, "gpt_hdet_probe.py"), gptArgs...)
-	checkWorkerRun(t, r, 4, 4, traceDir)
+	r := runWorker(t, 4, "train: {window: 5}", func(d string, _ *exec.Cmd) { traceDir = d },
+		examplePath(t, "gpt_hdet_probe.py"), append(slices.Clone(gptArgs), "--schedule", "cosine", "--explore-temperature")...)
+	checkWorkerRun(t, r, 4, 8, traceDir)
 	out := r.stdout + r.stderr
 
 	recs := r.records(t)
 	assert.Equal(t, "gradients", recs[0].SyncMode, "the script set up DDP")
 	assert.Equal(t, 40, r.end(t).Step)
-	distinct := map[metrics.Float]bool{}
+	distinct := map[string]map[metrics.Float]bool{"lr": {}, "temperature": {}}
 	probed := 0
 	for _, rec := range recs {
 		if rec.Type != metrics.TypeWindow {
 			continue
 		}
-		lrs := rec.Values["lr"]
-		require.Len(t, lrs, 4, "window %d: one lr per rank", rec.Window)
-		for _, v := range lrs {
-			distinct[v] = true
+		for name, seen := range distinct {
+			vs := rec.Values[name]
+			require.Len(t, vs, 4, "window %d: one %s per rank", rec.Window, name)
+			for _, v := range vs {
+				seen[v] = true
+			}
 		}
 		if len(rec.Probe) == 4 {
 			probed++
 		}
 	}
-	assert.GreaterOrEqual(t, len(distinct), 4, "the ranks applied different learning rates")
+	assert.GreaterOrEqual(t, len(distinct["lr"]), 4, "the ranks applied different learning rates")
+	assert.GreaterOrEqual(t, len(distinct["temperature"]), 4, "the ranks applied different softmax temperatures")
+	assert.Regexp(t, `committed after a search pass of 10 steps: lr x[0-9.]+: peak lr 0.003 -> [0-9.e-]+ \(x[0-9.]+\), temperature [0-9.]+`, r.stdout)
 	assert.Positive(t, probed, "the probe's losses reached the controller")
 	assert.NotContains(t, out, "NaN")
 
@@ -126,14 +141,15 @@ func TestGPTWorker(t *testing.T) {
 	assert.Less(t, final, first-2, "the validation loss falls")
 }
 
-// Outside hdet gpt_hdet_probe.py (both of hdet's lines: OneCycleLR and
-// probe) is gpt.py: the same output, single process.
+// Outside hdet gpt_hdet_probe.py (hdet's lines: the import, attach and
+// probe) is gpt.py: the same output, single process, with each schedule.
 func TestGPTOutsideHdet(t *testing.T) {
 	testenv.NeedTorch(t)
 	seconds := regexp.MustCompile(`"seconds": [0-9.]+`)
-	run := func(script string) string {
-		cmd := exec.Command(testenv.Python, append([]string{examplePath(t, script)}, "--steps", "5", "--layers", "1",
-			"--width", "32", "--context", "16", "--val-windows", "8")...)
+	run := func(script, schedule string) string {
+		cmd := exec.Command(testenv.Python, examplePath(t, script), "--steps", "6", "--layers", "1",
+			"--width", "32", "--context", "16", "--val-windows", "8", "--eval-every", "2", "--schedule", schedule,
+			"--explore-temperature")
 		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 			return strings.HasPrefix(kv, "RANK=") || strings.HasPrefix(kv, "WORLD_SIZE=")
 		}), "PYTHONPATH="+filepath.Join(repoRoot(t), "python"))
@@ -141,7 +157,10 @@ func TestGPTOutsideHdet(t *testing.T) {
 		require.NoError(t, err, "%s", out)
 		return seconds.ReplaceAllString(string(out), `"seconds": S`)
 	}
-	plain := run("gpt.py")
-	assert.Contains(t, plain, "final val_bpb")
-	assert.Equal(t, plain, run("gpt_hdet_probe.py"))
+	for _, schedule := range []string{"onecycle", "cosine", "wsd"} {
+		plain := run("gpt.py", schedule)
+		assert.Contains(t, plain, "final val_bpb")
+		assert.Contains(t, plain, "("+schedule+")")
+		assert.Equal(t, plain, run("gpt_hdet_probe.py", schedule), schedule)
+	}
 }

@@ -26,16 +26,24 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/metrics"
 )
 
-// runWorker runs `mpirun -np n hdet run [CFG] --worker -- python3 SCRIPT
-// ARGS` (no config when cfg is empty) with HDET_TRACE_DIR set, so each
-// rank's worker logs what it loaded and applied. started, if not nil, runs
-// once the command has started, with the trace folder and the command.
+// runWorker runs `mpirun -np n hdet run [CFG] --worker -- PYTHON SCRIPT
+// ARGS` (no config when cfg is empty), PYTHON the venv's (testenv.Python),
+// with HDET_TRACE_DIR set, so each rank's worker logs what it loaded and
+// applied. started, if not nil, runs once the command has started, with
+// the trace folder and the command.
 func runWorker(t testing.TB, n int, cfg string, started func(traceDir string, cmd *exec.Cmd), script string, args ...string) hdetRun {
 	t.Helper()
 	testenv.NeedTorch(t)
+	return runWorkerWith(t, n, cfg, started, testenv.Python, script, args...)
+}
+
+// runWorkerWith is runWorker with the interpreter python.
+func runWorkerWith(t testing.TB, n int, cfg string, started func(traceDir string, cmd *exec.Cmd), python, script string, args ...string) hdetRun {
+	t.Helper()
 	hdet, plugins := hdetBinaries(t)
 	dir := t.TempDir()
 	runDir, traceDir := filepath.Join(dir, "run"), filepath.Join(dir, "trace")
@@ -46,7 +54,7 @@ func runWorker(t testing.TB, n int, cfg string, started func(traceDir string, cm
 		require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 		full = append(full, path)
 	}
-	full = append(append(full, "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none", "--worker", "--", testenv.Python, script), args...)
+	full = append(append(full, "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none", "--worker", "--", python, script), args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	before := shmEntries(t)
@@ -102,7 +110,8 @@ type traceRecord struct {
 	Before  string               `json:"before"`
 	Window  int                  `json:"window"`
 	SHA     string               `json:"params_sha256"`
-	Applied map[string][]float64 `json:"applied"`
+	Applied map[string][]float64 `json:"applied"` // done: each planned value at each step (lr's: multipliers)
+	BaseLR  []float64            `json:"base_lr"` // done: the script's own rate of group 0 at each step
 }
 
 func readTrace(t testing.TB, dir string, rank int) []traceRecord {
@@ -227,18 +236,28 @@ func assertMainPassAtCommitted(t *testing.T, r hdetRun) {
 			peak = max(peak, float64(b))
 		}
 	}
-	assert.InDelta(t, want, peak, 1e-12*want, "the main pass peaks at the committed max_lr")
+	assert.InDelta(t, want, peak, 1e-12*want, "the main pass runs at the committed multiplier")
 }
 
-// A worker run under auto.commit restart: the script is started a second
-// time for the main pass, which trains at the committed max_lr.
+// mainWindows is the number of windows of a pass of steps steps in windows
+// of window steps (the last one may be shorter).
+func mainWindows(steps, window int) int { return (steps + window - 1) / window }
+
+// A worker run under auto.commit restart with hdet's default window
+// (bridge.DefaultWindow: 9 steps for 300, so that the search pass has 8
+// windows): the search pass is the first quarter of the run, to the first
+// window boundary at or after step 75 (81); then the script is started a
+// second time for the main pass, which trains at the committed multiplier.
 func TestPyTorchWorkerRestart(t *testing.T) {
 	var traceDir string
 	r := runWorker(t, 2, "", func(d string, _ *exec.Cmd) { traceDir = d }, workerScript(t), "--steps", "300", "--explore", "lr")
-	checkWorkerRun(t, r, 2, 6, traceDir)
+	window := bridge.DefaultWindow(300)
+	require.Equal(t, 9, window)
+	assert.Equal(t, window, typed(r.records(t), metrics.TypeStart)[0].WindowSteps)
+	checkWorkerRun(t, r, 2, mainWindows(300, window), traceDir)
 	assertMainPassAtCommitted(t, r)
-	assert.Equal(t, 150, typed(r.records(t), metrics.TypeCommit)[0].Step, "the search pass ends at the first boundary after the warm-up's (steps 90 and 100)")
-	assert.Contains(t, r.stdout, "committed after a search pass of 150 steps: lr ")
+	assert.Equal(t, 81, typed(r.records(t), metrics.TypeCommit)[0].Step, "the search pass ends at the first boundary after a quarter of the run")
+	assert.Regexp(t, `committed after a search pass of 81 steps: lr x[0-9.]+: peak lr 0.05 -> [0-9.e-]+ \(x[0-9.]+\)`, r.stdout)
 }
 
 // convnetArgs: 25600 training images, batch 64, one epoch: 100 steps per
@@ -316,7 +335,7 @@ func checkConvNet(t *testing.T, script string, steps int, baseline []string, arg
 	args = append(append([]string{"--data", mnistDir(t), "--save", save}, convnetArgs...), args...)
 	var traceDir string
 	r := runWorker(t, 4, "", func(d string, _ *exec.Cmd) { traceDir = d }, examplePath(t, script), args...)
-	checkWorkerRun(t, r, 4, steps/50, traceDir)
+	checkWorkerRun(t, r, 4, mainWindows(steps, bridge.DefaultWindow(steps)), traceDir)
 	assertMainPassAtCommitted(t, r)
 	out := r.stdout + r.stderr
 
@@ -345,7 +364,7 @@ func checkConvNet(t *testing.T, script string, steps int, baseline []string, arg
 	fmt.Printf("%s under hdet: test accuracy %.4f; plain DDP (convnet_ddp.py, same max_lr): %.4f\n", script, acc, plain)
 	assert.GreaterOrEqual(t, acc, plain, "hdet's accuracy against plain DDP at the same max_lr")
 
-	// The scheduler's state_dict, saved under hdet, loads into torch's
+	// hdet.OneCycleLR's state_dict, saved under hdet, loads into torch's
 	// OneCycleLR in a process that never imports hdet.
 	check := exec.Command(testenv.Python, "-c", `import sys, torch
 assert "hdet" not in sys.modules
@@ -355,12 +374,12 @@ o = torch.optim.AdamW(m.parameters())
 s = torch.optim.lr_scheduler.OneCycleLR(o, max_lr=3e-3, total_steps=int(sys.argv[2]))
 s.load_state_dict(ck["scheduler"])
 assert "hdet" not in sys.modules
-print("loaded", s.last_epoch, s.get_last_lr()[0], ck["scheduler"]["hdet"]["rank"])
+print("loaded", s.last_epoch, s.get_last_lr()[0])
 `, save, strconv.Itoa(steps))
 	check.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PYTHONPATH=") })
 	got, err := check.CombinedOutput()
 	require.NoError(t, err, "%s", got)
-	assert.Regexp(t, fmt.Sprintf(`^loaded %d [0-9.e-]+ 0\n$`, steps), string(got))
+	assert.Regexp(t, fmt.Sprintf(`^loaded %d [0-9.e-]+\n$`, steps), string(got))
 }
 
 // convnet_hdet.py is convnet.py with two changed lines (the import and
@@ -389,43 +408,42 @@ func TestPyTorchWorkerFailures(t *testing.T) {
 		{"raises", []string{"--fail-at-step", "60", "--fail-rank", "1"},
 			`rank 1: worker \(pid \d+\) training window 1 \(steps 50-99\): worker reported an error: the script raised at step 60 of 100: RuntimeError: worker.py failing on purpose at step 60`},
 		{"ends early", []string{"--end-at-step", "70", "--fail-rank", "0"},
-			`rank 0: worker \(pid \d+\) training window 1 \(steps 50-99\): worker reported an error: the script ended at step 70 of 100`},
+			`rank 0: worker \(pid \d+\) training window 1 \(steps 50-99\): worker reported an error: the script ended after 70 of the 100 optimizer steps it gave hdet \(total_steps\) before the run finished`},
 		{"steps past the end", []string{"--extra-step"},
-			`rank \d: worker \(pid \d+\) finishing after STOP: worker process exited \(exit status 1\)(.|\n)*ValueError: Tried to step`},
+			`rank \d: worker \(pid \d+\) finishing after STOP: worker process exited \(exit status 1\)(.|\n)*RuntimeError: hdet: optimizer step 101 is past total_steps=100 given to hdet.attach`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runWorker(t, 2, "", nil, workerScript(t), append([]string{"--steps", "100", "--explore", "lr"}, tc.args...)...)
+			r := runWorker(t, 2, "", nil, workerScript(t), append([]string{"--steps", "100", "--window", "50", "--explore", "lr"}, tc.args...)...)
 			require.Error(t, r.err)
 			assert.Regexp(t, tc.want, r.stdout+r.stderr)
 		})
 	}
 }
 
-// hdet.OneCycleLR's hdet arguments change the run: hdet_window the
-// window, hdet_alpha lr's spread, hdet_auto lr's auto block (until: the
-// search pass lasts half the run), an explore dict weight_decay's base,
-// spread and bounds.
+// hdet.attach's arguments change the run: window the window, alpha lr's
+// spread, auto lr's auto block (until: the search pass lasts half the
+// run), an explore dict weight_decay's base, spread and bounds.
 func TestPyTorchWorkerSettings(t *testing.T) {
-	r := runWorker(t, 2, "", nil, workerScript(t), "--steps", "100", "--hdet-window", "25", "--hdet-alpha", "0.2",
-		"--hdet-auto", `{"until": 0.5}`,
+	r := runWorker(t, 2, "", nil, workerScript(t), "--steps", "100", "--window", "25", "--alpha", "0.2",
+		"--auto", `{"until": 0.5}`,
 		"--explore", `["lr", {"name": "weight_decay", "base": 0.001, "alpha": 0.0005, "spread": "additive", "lower": 0, "upper": 0.01}]`)
 	require.NoError(t, r.err, "%s\n%s", r.stdout, r.stderr)
 	recs := r.records(t)
 	start := typed(recs, metrics.TypeStart)[0]
-	assert.Equal(t, 25, start.WindowSteps, "hdet_window")
+	assert.Equal(t, 25, start.WindowSteps, "window")
 	params := map[string]metrics.Param{}
 	for _, p := range start.Hyperparameters {
 		params[p.Name] = p
 	}
-	assert.Equal(t, metrics.Param{Name: "lr", Scale: "log", Spread: "multiplicative", Alpha: 0.2, Lower: 1e-8, Upper: 10}, params["lr"])
+	assert.Equal(t, metrics.Param{Name: "lr", Scale: "log", Spread: "multiplicative", Alpha: 0.2, Lower: 1e-4, Upper: 1e4}, params["lr"], "a multiplier's bounds")
 	assert.Equal(t, metrics.Param{Name: "weight_decay", Scale: "log", Spread: "additive", Alpha: 0.0005, Lower: 0, Upper: 0.01}, params["weight_decay"])
 	wins := typed(recs, metrics.TypeWindow)
-	require.Len(t, wins, 2+4, "a search pass of two 25-step windows (hdet_auto until 0.5), then the main pass's four")
+	require.Len(t, wins, 2+4, "a search pass of two 25-step windows (auto until 0.5), then the main pass's four")
 	assert.Contains(t, r.stdout, "committed after a search pass of 50 steps: lr ")
 	require.Len(t, typed(recs, metrics.TypeCommit), 1)
 	lr, base := slices.Sorted(slices.Values(wins[0].Values["lr"])), float64(wins[0].Base["lr"])
 	require.Len(t, lr, 2)
-	assert.InDelta(t, 0.8, float64(lr[0])/base, 1e-9, "window 0: the ranks' lr spread is hdet_alpha")
+	assert.InDelta(t, 0.8, float64(lr[0])/base, 1e-9, "window 0: the ranks' lr multipliers spread by alpha")
 	assert.InDelta(t, 1.2, float64(lr[1])/base, 1e-9)
 	wd := slices.Sorted(slices.Values(wins[0].Values["weight_decay"]))
 	assert.InDeltaSlice(t, []float64{0.0005, 0.0015}, []float64{float64(wd[0]), float64(wd[1])}, 1e-12, "base 0.001, additive 0.0005")
@@ -438,14 +456,14 @@ func TestPyTorchWorkerConflicts(t *testing.T) {
 		args      []string
 		want      string
 	}{
-		{"max_lr", "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {schedule: {max_lr: 0.2}}}]", nil,
-			`explorers\[0\] \(lr\) schedule disagrees with the script's OneCycleLR \(max_lr: 0.2 in the config, 0.05 in the script\)`},
+		{"lr schedule", "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {schedule: 2}}]", nil,
+			`explorers\[0\] \(lr\) schedule disagrees with the script's \(schedule: 2 in the config, 1 in the script\)`},
 		{"sync local with DDP", "train: {sync: local}", []string{"--ddp"}, `train.sync is local, but the script set up torch.distributed`},
-		{"hdet_window", "train: {window: 50}", []string{"--hdet-window", "25"}, `train.window is 50, but the script's hdet.OneCycleLR has hdet_window 25`},
-		{"hdet_alpha", "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {spread: {alpha: 0.3}}}]", []string{"--hdet-alpha", "0.2"},
-			`explorers\[0\] \(lr\) settings disagree with the script's hdet.OneCycleLR arguments \(spread.alpha: 0.3 in the config, 0.2 in the script\)`},
-		{"hdet_auto range", "", []string{"--hdet-auto", `{"until": 2}`},
-			`auto.until: must be a fraction of the run in \(0, 1\], got 2 \(the script's hdet.OneCycleLR arguments are part of it`},
+		{"window", "train: {window: 50}", []string{"--window", "25"}, `train.window is 50, but the script's hdet.attach has window 25`},
+		{"alpha", "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {spread: {alpha: 0.3}}}]", []string{"--alpha", "0.2"},
+			`explorers\[0\] \(lr\) settings disagree with the script's hdet.attach arguments \(spread.alpha: 0.3 in the config, 0.2 in the script\)`},
+		{"auto range", "", []string{"--auto", `{"until": 2}`},
+			`auto.until: must be a fraction of the run in \(0, 1\], got 2 \(the script's hdet.attach arguments are part of it`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runWorker(t, 2, tc.cfg, nil, workerScript(t), append([]string{"--steps", "100", "--explore", "lr"}, tc.args...)...)
@@ -456,11 +474,12 @@ func TestPyTorchWorkerConflicts(t *testing.T) {
 			assert.Regexp(t, tc.want, r.stdout+r.stderr)
 		})
 	}
-	// override: true makes the config's schedule win, and says so.
-	r := runWorker(t, 2, "explorers: [{name: lr, plugin: hdet-explorer-lr, override: true, config: {schedule: {max_lr: 0.08}}}]", nil,
+	// override: true makes the config's schedule (the multiplier's base)
+	// win, and says so.
+	r := runWorker(t, 2, "explorers: [{name: lr, plugin: hdet-explorer-lr, override: true, config: {schedule: 2}}]", nil,
 		workerScript(t), "--steps", "100", "--explore", "lr")
 	require.NoError(t, r.err, "%s\n%s", r.stdout, r.stderr)
-	assert.Contains(t, r.stdout+r.stderr, "overrides the script's OneCycleLR (override: true): max_lr: 0.08 in the config, 0.05 in the script")
+	assert.Contains(t, r.stdout+r.stderr, "overrides the script's hdet.attach settings (override: true): schedule: 2 in the config, 1 in the script")
 }
 
 // A signal makes a worker run checkpoint and exit 3, as a built-in run does.

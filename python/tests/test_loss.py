@@ -7,7 +7,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
-from hdet import _loss  # noqa: E402
+from hdet import _loss
 
 _loss.install()
 

@@ -1,4 +1,5 @@
-"""Outside hdet, hdet.OneCycleLR must be torch's OneCycleLR step by step."""
+"""Outside hdet, hdet.OneCycleLR must be torch's OneCycleLR step by step (its state_dict
+included); hdet.attach's own tests are in test_attach.py."""
 
 import os
 import subprocess
@@ -11,10 +12,11 @@ import torch
 from torch.optim.lr_scheduler import OneCycleLR as TorchOneCycleLR
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
-import hdet  # noqa: E402
+import hdet
+from hdet._values import Values, restore
 
 # These tests step the scheduler without training; torch warns about the order.
-warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+ORDER_WARNING = r"Detected call of `lr_scheduler.step\(\)` before"
 
 CONFIGS = [
     dict(max_lr=0.1, total_steps=100),
@@ -42,6 +44,10 @@ def momentum_of(group):
 class OutsideHdetTest(unittest.TestCase):
     def setUp(self):
         os.environ.pop("HDET_SOCKET", None)
+        quiet = warnings.catch_warnings()
+        quiet.__enter__()
+        self.addCleanup(quiet.__exit__, None, None, None)
+        warnings.filterwarnings("ignore", message=ORDER_WARNING)
 
     def test_matches_torch_step_by_step(self):
         for cfg in CONFIGS:
@@ -132,7 +138,7 @@ class OutsideHdetTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "cannot explore 'dropout'"):
             hdet.OneCycleLR(make_optimizer("sgd", 1), max_lr=0.1, total_steps=10, explore=["dropout"])
 
-    def test_setters_with_decay_and_no_decay_groups(self):
+    def test_values_with_decay_and_no_decay_groups(self):
         # nanoGPT's grouping: weight decay on matrices, none on biases and norms.
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
         params = list(model.parameters())
@@ -140,19 +146,28 @@ class OutsideHdetTest(unittest.TestCase):
                                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
                                 lr=1e-3, betas=(0.9, 0.95))
         hdet.OneCycleLR(opt, max_lr=[2e-3, 1e-3], total_steps=10, cycle_momentum=False)
-        setters = hdet.scheduler._setters(opt, {})
-        self.assertEqual(setters["lr"](4e-3), 4e-3)
-        self.assertEqual([g["lr"] for g in opt.param_groups], [4e-3, 2e-3], "lr keeps the groups' max_lr ratio")
-        self.assertEqual(setters["weight_decay"](0.05), 0.05)
-        self.assertEqual([g["weight_decay"] for g in opt.param_groups], [0.05, 0.0], "the no-decay group stays at 0")
-        self.assertEqual(setters["momentum"](0.8), 0.8)
-        self.assertEqual([g["betas"] for g in opt.param_groups], [(0.8, 0.95), (0.8, 0.95)], "beta2 kept")
-        setters["weight_decay/1"](0.01)
-        self.assertEqual(opt.param_groups[1]["weight_decay"], 0.01, "a group by its index")
+        values = Values(opt, {})
+        self.assertEqual(values.names(), ["lr", "weight_decay", "momentum", "lr/0", "weight_decay/0", "lr/1",
+                                          "weight_decay/1"])
+        script = [dict(g) for g in opt.param_groups]
+
+        def check(values_now, want, key):
+            saved = values.enter(values_now)
+            self.assertEqual([g[key] for g in opt.param_groups], want)
+            restore(saved)
+            self.assertEqual([g[key] for g in opt.param_groups], [g[key] for g in script], "restored")
+
+        lrs = [g["lr"] for g in script]
+        check({"lr": 4.0}, [4.0 * lrs[0], 4.0 * lrs[1]], "lr")  # one multiplier: the groups keep their ratio
+        check({"lr/1": 0.5}, [lrs[0], 0.5 * lrs[1]], "lr")  # a group by its index
+        check({"weight_decay": 0.05}, [0.05, 0.0], "weight_decay")  # the no-decay group stays at 0
+        check({"momentum": 0.8}, [(0.8, 0.95), (0.8, 0.95)], "betas")  # beta2 kept
+        check({"weight_decay/1": 0.01}, [0.1, 0.01], "weight_decay")
 
     def test_helpers_outside_hdet(self):
         self.assertFalse(hdet.under_hdet())
-        self.assertIsNone(hdet.sync_mode())
+        self.assertIsNone(hdet.current())
+        self.assertEqual((hdet.rank(), hdet.world_size()), (0, 1))
         model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
         hdet.dropout_setter(model)(0.125)
         self.assertEqual(model[1].p, 0.125)

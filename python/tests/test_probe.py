@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
-import hdet  # noqa: E402
-from hdet import scheduler  # noqa: E402
+import hdet
+from hdet import _attach
 
 
 def data(n=300):
@@ -45,7 +45,7 @@ class ProbeDatasetTest(unittest.TestCase):
     def test_mean_loss_over_the_drawn_items_in_eval_mode(self):
         ds = data()
         fn = hdet.probe_dataset(self.model, ds, examples=100, batch_size=32)  # 4 batches, the last of 4
-        self.assertIs(scheduler._probe_fn, fn, "registered as hdet.probe(fn) does")
+        self.assertIs(_attach._process.probe, fn, "registered as hdet.probe(fn) does")
         self.assertAlmostEqual(fn(), self.expected(ds, 100, 0), places=5)
         self.assertEqual(fn(), fn(), "eval mode: dropout off, the same answer twice")
         self.assertTrue(self.model.training, "the training mode is restored")

@@ -66,7 +66,7 @@ MULTI   := TestMultiHost|TestLarge
 # Every package under the race detector, cgo ones included; package signals
 # again with the test pauses that tests/ builds hdet with (-tags testhooks).
 test-go: venv
-	$(GO) test -race -count=1 -timeout 40m -skip '$(FAULTS)|$(MULTI)' ./...
+	$(GO) test -race -count=1 -timeout 60m -skip '$(FAULTS)|$(MULTI)' ./...
 	$(GO) test -race -count=1 -tags testhooks ./internal/signals
 	$(MAKE) test-faults
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,13 +17,16 @@ import (
 	"github.com/hdet-dev/hdet/internal/engine"
 )
 
-// read forwards frames from the connection until an error or Close.
-func (w *Worker) read() {
+// read forwards frames from conn to frames until an error or done is
+// closed. It takes the process's connection and channels as arguments:
+// Restart replaces the Worker's fields while this process's reader may
+// still be finishing.
+func read(conn net.Conn, frames chan<- frame, done <-chan struct{}) {
 	for {
-		m, p, err := readFrame(w.conn)
+		m, p, err := readFrame(conn)
 		select {
-		case w.frames <- frame{m, p, err}:
-		case <-w.done:
+		case frames <- frame{m, p, err}:
+		case <-done:
 			return
 		}
 		if err != nil {

@@ -18,7 +18,7 @@ func (w *Worker) handshake(ctx context.Context) error {
 		return w.fail("connecting", err)
 	}
 	w.conn = conn
-	go w.read()
+	go read(conn, w.frames, w.done)
 
 	m, _, err := w.await(ctx, msgHello, o.StartTimeout)
 	if err != nil {

@@ -193,10 +193,10 @@ func TestAttachManualLoop(t *testing.T) {
 }
 
 // A script that never calls hdet.attach fails at its first optimizer step,
-// not after training, with a message naming hdet.attach.
+// not after training (30 s of it here), with a message naming hdet.attach.
 func TestAttachMissing(t *testing.T) {
 	start := time.Now()
-	r := runWorker(t, 4, "", nil, attachLoop(t), "--steps", "3000", "--sleep", "0.01", "--no-attach")
+	r := runWorker(t, 2, "", nil, attachLoop(t), "--steps", "3000", "--sleep", "0.01", "--no-attach")
 	t.Logf("failed after %.1f s", time.Since(start).Seconds())
 	require.Error(t, r.err)
 	out := r.stdout + r.stderr
@@ -214,7 +214,7 @@ func TestAttachPythonWithoutTorch(t *testing.T) {
 	if exec.Command(python, "-c", "import torch").Run() == nil {
 		t.Skipf("%s has torch; the test needs a Python without it", python)
 	}
-	r := runWorkerWith(t, 4, "", nil, python, attachLoop(t), "--steps", "10")
+	r := runWorkerWith(t, 2, "", nil, python, attachLoop(t), "--steps", "10")
 	require.Error(t, r.err)
 	out := r.stdout + r.stderr
 	assert.Contains(t, out, "the script's Python, /usr/bin/python3, has no torch: install torch into it (pip install torch)")
@@ -235,7 +235,7 @@ func TestAttachTotalStepsDiffer(t *testing.T) {
 // More optimizer steps than total_steps: a clear error, non-zero exit.
 // (auto.commit continue: one pass, so the script runs once.)
 func TestAttachPastTotalSteps(t *testing.T) {
-	r := runWorker(t, 4, "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {auto: {commit: continue}}}]", nil,
+	r := runWorker(t, 2, "explorers: [{name: lr, plugin: hdet-explorer-lr, config: {auto: {commit: continue}}}]", nil,
 		attachLoop(t), "--steps", "20", "--window", "5", "--extra-steps", "1")
 	require.Error(t, r.err)
 	out := r.stdout + r.stderr

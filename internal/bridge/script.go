@@ -78,7 +78,7 @@ func describeDiff(root, mine agreement) string {
 		ja, _ := json.Marshal(a)
 		jb, _ := json.Marshal(b)
 		if string(ja) != string(jb) {
-			diffs = append(diffs, fmt.Sprintf("%s %s (rank 0: %s)", what, jb, ja))
+			diffs = append(diffs, fmt.Sprintf("%s %s (rank 0: %s)", what, ja, jb))
 		}
 	}
 	add("total_steps", mine.TotalSteps, root.TotalSteps)

@@ -11,9 +11,9 @@ Python standard library's sources, validation bits per byte on 256 fixed
 windows); AdamW betas 0.9/0.95 with gpt.py's two groups (weight decay 0.1 on
 matrices), gradient clipping at 1, one process (no DDP: --hdet runs hdet's
 local mode, each rank its own batches by hdet.rank()). The schedule is
-nanoGPT's, set by hand every step: a linear warm-up over 10 % of the steps
-to --max-lr, then a cosine decay to max_lr / 10 (the formula gpt.py's
-`--schedule cosine` uses). Defaults: 1000 steps of a 2-layer, width-64 model,
+gpt.py's `--schedule cosine` (gpt.cosine_lr, nanoGPT's, set by hand every
+step): a linear warm-up over 10 % of the steps to --max-lr, then a cosine
+decay to max_lr / 10. Defaults: 1000 steps of a 2-layer, width-64 model,
 batch 16 windows of 64 bytes.
 
 Peers (their own code from PyPI): lrfind: torch-lr-finder's range test
@@ -41,14 +41,6 @@ import torch.nn as nn
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "examples", "pytorch"))
 import gpt  # (examples/pytorch/gpt.py: model, corpus, loss, evaluation)
-
-
-def cosine_lr(step, max_lr, warmup, total):
-    """nanoGPT's get_lr: linear warm-up to max_lr, then cosine decay to max_lr / 10 at the last step."""
-    if step < warmup:
-        return max_lr * (step + 1) / (warmup + 1)
-    ratio = (step - warmup) / max(1, total - 1 - warmup)
-    return max_lr / 10 + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - max_lr / 10)
 
 
 def range_test(model, opt, train_windows, batch, seed):
@@ -140,7 +132,7 @@ def main():
     for step in range(args.steps):
         if shaped:
             for g in opt.param_groups:
-                g["lr"] = cosine_lr(step, lr, warmup, args.steps)
+                g["lr"] = gpt.cosine_lr(step, lr, warmup, args.steps)
         batch = train_windows[torch.randint(len(train_windows), (args.batch_size,), generator=gen)].long()
         loss = gpt.lm_loss(model(batch[:, :-1]), batch)
         opt.zero_grad(set_to_none=True)

@@ -22,7 +22,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam does no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps venv test test-go test-python test-faults test-multihost test-chaos test-chaos-long run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -169,3 +169,8 @@ bench-run: build data
 # adds flags (e.g. BENCH_FLAGS="-seeds 1 -heldout 4,5").
 bench-gpt bench-gpt-quick: build venv
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) -studies 1,8 -setups gpt,gpt-probe $(if $(filter bench-gpt-quick,$@),-quick) $(BENCH_FLAGS)
+
+# Issue 39: hdet against lr_find, Prodigy, Schedule-Free, D-Adaptation and a
+# sweep (bench/peers); SETUPS=mlp-adamw,mlp-sgd,gpt HELDOUT=4,5
+bench-peers: build data venv
+	bench/peers/run.sh

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from . import _args, _loss, _session
-from ._values import Saved, Values, dropout_setter, group_keys, restore
+from ._values import Saved, Values, as_float, dropout_setter, group_keys, restore
 
 
 class _Process:
@@ -82,25 +82,12 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
 
     Outside hdet (no HDET_SOCKET) the arguments are checked and nothing is
     installed: the script runs bit for bit as without the line."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("%s: optimizer must be a torch.optim.Optimizer, got %s" % (_by, type(optimizer).__name__))
-    if not optimizer.param_groups:
-        raise ValueError("%s: the optimizer has no param groups" % _by)
-    prev = _process.attached.get(optimizer)
+    prev = _process.attached.get(optimizer) if isinstance(optimizer, torch.optim.Optimizer) else None
     if prev is not None:
         raise RuntimeError("%s: this optimizer is already attached by %s; attach it once (hdet.OneCycleLR attaches "
                            "its optimizer itself)" % (_by, prev))
-    total = _args.total_steps(total_steps)
-    callbacks = dict(callbacks or {})
-    if dropout is not None:
-        callbacks["dropout"] = dropout_setter(dropout) if isinstance(dropout, torch.nn.Module) else dropout
-    values = Values(optimizer, callbacks)
-    if explore is None:
-        explore = ["lr"] + (["dropout"] if "dropout" in callbacks else [])
-    options = {k: v for k, v in (("alpha", _args.alpha("alpha", alpha)), ("spread", _args.spread("spread", spread)),
-                                 ("auto", _args.auto(auto))) if v is not None}
-    settings = {"window": _args.window(window, total), "explore": _args.explore(explore, values.names(),
-                "auto" in options), "options": options}
+    total, values, settings = prepare(optimizer, total_steps, window=window, explore=explore, alpha=alpha,
+                                      spread=spread, auto=auto, dropout=dropout, callbacks=callbacks, by=_by)
     for name, fn in (("evaluate", evaluate), ("probe", probe)):
         if fn is not None and not callable(fn):
             raise TypeError("%s: %s is not callable" % (_by, name))
@@ -114,6 +101,30 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
     _process.run = Attachment(optimizer, total, values, settings, evaluate, probe)
     _hook_exit()
     return optimizer
+
+
+def prepare(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | None,
+            explore: Sequence[Any] | None, alpha: float | None, spread: str | None, auto: dict[str, Any] | None,
+            dropout: Any, callbacks: dict[str, Callable[[float], Any]] | None,
+            by: str) -> tuple[int, Values, dict[str, Any]]:
+    """attach's checks of its arguments against the optimizer: the run's
+    length, what it may explore and the settings the HELLO carries."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("%s: optimizer must be a torch.optim.Optimizer, got %s" % (by, type(optimizer).__name__))
+    if not optimizer.param_groups:
+        raise ValueError("%s: the optimizer has no param groups" % by)
+    total = _args.total_steps(total_steps)
+    callbacks = dict(callbacks or {})
+    if dropout is not None:
+        callbacks["dropout"] = dropout_setter(dropout) if isinstance(dropout, torch.nn.Module) else dropout
+    values = Values(optimizer, callbacks)
+    if explore is None:
+        explore = ["lr"] + (["dropout"] if "dropout" in callbacks else [])
+    options = {k: v for k, v in (("alpha", _args.alpha("alpha", alpha)), ("spread", _args.spread("spread", spread)),
+                                 ("auto", _args.auto(auto))) if v is not None}
+    settings = {"window": _args.window(window, total), "explore": _args.explore(explore, values.names(),
+                "auto" in options), "options": options}
+    return total, values, settings
 
 
 def _reseed_replica() -> None:
@@ -163,7 +174,6 @@ class Attachment:
         self.avg: list[torch.Tensor] = []
         self._expected: list[float] | None = None
         self._in_step = False
-        self._steps_called = 0
         _loss.install()
         original = optimizer.step  # bound, or a scheduler's wrapper of it
 
@@ -183,10 +193,9 @@ class Attachment:
             self._connect()
         if self.stopped:
             self._past_end()
-        self._steps_called += 1
         i = self.step_num - self.start
         now = {name: vals[i] for name, vals in self.plan.items()}
-        bases = [_as_float(g["lr"]) for g in self.optimizer.param_groups]
+        bases = [as_float(g["lr"]) for g in self.optimizer.param_groups]
         saved: Saved = self.values.enter(now)
         self._expected = self.values.expected_lr(now, bases)
         self._in_step = True
@@ -210,7 +219,7 @@ class Attachment:
         if not self._in_step or self._expected is None:
             return
         for k, (g, want) in enumerate(zip(opt.param_groups, self._expected)):
-            got = _as_float(g["lr"])
+            got = as_float(g["lr"])
             if not math.isclose(got, want, rel_tol=1e-6, abs_tol=0.0):
                 self._fail("param group %d's learning rate inside optimizer.step() was %g, not the planned %g "
                            "(the script's %g x this rank's multiplier): something between hdet and the "
@@ -249,8 +258,8 @@ class Attachment:
         hello: dict[str, Any] = {
             "hyperparameters": self.values.names(),
             "param_groups": [
-                {"key": k, "size": sum(p.numel() for p in g["params"]), "lr": _as_float(g["lr"]),
-                 "weight_decay": _as_float(g.get("weight_decay", 0.0))}
+                {"key": k, "size": sum(p.numel() for p in g["params"]), "lr": as_float(g["lr"]),
+                 "weight_decay": as_float(g.get("weight_decay", 0.0))}
                 for k, g in zip(group_keys(groups), groups)],
             "device": str(groups[0]["params"][0].device),
             "total_steps": self.total,
@@ -346,15 +355,11 @@ class Attachment:
         return {"step": self.step_num, "total_steps": self.total, "window": self.window,
                 "pass": "main" if self.pass_ else "search",
                 "values": {name: vals[i] for name, vals in self.plan.items() if vals},
-                "lr_multiplier": self.plan_multiplier(), "base_lr": _as_float(self.optimizer.param_groups[0]["lr"])}
+                "lr_multiplier": self.plan_multiplier(), "base_lr": as_float(self.optimizer.param_groups[0]["lr"])}
 
     def report(self, message: str) -> None:
         if self.session is not None:
             self.session.report(message)
-
-
-def _as_float(x: Any) -> float:
-    return float(x.item()) if torch.is_tensor(x) else float(x)
 
 
 def _skipped(optimizer: torch.optim.Optimizer) -> bool:

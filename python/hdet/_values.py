@@ -76,7 +76,7 @@ class Values:
         # name -> the indices of the groups it sets
         self.in_step: dict[str, list[int]] = {"lr": every}
         if "weight_decay" in g0:
-            decayed = [i for i, g in enumerate(self.groups) if _float(g["weight_decay"]) > 0] or every
+            decayed = [i for i, g in enumerate(self.groups) if as_float(g["weight_decay"]) > 0] or every
             self.in_step["weight_decay"] = decayed
         if "betas" in g0 or "momentum" in g0:
             self.in_step["momentum"] = every
@@ -122,7 +122,7 @@ class Values:
 
     def base_lr(self) -> float:
         """The script's own rate of the first group, as it stands now."""
-        return _float(self.groups[0]["lr"])
+        return as_float(self.groups[0]["lr"])
 
     def expected_lr(self, values: dict[str, float], bases: list[float]) -> list[float] | None:
         """Each group's rate the step must use, None when lr is not planned."""
@@ -136,5 +136,7 @@ class Values:
         return [b * m for b, m in zip(bases, mult)] if planned else None
 
 
-def _float(x: Any) -> float:
+def as_float(x: Any) -> float:
+    """A group's value as a float, whether a number or a Tensor (a Tensor
+    lr of torch 2.x's capturable and compiled optimizers)."""
     return float(x.item()) if torch.is_tensor(x) else float(x)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _args, _attach, _loss, _session
-from .._values import Values, dropout_setter
+from .._values import as_float
 
 PASS_ENV = "HDET_PASS"
 REPLICA_SIZE_ENV = "HDET_REPLICA_SIZE"
@@ -202,16 +202,7 @@ class Options:
     def check(self, optimizer: torch.optim.Optimizer, total: int, model: torch.nn.Module | None) -> None:
         """What attach checks, without attaching (outside hdet: a second
         trainer.train() on the same optimizer must not fail)."""
-        kw = self.attach_kwargs(model)
-        total = _args.total_steps(total)
-        _args.window(kw["window"], total)
-        callbacks = dict(kw["callbacks"] or {})
-        dropout = kw["dropout"]
-        if dropout is not None:
-            callbacks["dropout"] = dropout_setter(dropout) if isinstance(dropout, torch.nn.Module) else dropout
-        names = Values(optimizer, callbacks).names()
-        explore = kw["explore"] if kw["explore"] is not None else ["lr"] + (["dropout"] if "dropout" in callbacks else [])
-        _args.explore(explore, names, kw["auto"] is not None)
+        _attach.prepare(optimizer, total, by=self.by, **self.attach_kwargs(model))
 
 
 def value_keys(status: dict[str, Any], applied_lr: float) -> dict[str, float]:
@@ -242,7 +233,6 @@ class Replica:
         self._key: tuple[str, int] | None = None  # (pass, window) of the last step
         self._logged: tuple[str, int] | None = None
         self._before: tuple[int, list[torch.Tensor]] | None = None
-        self._resumed: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def attach(self, optimizer: torch.optim.Optimizer, total: int, probe: Callable[[], float] | None,
                model: torch.nn.Module | None) -> None:
@@ -252,11 +242,6 @@ class Replica:
             return
         _attach.attach(optimizer, total, probe=probe, _by=self.opts.by, **self.opts.attach_kwargs(model))
         self.optimizer = optimizer
-        # A resumed optimizer's state (the trainer loaded its checkpoint):
-        # hdet's first plan loads the shared buffer's state slots, which
-        # hold nothing yet at the first window, over it; put it back.
-        self._resumed = [(t, t.detach().clone()) for st in optimizer.state.values() for t in st.values()
-                         if torch.is_tensor(t) and t.is_floating_point()]
         optimizer.register_step_pre_hook(self._inside)
 
     def _inside(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -265,12 +250,7 @@ class Replica:
         status = _attach.current(opt)
         if status is None:
             return
-        if self._resumed:
-            with torch.no_grad():
-                for t, saved in self._resumed:
-                    t.copy_(saved)
-            self._resumed = []
-        lr = _as_float(opt.param_groups[0]["lr"])
+        lr = as_float(opt.param_groups[0]["lr"])
         m = float(status["lr_multiplier"])
         if m > 0:
             self.script_peak = max(self.script_peak, lr / m)
@@ -354,10 +334,6 @@ class Replica:
             f.write("\n")
         os.replace(tmp, path)
         return path
-
-
-def _as_float(x: Any) -> float:
-    return float(x.item()) if torch.is_tensor(x) else float(x)
 
 
 def find_self(cls: type, depth: int = 16) -> Any:

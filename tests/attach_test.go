@@ -206,18 +206,15 @@ func TestAttachMissing(t *testing.T) {
 }
 
 // A Python without torch: hdet names the interpreter and what to install.
+// The interpreter is the venv's Python without its site-packages (-S), so
+// the test needs nothing of the machine beyond what make test installs.
 func TestAttachPythonWithoutTorch(t *testing.T) {
-	const python = "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skipf("no %s", python)
-	}
-	if exec.Command(python, "-c", "import torch").Run() == nil {
-		t.Skipf("%s has torch; the test needs a Python without it", python)
-	}
+	python := filepath.Join(t.TempDir(), "python-without-torch")
+	require.NoError(t, os.WriteFile(python, []byte("#!/bin/sh\nexec "+testenv.Python+" -S \"$@\"\n"), 0o755))
 	r := runWorkerWith(t, 2, "", nil, python, attachLoop(t), "--steps", "10")
 	require.Error(t, r.err)
 	out := r.stdout + r.stderr
-	assert.Contains(t, out, "the script's Python, /usr/bin/python3, has no torch: install torch into it (pip install torch)")
+	assert.Contains(t, out, "the script's Python, "+python+", has no torch: install torch into it (pip install torch)")
 	assert.Contains(t, out, "ModuleNotFoundError: No module named 'torch'", "the relevant lines of the script's error")
 }
 

@@ -84,7 +84,7 @@ type Hello struct {
 	// TotalSteps is the optimizer steps the script takes (hdet.attach's
 	// total_steps): the run's length.
 	TotalSteps int    `json:"total_steps"`
-	Optimizer  string `json:"optimizer"` // the attached optimizer's class, for messages
+	Optimizer  string `json:"optimizer"` // the attached optimizer's class: every rank's must be the same
 	// Window is the script's window T (attach's window), 0 when it left it to hdet.
 	Window int `json:"hdet_window,omitempty"`
 	// Explore lists what the script asks to explore: each entry has a "name"

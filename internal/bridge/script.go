@@ -39,6 +39,7 @@ type Broadcaster interface {
 // agreement is what every rank's script must have built the same way.
 type agreement struct {
 	TotalSteps int              `json:"total_steps"`
+	Optimizer  string           `json:"optimizer"`
 	SyncMode   string           `json:"sync_mode"`
 	ParamCount int              `json:"param_count"`
 	Explore    []map[string]any `json:"explore"`
@@ -69,7 +70,7 @@ func Agree(c Broadcaster, w *Worker) error {
 
 func agreementOf(w *Worker) agreement {
 	h := w.Hello()
-	return agreement{h.TotalSteps, w.mode, h.ParamCount, h.Explore, h.Probe, h.Window, h.Options}
+	return agreement{h.TotalSteps, h.Optimizer, w.mode, h.ParamCount, h.Explore, h.Probe, h.Window, h.Options}
 }
 
 func describeDiff(root, mine agreement) string {
@@ -82,6 +83,7 @@ func describeDiff(root, mine agreement) string {
 		}
 	}
 	add("total_steps", mine.TotalSteps, root.TotalSteps)
+	add("optimizer", mine.Optimizer, root.Optimizer)
 	add("sync mode", mine.SyncMode, root.SyncMode)
 	add("parameters", mine.ParamCount, root.ParamCount)
 	add("explore", mine.Explore, root.Explore)

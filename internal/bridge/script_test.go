@@ -110,3 +110,11 @@ func TestLineWriterPrefixesWholeLines(t *testing.T) {
 type writes []string
 
 func (w *writes) Write(p []byte) (int, error) { *w = append(*w, string(p)); return len(p), nil }
+
+// A rank whose script differs names its own value, then rank 0's.
+func TestDescribeDiff(t *testing.T) {
+	root := agreement{TotalSteps: 40, Optimizer: "AdamW", SyncMode: SyncLocal}
+	mine := agreement{TotalSteps: 50, Optimizer: "SGD", SyncMode: SyncLocal}
+	assert.Equal(t, `total_steps 50 (rank 0: 40); optimizer "SGD" (rank 0: "AdamW")`, describeDiff(root, mine))
+	assert.Empty(t, describeDiff(root, root))
+}

@@ -73,7 +73,7 @@ func TestPerReplicaSignal(t *testing.T) {
 // A report survives its packing, the fingerprint's 64 bits included; the
 // ranks are identical only when all are healthy with one fingerprint.
 func TestRankReportPacking(t *testing.T) {
-	r := rankReport{loss: 0.25, probe: math.Inf(1), healthy: true, stop: true, print: 0xfedcba9876543211}
+	r := rankReport{loss: 0.25, first: 0.5, probe: math.Inf(1), healthy: true, stop: true, print: 0xfedcba9876543211}
 	buf := make([]float64, reportLen)
 	r.pack(buf)
 	assert.Equal(t, r, unpackReport(buf))
@@ -155,4 +155,22 @@ func TestLayoutSlicesCoverTheBuffer(t *testing.T) {
 			require.Equal(t, n, next, "G=%d n=%d", g, n)
 		}
 	}
+}
+
+// Replicas planned different values that report the same window loss to
+// the bit stop the run; a plan without spread, a single replica or an
+// unhealthy one do not. The same first-step loss everywhere is the
+// same-batches case.
+func TestTrainedAlikeAndSameBatches(t *testing.T) {
+	same := []rankReport{{loss: 1.5, first: 2, healthy: true}, {loss: 1.5, first: 2, healthy: true}}
+	err := trainedAlike(3, true, same)
+	assert.ErrorIs(t, err, ErrTrainedAlike)
+	assert.ErrorContains(t, err, "in window 3 every replica reported the window loss 1.5")
+	assert.NoError(t, trainedAlike(3, false, same), "no spread: alike is right")
+	assert.NoError(t, trainedAlike(3, true, same[:1]), "one replica")
+	assert.NoError(t, trainedAlike(3, true, []rankReport{same[0], {loss: 1.5000001, healthy: true}}))
+	assert.NoError(t, trainedAlike(3, true, []rankReport{same[0], {loss: 1.5}}), "an unhealthy replica")
+	assert.True(t, sameBatches(same))
+	assert.False(t, sameBatches([]rankReport{same[0], {loss: 1.5, first: 2.5, healthy: true}}))
+	assert.False(t, sameBatches(same[:1]))
 }

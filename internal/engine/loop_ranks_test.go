@@ -279,6 +279,7 @@ func TestCommitRestartsEveryRankForTheMainPass(t *testing.T) {
 	r := runRanks(t, ranksSpec{world: 3, lr: commitLR, tweak: func(rank int, o *Options, rep *toyReplica) {
 		cks[rank] = &recCheckpointer{}
 		o.Checkpoint, o.CheckpointDir, o.MaxRollbacks, o.Restart = cks[rank], t.TempDir(), 1, rep.restart
+		o.ScriptPeakLR = func() float64 { return 0.002 } // a worker script's own peak rate
 	}})
 	for rank, err := range r.errs {
 		require.NoError(t, err, "rank %d: %s", rank, r.logs[rank])
@@ -287,6 +288,9 @@ func TestCommitRestartsEveryRankForTheMainPass(t *testing.T) {
 	for _, rec := range r.recs {
 		if rec.Type == metrics.TypeCommit {
 			search = rec.Step / 2
+			lr := rec.Committed["lr"]
+			assert.Equal(t, metrics.Float(0.002), lr.ScriptPeakLR)
+			assert.InDelta(t, 0.002*float64(lr.Value), float64(lr.PeakLR), 1e-15, "the peak the multiplier implies")
 		}
 	}
 	require.Positive(t, search, "a commit record")

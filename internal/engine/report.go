@@ -98,13 +98,8 @@ var ErrTrainedAlike = errors.New("the replicas trained identically under differe
 // ignores its learning rate), and a search would learn from noise. Every
 // rank reaches the same verdict from the same reports.
 func trainedAlike(k int, spread bool, reps []rankReport) error {
-	if !spread || len(reps) < 2 {
+	if !spread || !allHealthyEqual(reps, func(r rankReport) float64 { return r.loss }) {
 		return nil
-	}
-	for _, r := range reps {
-		if !r.healthy || r.loss != reps[0].loss {
-			return nil
-		}
 	}
 	return fmt.Errorf("%w: in window %d every replica reported the window loss %v to the last bit; make sure the optimizer that steps is the one given to hdet.attach and that it uses its param groups' learning rates", ErrTrainedAlike, k, reps[0].loss)
 }
@@ -113,11 +108,17 @@ func trainedAlike(k int, spread bool, reps []rankReport) error {
 // window on the same parameters and took the same first step to the last
 // bit: then they train on the same data and the ensemble is one replica.
 func sameBatches(reps []rankReport) bool {
+	return allHealthyEqual(reps, func(r rankReport) float64 { return r.first })
+}
+
+// allHealthyEqual reports whether there are several replicas, all healthy,
+// whose value of field is the same to the last bit.
+func allHealthyEqual(reps []rankReport, field func(rankReport) float64) bool {
 	if len(reps) < 2 {
 		return false
 	}
 	for _, r := range reps {
-		if !r.healthy || r.first != reps[0].first {
+		if !r.healthy || field(r) != field(reps[0]) {
 			return false
 		}
 	}

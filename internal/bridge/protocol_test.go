@@ -203,3 +203,13 @@ func TestTailKeepsLastLines(t *testing.T) {
 	err := &WorkerError{Rank: 3, PID: 42, Op: "training window 0 (steps 0-9)", Err: ErrExited, Stderr: "boom\n"}
 	assert.Equal(t, "rank 3: worker (pid 42) training window 0 (steps 0-9): worker process exited\n--- rank 3's worker stderr: its error ---\nboom", err.Error())
 }
+
+// What an error quotes of a worker's stderr: the last traceback whole, or,
+// without one, the last lines that are not warnings.
+func TestRelevantStderr(t *testing.T) {
+	warn := "/x/site-packages/torch/a.py:3: UserWarning: TypedStorage is deprecated\n  return cls(*args)\n"
+	tb := "Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n    import torch\nModuleNotFoundError: No module named 'torch'\n"
+	assert.Equal(t, strings.TrimSpace(tb), relevant(warn+"Traceback (most recent call last):\nold\n"+warn+tb))
+	assert.Equal(t, "loading data\nhdet: gave up", relevant("loading data\n"+warn+"hdet: gave up\n"))
+	assert.Empty(t, relevant(warn))
+}

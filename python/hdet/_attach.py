@@ -149,7 +149,7 @@ def current(optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any] | 
     optimizer it does not drive): {"step", "total_steps", "window", "pass"
     ("search" or "main"), "values" (this step's planned values; lr's is a
     multiplier), "lr_multiplier", "base_lr" (the first group's rate as the
-    script set it)}."""
+    script set it), "script_peak_lr" (the highest such rate so far)}."""
     run = _process.run
     if run is None or (optimizer is not None and optimizer is not run.optimizer):
         return None
@@ -171,6 +171,7 @@ class Attachment:
         self.losses: list[torch.Tensor] = []
         self.applied: dict[str, list[float]] = {}
         self.bases: list[float] = []
+        self.peak_base = 0.0  # the highest rate the script set itself (group 0), this process
         self.avg: list[torch.Tensor] = []
         self._expected: list[float] | None = None
         self._in_step = False
@@ -196,6 +197,7 @@ class Attachment:
         i = self.step_num - self.start
         now = {name: vals[i] for name, vals in self.plan.items()}
         bases = [as_float(g["lr"]) for g in self.optimizer.param_groups]
+        self.peak_base = max(self.peak_base, bases[0])
         saved: Saved = self.values.enter(now)
         self._expected = self.values.expected_lr(now, bases)
         self._in_step = True
@@ -355,7 +357,8 @@ class Attachment:
         return {"step": self.step_num, "total_steps": self.total, "window": self.window,
                 "pass": "main" if self.pass_ else "search",
                 "values": {name: vals[i] for name, vals in self.plan.items() if vals},
-                "lr_multiplier": self.plan_multiplier(), "base_lr": as_float(self.optimizer.param_groups[0]["lr"])}
+                "lr_multiplier": self.plan_multiplier(), "base_lr": as_float(self.optimizer.param_groups[0]["lr"]),
+                "script_peak_lr": self.peak_base}
 
     def report(self, message: str) -> None:
         if self.session is not None:

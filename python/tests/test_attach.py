@@ -415,6 +415,7 @@ class UnderHdetTest(unittest.TestCase):
         status = hdet.current()
         self.assertEqual((status["step"], status["total_steps"], status["pass"]), (1, STEPS, "search"))
         self.assertEqual(status["lr_multiplier"], multiplier("lr", 1))
+        self.assertEqual(status["script_peak_lr"], lrs_of(opt)[0], "the script's own rate, not multiplied")
         self.assertEqual(seen, [multiplier("temperature", 0), multiplier("temperature", 1)],
                          "a callback's value is set before the step it shapes")
 

@@ -229,7 +229,6 @@ class Replica:
         self.optimizer: torch.optim.Optimizer | None = None
         self.last: dict[str, float] = {}  # the log values of the last optimizer step
         self.skipped = 0  # steps the trainer counted and AMP skipped
-        self.script_peak = 0.0  # the highest rate the script set, group 0
         self._key: tuple[str, int] | None = None  # (pass, window) of the last step
         self._logged: tuple[str, int] | None = None
         self._before: tuple[int, list[torch.Tensor]] | None = None
@@ -251,9 +250,6 @@ class Replica:
         if status is None:
             return
         lr = as_float(opt.param_groups[0]["lr"])
-        m = float(status["lr_multiplier"])
-        if m > 0:
-            self.script_peak = max(self.script_peak, lr / m)
         self.last = value_keys(status, lr)
         self._key = (status["pass"], int(status["window"]))
 
@@ -323,8 +319,9 @@ class Replica:
         }
         if script_lr is not None:
             data["script_lr"], data["lr"] = script_lr, script_lr * m
-        if self.script_peak > 0:
-            data["script_peak_lr"], data["peak_lr"] = self.script_peak, self.script_peak * m
+        peak = float(status["script_peak_lr"])
+        if peak > 0:
+            data["script_peak_lr"], data["peak_lr"] = peak, peak * m
         data["values"] = status["values"]
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, self.opts.report)

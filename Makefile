@@ -166,9 +166,12 @@ bench-run: build data
 # sweep) and study 8, hdet against torchrun on the GPT. Their own doc blocks
 # (summary-gpt, study1-gpt, study8); no MNIST data needed. bench-gpt-quick:
 # 150-step 1-layer GPT, 1 sweep seed, 1 held-out seed, 7 points, 2 pairs. BENCH_FLAGS
-# adds flags (e.g. BENCH_FLAGS="-seeds 1 -heldout 4,5").
+# adds flags (e.g. BENCH_FLAGS="-seeds 1 -heldout 4,5"); GPT_SETUPS=gpt-cosine,gpt-cosine-probe
+# runs study 1 with the warm-up + cosine schedule set by hand (blocks
+# summary-gpt-cosine, study1-gpt-cosine).
+GPT_SETUPS ?= gpt,gpt-probe
 bench-gpt bench-gpt-quick: build venv
-	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) -studies 1,8 -setups gpt,gpt-probe $(if $(filter bench-gpt-quick,$@),-quick) $(BENCH_FLAGS)
+	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) -studies 1,8 -setups $(GPT_SETUPS) $(if $(filter bench-gpt-quick,$@),-quick) $(BENCH_FLAGS)
 
 # Issue 39: hdet against lr_find, Prodigy, Schedule-Free, D-Adaptation and a
 # sweep (bench/peers); SETUPS=mlp-adamw,mlp-sgd,gpt HELDOUT=4,5

@@ -92,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	only := fs.String("studies", "1,2,3,4,5,7", "comma-separated studies to run (2 needs 1; 7 needs root and the test bed, else it is skipped; 8, the GPT's overhead against torchrun, needs PyTorch); the doc keeps the others' blocks")
 	seeds := fs.String("seeds", "", "study 1's sweep seeds, comma-separated (default 1,2,3; the quick variant 1)")
 	heldOut := fs.String("heldout", "", "study 1's held-out seeds, comma-separated (default 4,5,6,7,8; the quick variant 2)")
-	setupList := fs.String("setups", "", "study 1's setups, comma-separated, of "+strings.Join(setupNames, ",")+" (default: all but the GPT's; gpt and gpt-probe write their own doc blocks, summary-gpt and study1-gpt, and run apart from the others)")
+	setupList := fs.String("setups", "", "study 1's setups, comma-separated, of "+strings.Join(setupNames, ",")+" (default: all but the GPT's; gpt,gpt-probe and gpt-cosine,gpt-cosine-probe write their own doc blocks, summary-GROUP and study1-GROUP, and run apart from the others)")
 	python := fs.String("python", ".venv/bin/python", "the Python that runs the PyTorch setups (the project venv, made by `make venv`)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err

@@ -45,8 +45,9 @@ type launch struct {
 	Name string                    // the run directory, under the runner's root
 	Cmd  func(dir string) []string // the command, given the run directory
 	// Procs > 0 starts Procs copies of Cmd with torchrun's environment
-	// (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as
-	// torchrun --nproc_per_node would; rank 0's output is the run's. 0
+	// (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and
+	// OMP_NUM_THREADS=1 for several unless it is set), as torchrun
+	// --nproc_per_node would; rank 0's output is the run's. 0
 	// starts Cmd once (mpirun ...).
 	Procs int
 	// Key is what of the command decides reuse (never the run directory);
@@ -130,6 +131,7 @@ func (rn *runner) start(ctx context.Context, cmd []string, procs int) (string, s
 		c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(procs),
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(procs), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		c.Env = append(c.Env, torchrunOMP(procs)...)
 		c.Stdout, c.Stderr = &outs[r], &outs[r]
 		if errs[r] = c.Start(); errs[r] != nil {
 			continue
@@ -158,8 +160,18 @@ func commandText(cmd []string, procs, port int) string {
 	if port > 0 {
 		p = strconv.Itoa(port)
 	}
-	return fmt.Sprintf("for r in $(seq 0 %d); do RANK=$r LOCAL_RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%s %s & done; wait",
-		procs-1, procs, p, strings.Join(cmd, " "))
+	omp := strings.Join(append(torchrunOMP(procs), ""), " ")
+	return fmt.Sprintf("for r in $(seq 0 %d); do RANK=$r LOCAL_RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%s %s%s & done; wait",
+		procs-1, procs, p, omp, strings.Join(cmd, " "))
+}
+
+// torchrunOMP is torchrun's rule for several workers on a host:
+// OMP_NUM_THREADS=1 unless the environment sets it.
+func torchrunOMP(procs int) []string {
+	if _, set := os.LookupEnv("OMP_NUM_THREADS"); set || procs < 2 {
+		return nil
+	}
+	return []string{"OMP_NUM_THREADS=1"}
 }
 
 // freePort is a TCP port on 127.0.0.1 nothing listens on right now.

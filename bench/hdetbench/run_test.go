@@ -120,7 +120,7 @@ func TestTorchrunStyleStart(t *testing.T) {
 	out, cmdline, _, err := rn.start(context.Background(), cmd, 4)
 	require.NoError(t, err)
 	assert.Regexp(t, `^rank 0/4 local 0 at 127\.0\.0\.1:\d+\n$`, out)
-	assert.Regexp(t, `^for r in \$\(seq 0 3\); do RANK=\$r LOCAL_RANK=\$r WORLD_SIZE=4 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=\d+ sh -c .* & done; wait$`, cmdline)
+	assert.Regexp(t, `^for r in \$\(seq 0 3\); do RANK=\$r LOCAL_RANK=\$r WORLD_SIZE=4 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=\d+ (OMP_NUM_THREADS=1 )?sh -c .* & done; wait$`, cmdline)
 
 	_, _, _, err = rn.start(context.Background(), []string{"sh", "-c", `[ "$RANK" != 2 ] || { echo broken >&2; exit 3; }`}, 4)
 	require.Error(t, err)
@@ -261,6 +261,16 @@ func TestGPTSetups(t *testing.T) {
 	g, err := setupGroup([]string{"gpt-probe"})
 	require.NoError(t, err)
 	assert.Equal(t, "gpt", g)
+
+	cos := b.newSetups([]string{"gpt-cosine", "gpt-cosine-probe"})
+	require.Len(t, cos, 2)
+	assert.Equal(t, "s1/gpt-cosine/seed4/plain-0.003", runName(cos[1], 4, "plain", 0.003), "the cosine pair shares its own plain runs")
+	assert.Contains(t, strings.Join(cos[0].w.hdet(forms[0], 4, 0.003).Cmd("d"), " "), "examples/pytorch/gpt_hdet.py --steps 300 --layers 2 --width 64 --threads 1 --schedule cosine --max-lr")
+	g, err = setupGroup([]string{"gpt-cosine", "gpt-cosine-probe"})
+	require.NoError(t, err)
+	assert.Equal(t, "gpt-cosine", g)
+	_, err = setupGroup([]string{"gpt", "gpt-cosine"})
+	assert.ErrorContains(t, err, "one pair per schedule")
 
 	e, err := gptOutcome(gptOut)
 	require.NoError(t, err)

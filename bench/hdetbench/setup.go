@@ -93,11 +93,22 @@ func gptArgs(quick bool) []string {
 	return []string{"--steps", "300", "--layers", "2", "--width", "64", "--threads", "1"}
 }
 
-// newGPT is the GPT script pair with hdetScript on the HDET side.
-func (b *bench) newGPT(hdetScript, signal string) *torchScript {
+// gptSchedules says in words what each of gpt.py's --schedule values is.
+var gptSchedules = map[string]string{
+	"onecycle": "torch's OneCycleLR pct_start 0.3",
+	"cosine":   "10% linear warm-up then cosine decay to 10%, set by hand in the loop as nanoGPT does",
+}
+
+// newGPT is the GPT script pair with hdetScript on the HDET side, trained
+// under gpt.py's --schedule schedule (onecycle, the script's default, is
+// not written, so the commands stay those of the runs made before).
+func (b *bench) newGPT(hdetScript, signal, schedule string) *torchScript {
 	args := gptArgs(b.p.Quick)
+	if schedule != "onecycle" {
+		args = append(args, "--schedule", schedule)
+	}
 	return &torchScript{rn: b.rn, python: b.p.Python, plainScript: "examples/pytorch/gpt.py", hdetScript: hdetScript, args: args,
-		outcome: gptOutcome, model: fmt.Sprintf("the byte-level PyTorch DDP GPT on the Python standard library's sources (examples/pytorch/gpt.py: AdamW betas 0.9/0.95, weight decay 0.1, grad clip 1, torch's OneCycleLR pct_start 0.3, batch 16 windows of 64 bytes per rank, gloo; `%s`), loss = validation bits per byte; HDET: %s, %s", strings.Join(args, " "), hdetScript, signal)}
+		outcome: gptOutcome, model: fmt.Sprintf("the byte-level PyTorch DDP GPT on the Python standard library's sources (examples/pytorch/gpt.py: AdamW betas 0.9/0.95, weight decay 0.1, grad clip 1, %s, batch 16 windows of 64 bytes per rank, gloo; `%s`), loss = validation bits per byte; HDET: %s, %s", gptSchedules[schedule], strings.Join(args, " "), hdetScript, signal)}
 }
 
 // newSetups are study 1's setups, those named in only (when empty: the
@@ -115,15 +126,26 @@ func (b *bench) newSetups(only []string) []*setup {
 			plainScript: "examples/pytorch/convnet_ddp.py", hdetScript: "examples/pytorch/convnet_ddp_hdet.py", args: args, outcome: scriptOutcome,
 			model: fmt.Sprintf("the PyTorch DDP ConvNet (2 conv + 2 linear layers, AdamW, torch's OneCycleLR pct_start 0.3, batch 64 per rank, gloo; `%s`)", strings.Join(args, " "))}},
 		{Name: "gpt", Label: "GPT DDP", GridFrom: gptGridFrom, QuickFrom: gptQuickFrom, Group: "gpt", DefaultOnly: true, Loss: "validation bits per byte",
-			w: b.newGPT("examples/pytorch/gpt_hdet.py", "no probe, so hdet compares the replicas by their training loss")},
+			w: b.newGPT("examples/pytorch/gpt_hdet.py", gptNoProbe, "onecycle")},
 		{Name: "gpt-probe", Label: "GPT DDP probe", GridFrom: gptGridFrom, QuickFrom: gptQuickFrom, Group: "gpt", PlainOf: "gpt", DefaultOnly: true, Loss: "validation bits per byte",
-			w: b.newGPT("examples/pytorch/gpt_hdet_probe.py", "the same plus one line, hdet.probe on 64 fixed validation windows none of the reported ones")},
+			w: b.newGPT("examples/pytorch/gpt_hdet_probe.py", gptProbe, "onecycle")},
+		{Name: "gpt-cosine", Label: "GPT cosine", GridFrom: gptGridFrom, QuickFrom: gptQuickFrom, Group: "gpt-cosine", DefaultOnly: true, Loss: "validation bits per byte",
+			w: b.newGPT("examples/pytorch/gpt_hdet.py", gptNoProbe, "cosine")},
+		{Name: "gpt-cosine-probe", Label: "GPT cosine probe", GridFrom: gptGridFrom, QuickFrom: gptQuickFrom, Group: "gpt-cosine", PlainOf: "gpt-cosine", DefaultOnly: true, Loss: "validation bits per byte",
+			w: b.newGPT("examples/pytorch/gpt_hdet_probe.py", gptProbe, "cosine")},
 	}
 	if len(only) == 0 {
 		return slices.DeleteFunc(all, func(s *setup) bool { return s.Group != "" })
 	}
 	return slices.DeleteFunc(all, func(s *setup) bool { return !slices.Contains(only, s.Name) })
 }
+
+// What the GPT's HDET runs compare the replicas by, without and with the
+// probe line.
+const (
+	gptNoProbe = "no probe, so hdet compares the replicas by their training loss"
+	gptProbe   = "the same plus one line, hdet.probe on 64 fixed validation windows none of the reported ones"
+)
 
 // gptGridFrom is the GPT sweep's first point: 12 points from 1e-4 to 0.46
 // bracket its best max_lr (0.022 in the full study) and the rates where it
@@ -135,7 +157,7 @@ const (
 )
 
 // setupNames are the names -setups accepts.
-var setupNames = []string{"adamw", "sgd", "convnet", "gpt", "gpt-probe"}
+var setupNames = []string{"adamw", "sgd", "convnet", "gpt", "gpt-probe", "gpt-cosine", "gpt-cosine-probe"}
 
 // setupGroup is the doc group of the named setups, an error when they mix
 // groups.
@@ -145,7 +167,7 @@ func setupGroup(names []string) (string, error) {
 		groups[s.Group] = true
 	}
 	if len(groups) > 1 {
-		return "", fmt.Errorf("-setups: the GPT setups (gpt, gpt-probe) have their own doc blocks; run them apart from %s", strings.Join(setupNames[:3], ", "))
+		return "", fmt.Errorf("-setups: the GPT setups have their own doc blocks, one pair per schedule (gpt,gpt-probe and gpt-cosine,gpt-cosine-probe); run each pair apart from the others and from %s", strings.Join(setupNames[:3], ", "))
 	}
 	for g := range groups {
 		return g, nil

@@ -27,7 +27,7 @@ func (b *bench) studyGPTOverhead(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 8: hdet against torchrun on the GPT, plain DP on both sides (interleaved pairs)",
 		Header: []string{"run", "ms/step (median)", "min..max", "vs torchrun: median of pairs (range)",
 			"hdet's windows ms/step", "process s (median)", "process vs torchrun", "val_bpb (median)"}}
-	gpt := b.newGPT("examples/pytorch/gpt_hdet.py", "")
+	gpt := b.newGPT("examples/pytorch/gpt_hdet.py", "", "onecycle")
 	var pairs []overheadPair
 	for rep := range b.p.GPTPairs {
 		plain := gpt.plain(1, gptOverheadLR)
@@ -90,7 +90,7 @@ func (b *bench) gptOverheadRows(t *table, pairs []overheadPair) {
 // gptOverheadNotes says how study 8 measured and judges the target.
 func (b *bench) gptOverheadNotes(t *table, pairs []overheadPair, gpt *torchScript) {
 	p, h := perPair(pairs, 1, loopPerStep)
-	t.note("The GPT (examples/pytorch/gpt.py, `%s --max-lr %g --seed 1`), %d ranks, %d pair(s), interleaved, the order alternating (torchrun then hdet, hdet then torchrun, ...), every run made afresh. torchrun: the plain script with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; DDP over gloo). hdet: gpt_hdet.py (the scheduler's import changed) under `mpirun hdet run %s --set %s --set %s --worker`: the same OneCycleLR on every rank, no spread, no search, so plain DP under hdet; DDP still all-reduces the gradients and hdet adds its window converge (every 50 steps), plan and gather.",
+	t.note("The GPT (examples/pytorch/gpt.py, `%s --max-lr %g --seed 1`), %d ranks, %d pair(s), interleaved, the order alternating (torchrun then hdet, hdet then torchrun, ...), every run made afresh. torchrun: the plain script with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; DDP over gloo). hdet: gpt_hdet.py (gpt.py plus the one `hdet.attach` line) under `mpirun hdet run %s --set %s --set %s --worker`: the same OneCycleLR on every rank (multiplier 1), no spread, no search, so plain DP under hdet; DDP still all-reduces the gradients and hdet adds its window converge (at hdet's default window for the run's length), plan and gather. Both launchers give each of the several workers on the host OMP_NUM_THREADS=1.",
 		strings.Join(gpt.args, " "), gptOverheadLR, b.p.NP, len(pairs), workerConfig, gptPlainDP.Sets[0], gptPlainDP.Sets[1])
 	t.note("ms/step: the script's training loop as it prints it (the JSON line's \"seconds\" over its \"steps\"), so start-up is out on both sides; vs torchrun: hdet's over torchrun's, pair by pair. hdet's windows ms/step: the same run's window records (fanout + converge + plan) over its steps. process s: each launch's wall time, start-up included (Python, the corpus, mpirun and hdet). val_bpb: plain DP either way, so the two should agree to the last digits.")
 	t.note("%s", gptOverheadVerdict(ratios(p, h)))

@@ -43,7 +43,8 @@ func (b *bench) summaryText() string {
 	var sb strings.Builder
 	title, from := "Summary", "study 1"
 	if b.p.Group != "" {
-		title, from = "Summary, the "+strings.ToUpper(b.p.Group), "study 1 on the "+strings.ToUpper(b.p.Group)
+		name := strings.Replace(strings.ToUpper(b.p.Group), "-", ", ", 1)
+		title, from = "Summary, the "+name, "study 1 on the "+name
 	}
 	fmt.Fprintf(&sb, "## %s: when HDET pays off\n\nGenerated from %s below: one HDET run with the default config (`auto.commit: restart`: a search pass, then the committed max_lr trained from step 0 without spread) started 10x below, at and 10x above the best point of a %d-point plain max_lr sweep, against the reference, plain training at that best point. Final loss (test loss; the GPT's validation bits per byte) against the reference, median over the held-out seeds %s (the sweep's own seeds picked the best point, so the reference is not a lucky draw); in brackets plain training at the same start and the part of its gap HDET closes.\n\n",
 		title, from, b.p.SweepN, seedList(b.p.HeldOut))

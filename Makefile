@@ -19,8 +19,8 @@ EXPLORERS := lr dropout weight-decay
 # staticcheck, pinned; `go run` fetches it through the module proxy.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Packages that must build without cgo (the engine sees MPI only through
-# interfaces; hparam does no I/O).
-NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
+# interfaces; hparam and its subpackages do no I/O).
+NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam/... ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
 .PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 

@@ -49,10 +49,10 @@ func (r Range) Contains(v float64) bool {
 	return (v > r.Lower || !r.LowerOpen && v == r.Lower) && (v < r.Upper || !r.UpperOpen && v == r.Upper)
 }
 
-// closure is r with its finite ends included: where a base may lie, since
-// every rank's value is clamped to bounds inside r (a cosine lr schedule
-// may start at 0).
-func (r Range) closure() Range {
+// Closure is r with its finite ends included: where a plan's base may lie,
+// since every rank's value is clamped to bounds inside r (a cosine lr
+// schedule may start at 0).
+func (r Range) Closure() Range {
 	return Range{Lower: r.Lower, Upper: r.Upper, LowerOpen: math.IsInf(r.Lower, 0), UpperOpen: math.IsInf(r.Upper, 0)}
 }
 
@@ -93,26 +93,6 @@ func AdmitBounds(name string, b Bounds) error {
 	}{{"bounds.lower", b.Lower}, {"bounds.upper", b.Upper}} {
 		if !r.Contains(end.v) {
 			return fieldErr(end.field, "%g is outside what %s admits, %s", end.v, name, r)
-		}
-	}
-	return nil
-}
-
-// admitSchedule refuses a built-in explorer's config whose bounds, or whose
-// schedule at any of its extremes (the first step, the end of the warm-up,
-// the last step), leave what hyperparameter name admits.
-func admitSchedule(name string, s Schedule, b Bounds) error {
-	if err := AdmitBounds(name, b); err != nil {
-		return err
-	}
-	r := Admissible(name)
-	for _, step := range []int{0, min(warmupEnd(s), s.Steps()-1), s.Steps() - 1} {
-		v, err := s.At(step)
-		if err != nil {
-			return err
-		}
-		if !r.closure().Contains(v) {
-			return fieldErr("schedule", "gives %g at step %d, outside what %s admits, %s", v, step, name, r)
 		}
 	}
 	return nil

@@ -14,6 +14,8 @@ func TestAdmissibleRanges(t *testing.T) {
 	assert.False(t, lr.Contains(math.Inf(1)))
 	assert.Equal(t, "(0, +Inf)", lr.String())
 	assert.Greater(t, lr.Clamp(-1), 0.0)
+	assert.True(t, lr.Closure().Contains(0), "a base may touch a finite end")
+	assert.False(t, lr.Closure().Contains(math.Inf(1)), "an infinite end stays open")
 
 	d := Admissible("dropout")
 	assert.True(t, d.Contains(0))

@@ -11,10 +11,6 @@ var (
 	// ErrInvalid marks a value outside what is allowed: a configuration
 	// field, a schedule parameter, an explorer's plan.
 	ErrInvalid = errors.New("invalid value")
-	// ErrStepRange marks a step outside a schedule's [0, Steps()).
-	// PyTorch's OneCycleLR raises when stepped past total_steps; so do we,
-	// rather than clamp silently.
-	ErrStepRange = errors.New("step out of range")
 	// ErrOrder marks calls in the wrong order (observing window 3 before 2,
 	// planning an auto-phase window before observing the one before it).
 	ErrOrder = errors.New("out of order")
@@ -38,14 +34,4 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 
 func fieldErr(field, format string, a ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
-}
-
-// prefixField qualifies a FieldError's field with a block name
-// ("max_lr" -> "schedule.max_lr"); other errors pass through.
-func prefixField(prefix string, err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return &FieldError{Field: prefix + "." + fe.Field, Msg: fe.Msg}
-	}
-	return err
 }

@@ -165,3 +165,10 @@ func withCoef(add bool, base, c float64) float64 {
 }
 
 func (s Spread) String() string { return fmt.Sprintf("%s(alpha=%g)", s.Kind, s.Alpha) }
+
+func checkFinite(field string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return fieldErr(field, "must be a finite number, got %v", v)
+	}
+	return nil
+}

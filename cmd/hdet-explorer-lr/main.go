@@ -2,8 +2,8 @@
 package main
 
 import (
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/plugins/sdk"
 )
 
-func main() { sdk.ServeBuiltin(hparam.BuiltinLR) }
+func main() { sdk.ServeBuiltin(builtin.LR) }

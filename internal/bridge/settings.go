@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/internal/config"
 )
 
@@ -27,13 +28,13 @@ const MaxDefaultWindow = 50
 
 // searchWindows is how many windows hdet's choice of window gives the
 // search pass (auto.until's default for a schedule hdet does not know,
-// hparam.SearchWithoutWarmup of the run), so that a short run's search has
+// builtin.SearchWithoutWarmup of the run), so that a short run's search has
 // as many updates as a long one's: 300 steps get windows of 9 steps.
 const searchWindows = 8
 
 // DefaultWindow is hdet's choice of window for a run of steps steps.
 func DefaultWindow(steps int) int {
-	return max(1, min(MaxDefaultWindow, int(hparam.SearchWithoutWarmup*float64(steps))/searchWindows))
+	return max(1, min(MaxDefaultWindow, int(builtin.SearchWithoutWarmup*float64(steps))/searchWindows))
 }
 
 // RunWindow is the run's window T: the script's window, else the
@@ -182,10 +183,10 @@ func checkSpread(arg string, v any) error {
 	return nil
 }
 
-// autoKeys are the built-in explorers' auto keys (hparam.AutoSpec), less
+// autoKeys are the built-in explorers' auto keys (builtin.AutoSpec), less
 // the removed decay.
 func autoKeys() []string {
-	t := reflect.TypeFor[hparam.AutoSpec]()
+	t := reflect.TypeFor[builtin.AutoSpec]()
 	var keys []string
 	for i := range t.NumField() {
 		if k, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); k != "" && k != "decay" {
@@ -213,7 +214,7 @@ func checkAuto(m map[string]any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var spec hparam.AutoSpec
+	var spec builtin.AutoSpec
 	var te *json.UnmarshalTypeError
 	if err := dec.Decode(&spec); errors.As(err, &te) {
 		return fmt.Errorf("%w: auto[%q] must be a JSON %s, got %s", ErrSetting, te.Field, jsonType(te.Type), jsonText(m[te.Field]))

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/internal/config"
 )
 
@@ -69,7 +70,7 @@ func TestExplorersFromTheScriptsSettings(t *testing.T) {
 	assert.Equal(t, "my-explorer", ex[3].Plugin)
 	assert.NotContains(t, temp, "plugin")
 
-	for i, kind := range []string{hparam.BuiltinLR, hparam.BuiltinWeightDecay, hparam.BuiltinDropout} {
+	for i, kind := range []string{builtin.LR, builtin.WeightDecay, builtin.Dropout} {
 		plan := builtinPlan(t, kind, ex[i])
 		var want struct {
 			Spread struct{ Alpha float64 } `json:"spread"`
@@ -83,14 +84,14 @@ func TestExplorersFromTheScriptsSettings(t *testing.T) {
 			assert.Equal(t, hparam.Bounds{Lower: want.Bounds.Lower, Upper: want.Bounds.Upper}, plan.Bounds, "%s: bounds", kind)
 		}
 	}
-	assert.InDelta(t, 1e-3, builtinPlan(t, hparam.BuiltinWeightDecay, ex[1]).Base[0], 1e-15, "weight_decay's base")
+	assert.InDelta(t, 1e-3, builtinPlan(t, builtin.WeightDecay, ex[1]).Base[0], 1e-15, "weight_decay's base")
 }
 
 // builtinPlan starts the built-in explorer of kind with e's block and
 // plans window 0 of a 300-step run of 25-step windows on 2 ranks.
 func builtinPlan(t *testing.T, kind string, e config.Explorer) hparam.WindowPlan {
 	t.Helper()
-	x, err := hparam.NewBuiltinExplorer(kind)
+	x, err := builtin.NewExplorer(kind)
 	require.NoError(t, err)
 	block, err := json.Marshal(e.Config)
 	require.NoError(t, err)

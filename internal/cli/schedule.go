@@ -11,9 +11,10 @@ import (
 	"strings"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/schedule"
 )
 
-// specFlag sets one field of an hparam.ScheduleSpec from the command line;
+// specFlag sets one field of a schedule.Spec from the command line;
 // the field stays nil (its default) unless the flag is given.
 type specFlag struct {
 	field reflect.Value // a pointer field of the spec
@@ -84,16 +85,16 @@ func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
 func runSchedule(s Streams, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintf(s.Err, "usage: hdet schedule KIND [flags]   (KIND: %s; hdet schedule KIND -h for its flags)\n", strings.Join(hparam.ScheduleKinds, ", "))
+			fmt.Fprintf(s.Err, "usage: hdet schedule KIND [flags]   (KIND: %s; hdet schedule KIND -h for its flags)\n", strings.Join(schedule.Kinds, ", "))
 			return flag.ErrHelp
 		}
-		return Usagef("schedule needs a kind first: one of %s", strings.Join(hparam.ScheduleKinds, ", "))
+		return Usagef("schedule needs a kind first: one of %s", strings.Join(schedule.Kinds, ", "))
 	}
 	kind := args[0]
-	if !slices.Contains(hparam.ScheduleKinds, kind) {
-		return Usagef("unknown schedule kind %q: want one of %s", kind, strings.Join(hparam.ScheduleKinds, ", "))
+	if !slices.Contains(schedule.Kinds, kind) {
+		return Usagef("unknown schedule kind %q: want one of %s", kind, strings.Join(schedule.Kinds, ", "))
 	}
-	spec := hparam.ScheduleSpec{Kind: &kind}
+	spec := schedule.Spec{Kind: &kind}
 	fs := newFlagSet(s, "schedule "+kind)
 	format := fs.String("format", "json", "output format: json or csv")
 	// One flag per parameter the kind takes, named as OneCycleLR's
@@ -103,7 +104,7 @@ func runSchedule(s Streams, args []string) error {
 	for i := range sv.NumField() {
 		fields[strings.Split(sv.Type().Field(i).Tag.Get("json"), ",")[0]] = sv.Field(i)
 	}
-	for _, key := range hparam.ScheduleKeys(kind) {
+	for _, key := range schedule.KindKeys(kind) {
 		f := specFlag{field: fields[key]}
 		fs.Var(f, flagName(key), scheduleFlagHelp[key])
 		if flagName(key) != key {
@@ -138,7 +139,7 @@ func runSchedule(s Streams, args []string) error {
 	if sched.Steps() > maxPrintedSteps {
 		return Usagef("--total-steps: got %d, want at most %d (hdet schedule prints every step)", sched.Steps(), maxPrintedSteps)
 	}
-	oc, _ := sched.(*hparam.OneCycle)
+	oc, _ := sched.(*schedule.OneCycle)
 	return writeSchedule(s, sched, oc, *format)
 }
 
@@ -147,7 +148,7 @@ const maxPrintedSteps = 10_000_000
 
 // writeSchedule prints every step's value (and OneCycle's momentum) with
 // full float64 precision.
-func writeSchedule(s Streams, sched hparam.Schedule, oc *hparam.OneCycle, format string) error {
+func writeSchedule(s Streams, sched schedule.Schedule, oc *schedule.OneCycle, format string) error {
 	w := bufio.NewWriter(s.Out)
 	series := []struct {
 		key string

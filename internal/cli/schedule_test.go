@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func schedule(args ...string) (code int, out, errOut string) {
+func hdetSchedule(args ...string) (code int, out, errOut string) {
 	var o, e bytes.Buffer
 	s := Streams{Out: &o, Err: &e}
 	code = exitCode(s, "schedule", runSchedule(s, args))
@@ -25,7 +25,7 @@ type lrMomentum struct {
 }
 
 func TestScheduleOneCycleMatchesPyTorch(t *testing.T) {
-	b, err := os.ReadFile("../../hparam/testdata/onecycle_torch.json")
+	b, err := os.ReadFile("../../hparam/schedule/testdata/onecycle_torch.json")
 	require.NoError(t, err)
 	var ref struct {
 		Cases []lrMomentum `json:"cases"`
@@ -33,7 +33,7 @@ func TestScheduleOneCycleMatchesPyTorch(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &ref))
 	want := ref.Cases[0] // max_lr 0.1, total_steps 100, the other arguments at their defaults
 
-	code, out, errOut := schedule("onecycle", "--max-lr", "0.1", "--total-steps", "100", "--format", "json")
+	code, out, errOut := hdetSchedule("onecycle", "--max-lr", "0.1", "--total-steps", "100", "--format", "json")
 	require.Equal(t, ExitOK, code, errOut)
 	var got lrMomentum
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
@@ -45,10 +45,10 @@ func TestScheduleOneCycleMatchesPyTorch(t *testing.T) {
 	}
 
 	// The underscore spellings are aliases; CSV carries the same numbers.
-	code, alias, _ := schedule("onecycle", "--max_lr=0.1", "--total_steps=100")
+	code, alias, _ := hdetSchedule("onecycle", "--max_lr=0.1", "--total_steps=100")
 	require.Equal(t, ExitOK, code)
 	assert.Equal(t, out, alias)
-	code, csv, _ := schedule("onecycle", "--max-lr", "0.1", "--total-steps", "100", "--format", "csv")
+	code, csv, _ := hdetSchedule("onecycle", "--max-lr", "0.1", "--total-steps", "100", "--format", "csv")
 	require.Equal(t, ExitOK, code)
 	lines := strings.Split(strings.TrimSpace(csv), "\n")
 	require.Len(t, lines, 101)
@@ -64,7 +64,7 @@ func TestScheduleOneCycleMatchesPyTorch(t *testing.T) {
 }
 
 func TestScheduleOneCycleOptions(t *testing.T) {
-	code, out, errOut := schedule("onecycle", "--max-lr", "1", "--epochs", "2", "--steps-per-epoch", "5",
+	code, out, errOut := hdetSchedule("onecycle", "--max-lr", "1", "--epochs", "2", "--steps-per-epoch", "5",
 		"--three-phase", "--anneal-strategy", "linear", "--cycle-momentum=false", "--momentum", "0.5",
 		"--div-factor", "10", "--final-div-factor", "100", "--pct-start", "0.25")
 	require.Equal(t, ExitOK, code, errOut)
@@ -79,7 +79,7 @@ func TestScheduleOneCycleOptions(t *testing.T) {
 }
 
 func TestScheduleOtherKinds(t *testing.T) {
-	code, out, errOut := schedule("cosine", "--peak", "1", "--total-steps", "5", "--warmup-steps", "1", "--final", "0.5")
+	code, out, errOut := hdetSchedule("cosine", "--peak", "1", "--total-steps", "5", "--warmup-steps", "1", "--final", "0.5")
 	require.Equal(t, ExitOK, code, errOut)
 	var got lrMomentum
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
@@ -88,15 +88,15 @@ func TestScheduleOtherKinds(t *testing.T) {
 	assert.Equal(t, []float64{0, 1}, got.LR[:2])
 	assert.Equal(t, 0.5, got.LR[4])
 
-	code, out, _ = schedule("step", "--initial", "1", "--step-size", "2", "--gamma", "0.5", "--total-steps", "5", "--format", "csv")
+	code, out, _ = hdetSchedule("step", "--initial", "1", "--step-size", "2", "--gamma", "0.5", "--total-steps", "5", "--format", "csv")
 	require.Equal(t, ExitOK, code)
 	assert.Equal(t, "step,lr\n0,1\n1,1\n2,0.5\n3,0.5\n4,0.25\n", out)
 
-	code, out, _ = schedule("constant", "--value", "0.3", "--total-steps", "2")
+	code, out, _ = hdetSchedule("constant", "--value", "0.3", "--total-steps", "2")
 	require.Equal(t, ExitOK, code)
 	assert.Equal(t, "{\"lr\":[0.3,0.3]}\n", out)
 
-	code, out, _ = schedule("linear", "--peak", "2", "--total-steps", "3")
+	code, out, _ = hdetSchedule("linear", "--peak", "2", "--total-steps", "3")
 	require.Equal(t, ExitOK, code)
 	assert.Equal(t, "{\"lr\":[2,1,0]}\n", out)
 }
@@ -121,12 +121,12 @@ func TestScheduleBadInput(t *testing.T) {
 		{[]string{"exp"}, "unknown schedule kind"},
 		{nil, "onecycle, constant"},
 	} {
-		code, out, errOut := schedule(tc.args...)
+		code, out, errOut := hdetSchedule(tc.args...)
 		assert.Equal(t, ExitUsage, code, "%q", tc.args)
 		assert.Empty(t, out)
 		assert.Contains(t, errOut, tc.want, "%q", tc.args)
 	}
-	code, _, errOut := schedule("onecycle", "-h")
+	code, _, errOut := hdetSchedule("onecycle", "-h")
 	assert.Equal(t, ExitOK, code)
 	assert.Contains(t, errOut, "--max-lr")
 	assert.NotContains(t, errOut, "same as", "aliases stay out of the help")

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/hdet-dev/hdet/hparam"
 )
@@ -16,7 +15,7 @@ func admitPlan(name string, wp hparam.WindowPlan) error {
 	}
 	r := hparam.Admissible(name)
 	for i, b := range wp.Base {
-		if !closure(r).Contains(b) {
+		if !r.Closure().Contains(b) {
 			return &hparam.FieldError{Field: "schedule", Msg: fmt.Sprintf("the base %g at the window's step %d is outside what %s admits, %s", b, i, name, r)}
 		}
 	}
@@ -76,18 +75,11 @@ func (c *Controller) admit(p *param, wp *hparam.WindowPlan) []Event {
 		wp.Bounds = safe
 	}
 	for i, b := range wp.Base {
-		if !closure(r).Contains(b) {
+		if !r.Closure().Contains(b) {
 			wp.Base[i] = wp.Bounds.Clamp(b)
 		}
 	}
 	err := fmt.Errorf("%w; clamped to bounds [%g, %g] (%d of %d such windows before the explorer is frozen)",
 		bad, wp.Bounds.Lower, wp.Bounds.Upper, p.violations, maxViolations)
 	return []Event{{Kind: EventClamped, Window: c.next, Param: p.name, Op: "plan", Err: err, Base: wp.Base[len(wp.Base)-1], Spread: wp.Spread}}
-}
-
-// closure is r with its finite ends included: where a base may lie, since
-// every rank's value is clamped to bounds inside r (a cosine lr schedule
-// may start at 0).
-func closure(r hparam.Range) hparam.Range {
-	return hparam.Range{Lower: r.Lower, Upper: r.Upper, LowerOpen: math.IsInf(r.Lower, 0), UpperOpen: math.IsInf(r.Upper, 0)}
 }

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func builtinNamed(t *testing.T, kind, name, cfg string) NamedExplorer {
 	t.Helper()
-	e, err := hparam.NewBuiltinExplorer(kind)
+	e, err := builtin.NewExplorer(kind)
 	require.NoError(t, err)
 	return NamedExplorer{Name: name, Explorer: e, Config: []byte(cfg)}
 }
@@ -22,11 +23,11 @@ func TestSetupRefusesWhatTheHyperparameterDoesNotAdmit(t *testing.T) {
 	for _, tc := range []struct {
 		kind, name, cfg, want string
 	}{
-		{hparam.BuiltinDropout, "dropout", `{"schedule": 1.5, "bounds": {"upper": 2}}`, "bounds.upper: 2 is outside what dropout admits, [0, 1)"},
-		{hparam.BuiltinDropout, "dropout", `{"schedule": 1.5}`, "schedule: gives 1.5 at step 0, outside what dropout admits, [0, 1)"},
-		{hparam.BuiltinLR, "lr", `{"schedule": {"max_lr": 0.1}, "bounds": {"lower": 0}}`, "bounds.lower: 0 is outside what lr admits, (0, +Inf)"},
-		{hparam.BuiltinLR, "lr/output", `{"schedule": {"kind": "linear", "peak": 0.1, "final": -0.1}}`, "schedule: gives -0.1 at step 99"},
-		{hparam.BuiltinWeightDecay, "momentum", `{"schedule": 0.5, "bounds": {"upper": 1}}`, "bounds.upper: 1 is outside what momentum admits"},
+		{builtin.Dropout, "dropout", `{"schedule": 1.5, "bounds": {"upper": 2}}`, "bounds.upper: 2 is outside what dropout admits, [0, 1)"},
+		{builtin.Dropout, "dropout", `{"schedule": 1.5}`, "schedule: gives 1.5 at step 0, outside what dropout admits, [0, 1)"},
+		{builtin.LR, "lr", `{"schedule": {"max_lr": 0.1}, "bounds": {"lower": 0}}`, "bounds.lower: 0 is outside what lr admits, (0, +Inf)"},
+		{builtin.LR, "lr/output", `{"schedule": {"kind": "linear", "peak": 0.1, "final": -0.1}}`, "schedule: gives -0.1 at step 99"},
+		{builtin.WeightDecay, "momentum", `{"schedule": 0.5, "bounds": {"upper": 1}}`, "bounds.upper: 1 is outside what momentum admits"},
 	} {
 		_, err := NewController(ctx, shape, []NamedExplorer{builtinNamed(t, tc.kind, tc.name, tc.cfg)})
 		require.Error(t, err, tc.cfg)
@@ -36,11 +37,11 @@ func TestSetupRefusesWhatTheHyperparameterDoesNotAdmit(t *testing.T) {
 	}
 	// A warm-up from 0 is fine: the base may touch an open end, the bounds
 	// keep every rank's value inside.
-	_, err := NewController(ctx, shape, []NamedExplorer{builtinNamed(t, hparam.BuiltinLR, "lr", `{"schedule": {"kind": "cosine", "peak": 0.1, "final": 0.001, "warmup_steps": 10}}`)})
+	_, err := NewController(ctx, shape, []NamedExplorer{builtinNamed(t, builtin.LR, "lr", `{"schedule": {"kind": "cosine", "peak": 0.1, "final": 0.001, "warmup_steps": 10}}`)})
 	require.NoError(t, err)
 
 	// Declared bounds are checked against the explorer's own hyperparameter.
-	bad := &misplans{Explorer: builtinNamed(t, hparam.BuiltinDropout, "dropout", `{"schedule": 0.1}`).Explorer, declare: &hparam.Bounds{Lower: 0, Upper: 1}}
+	bad := &misplans{Explorer: builtinNamed(t, builtin.Dropout, "dropout", `{"schedule": 0.1}`).Explorer, declare: &hparam.Bounds{Lower: 0, Upper: 1}}
 	_, err = NewController(ctx, shape, []NamedExplorer{{Name: "dropout", Explorer: bad, Config: []byte(`{"schedule": 0.1}`)}})
 	require.ErrorIs(t, err, hparam.ErrInvalid)
 	assert.Contains(t, err.Error(), "dropout (explorer dropout 1.0.0) declares bounds.upper: 1 is outside what dropout admits")
@@ -77,7 +78,7 @@ func (m *misplans) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.Win
 
 func TestControllerClampsThenFreezesAnExplorerThatLeavesTheRange(t *testing.T) {
 	ctx := context.Background()
-	inner := builtinNamed(t, hparam.BuiltinDropout, "dropout", `{"schedule": 0.2, "bounds": {"upper": 0.5}, "auto": {"enabled": false}}`)
+	inner := builtinNamed(t, builtin.Dropout, "dropout", `{"schedule": 0.2, "bounds": {"upper": 0.5}, "auto": {"enabled": false}}`)
 	bad := &misplans{Explorer: inner.Explorer, from: 2, base: 1.5, bounds: hparam.Bounds{Lower: -1, Upper: 2}}
 	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 1}, []NamedExplorer{{Name: "dropout", Explorer: bad, Config: inner.Config}})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,8 +21,8 @@ import (
 func TestControllerCommitsAndPlansTheMainPass(t *testing.T) {
 	ctx := context.Background()
 	mk := func() *Controller {
-		lr := builtinNamed(t, hparam.BuiltinLR, "lr", fmtCfg(restartLR, ""))
-		drop := builtinNamed(t, hparam.BuiltinDropout, "dropout", `{"schedule": 0.1, "auto": {"enabled": false}}`)
+		lr := builtinNamed(t, builtin.LR, "lr", fmtCfg(restartLR, ""))
+		drop := builtinNamed(t, builtin.Dropout, "dropout", `{"schedule": 0.1, "auto": {"enabled": false}}`)
 		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3}, []NamedExplorer{lr, drop})
 		require.NoError(t, err)
 		return c
@@ -65,7 +66,7 @@ func TestControllerCommitsAndPlansTheMainPass(t *testing.T) {
 // base, and the main pass goes on.
 func TestControllerFreezesAnExplorerThatFailsToCommit(t *testing.T) {
 	ctx := context.Background()
-	lr := builtinNamed(t, hparam.BuiltinLR, "lr", fmtCfg(restartLR, ""))
+	lr := builtinNamed(t, builtin.LR, "lr", fmtCfg(restartLR, ""))
 	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3},
 		[]NamedExplorer{{Name: "lr", Explorer: &noCommit{lr.Explorer}, Config: lr.Config}})
 	require.NoError(t, err)
@@ -103,7 +104,7 @@ func fmtCfg(format, extra string) string { return fmt.Sprintf(format, extra) }
 // that names its windows and the lever (a shorter window).
 func TestControllerNoticesAShortSearchPass(t *testing.T) {
 	ctx := context.Background()
-	lr := builtinNamed(t, hparam.BuiltinLR, "lr", fmtCfg(restartLR, ""))
+	lr := builtinNamed(t, builtin.LR, "lr", fmtCfg(restartLR, ""))
 	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 20, Seed: 3}, []NamedExplorer{lr})
 	require.NoError(t, err)
 	runWindows(t, c, 0, 2, lossesFor)

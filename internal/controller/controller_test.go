@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
+	"github.com/hdet-dev/hdet/hparam/schedule"
 	"github.com/hdet-dev/hdet/internal/plan"
 
 	"github.com/stretchr/testify/assert"
@@ -17,15 +19,15 @@ import (
 // threeExplorers is the default trio with the given spread width.
 func threeExplorers(t testing.TB, alpha float64, autoStart int) []NamedExplorer {
 	mk := func(kind, name, cfg string) NamedExplorer {
-		e, err := hparam.NewBuiltinExplorer(kind)
+		e, err := builtin.NewExplorer(kind)
 		require.NoError(t, err)
 		return NamedExplorer{Name: name, Explorer: e, Config: []byte(cfg)}
 	}
 	auto := fmt.Sprintf(`"spread": {"alpha": %v}, "auto": {"start": %d, "commit": "continue"}`, alpha, autoStart)
 	return []NamedExplorer{
-		mk(hparam.BuiltinLR, "lr", `{"schedule": {"max_lr": 0.1}, `+auto+`}`),
-		mk(hparam.BuiltinDropout, "dropout", `{"schedule": 0.2, `+auto+`}`),
-		mk(hparam.BuiltinWeightDecay, "weight_decay", `{"schedule": 0.01, `+auto+`}`),
+		mk(builtin.LR, "lr", `{"schedule": {"max_lr": 0.1}, `+auto+`}`),
+		mk(builtin.Dropout, "dropout", `{"schedule": 0.2, `+auto+`}`),
+		mk(builtin.WeightDecay, "weight_decay", `{"schedule": 0.01, `+auto+`}`),
 	}
 }
 
@@ -129,14 +131,14 @@ func TestControllerEqualLossesFollowTheSchedule(t *testing.T) {
 	for _, tc := range []struct{ n, s, t, start int }{
 		{4, 1000, 10, 300}, {7, 1003, 25, 0}, {2, 500, 100, 150}, {16, 120, 1, 40},
 	} {
-		e, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+		e, err := builtin.NewExplorer(builtin.LR)
 		require.NoError(t, err)
 		cfg := fmt.Sprintf(`{"schedule": {"max_lr": 0.3, "div_factor": 20, "final_div_factor": 500}, "auto": {"start": %d}}`, tc.start)
 		c, err := NewController(ctx, RunShape{Ranks: tc.n, TotalSteps: tc.s, WindowSteps: tc.t}, []NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(cfg)}})
 		require.NoError(t, err)
-		oc := hparam.DefaultOneCycleConfig(0.3, tc.s)
+		oc := schedule.DefaultOneCycleConfig(0.3, tc.s)
 		oc.DivFactor, oc.FinalDivFactor = 20, 500
-		sched, err := hparam.NewOneCycle(oc)
+		sched, err := schedule.NewOneCycle(oc)
 		require.NoError(t, err)
 		for range c.Windows() {
 			p, _, err := c.Plan(ctx)
@@ -385,7 +387,7 @@ func TestLastValuesMatchPlanValue(t *testing.T) {
 func TestControllerProbeNotice(t *testing.T) {
 	ctx := context.Background()
 	for _, canProbe := range []bool{true, false} {
-		e, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+		e, err := builtin.NewExplorer(builtin.LR)
 		require.NoError(t, err)
 		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Probe: canProbe},
 			[]NamedExplorer{{Name: "lr", Explorer: e, Config: []byte(`{"schedule": {"max_lr": 0.01}}`)}})

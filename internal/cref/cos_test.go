@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/schedule"
 )
 
-// cosDiffs compares hparam.Cos with the C library's cos. Where they
-// differ, hparam.Cos must be the correctly rounded result (the oracle's);
+// cosDiffs compares schedule.Cos with the C library's cos. Where they
+// differ, schedule.Cos must be the correctly rounded result (the oracle's);
 // the C library's is then a misrounding, which is counted and kept.
 type cosDiffs struct {
 	n    int       // arguments compared
@@ -21,13 +21,13 @@ type cosDiffs struct {
 func (d *cosDiffs) check(t testing.TB, x float64) bool {
 	t.Helper()
 	d.n++
-	got, c := hparam.Cos(x), Cos(x)
+	got, c := schedule.Cos(x), Cos(x)
 	if math.Float64bits(got) == math.Float64bits(c) || math.IsNaN(got) && math.IsNaN(c) {
 		return true
 	}
 	want, err := oracleCos(x)
 	if err != nil || math.Float64bits(got) != math.Float64bits(want) {
-		t.Errorf("hparam.Cos(%v = %#x) = %v, the correctly rounded cosine is %v (C: %v, oracle error: %v)",
+		t.Errorf("schedule.Cos(%v = %#x) = %v, the correctly rounded cosine is %v (C: %v, oracle error: %v)",
 			x, math.Float64bits(x), got, want, c, err)
 		return false
 	}
@@ -58,8 +58,8 @@ func (d *cosDiffs) report(t testing.TB, what string) {
 		if shown[x] = true; len(shown) > 10 {
 			break
 		}
-		got, c := hparam.Cos(x), Cos(x)
-		t.Logf("  x = %v (%#x): hparam.Cos %v (%.4f ulp off), C %v (%.4f ulp off)",
+		got, c := schedule.Cos(x), Cos(x)
+		t.Logf("  x = %v (%#x): schedule.Cos %v (%.4f ulp off), C %v (%.4f ulp off)",
 			x, math.Float64bits(x), got, ulpsFrom(x, got), c, ulpsFrom(x, c))
 	}
 }
@@ -87,12 +87,12 @@ var mixedSets = []struct {
 	}},
 }
 
-// hparam.Cos against the C library's cos, bit for bit, on the specials and
+// schedule.Cos against the C library's cos, bit for bit, on the specials and
 // two million arguments (a tenth under -race): OneCycle's domain [0, pi],
 // small ones, every exponent, the hardest reductions (near multiples of
 // pi/2) and cosine annealing's arguments. The C library's cos need not be
 // correctly rounded (glibc 2.36's misrounds about one argument in 700);
-// where it differs, hparam.Cos must be the oracle's correctly rounded
+// where it differs, schedule.Cos must be the oracle's correctly rounded
 // result.
 func TestCosMatchesTheCLibrary(t *testing.T) {
 	var d cosDiffs

@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/schedule"
 )
 
 // torchPhase is one of OneCycleLR's _schedule_phases (PyTorch 1.13).
 type torchPhase struct{ end, lr0, lr1, m0, m1 float64 }
 
-// torchPhases mirrors OneCycleLR.__init__, as hparam.NewOneCycle does.
-func torchPhases(c hparam.OneCycleConfig) []torchPhase {
+// torchPhases mirrors OneCycleLR.__init__, as schedule.NewOneCycle does.
+func torchPhases(c schedule.OneCycleConfig) []torchPhase {
 	total := float64(c.TotalSteps)
 	initial := c.MaxLR / c.DivFactor
 	minLR := initial / c.FinalDivFactor
@@ -57,8 +58,8 @@ func torchStep(ph []torchPhase, step int, cos func(float64) float64) (arg, lr, m
 	return arg, anneal(p.lr0, p.lr1), anneal(p.m0, p.m1)
 }
 
-// schedule is a OneCycle schedule with the defaults but for these.
-type schedule struct {
+// ocCase is a OneCycle schedule with the defaults but for these.
+type ocCase struct {
 	pctStart   float64
 	threePhase bool
 	total      int
@@ -66,30 +67,31 @@ type schedule struct {
 
 // schedules returns every combination of pct_start 0.3 (the default),
 // 0.1, 0.25 and 0.45, three_phase false and true, and the totals.
-func schedules(totals ...int) []schedule {
-	var s []schedule
+func schedules(totals ...int) []ocCase {
+	var s []ocCase
 	for _, total := range totals {
 		for _, pct := range []float64{0.3, 0.1, 0.25, 0.45} {
-			s = append(s, schedule{pct, false, total}, schedule{pct, true, total})
+			s = append(s, ocCase{pct, false, total}, ocCase{pct, true, total})
 		}
 	}
 	return s
 }
 
-// oneCycleSweep compares, at every step of the schedules, hparam.Cos with
-// the C library's cos on the argument of the cosine anneal, and hparam's
+// oneCycleSweep compares, at every step of the schedules, schedule.Cos with
+// the C library's cos on the argument of the cosine anneal, and OneCycle's
 // learning rate and momentum with PyTorch's, that is the same formula with
-// the C library's cos. The same formula with hparam.Cos must give hparam's
-// values exactly (else the mirror above has drifted from
-// hparam/onecycle.go). It returns the arguments' comparison and the number
-// of steps whose learning rate or momentum differs from PyTorch's.
-func oneCycleSweep(t *testing.T, todo []schedule) (cosDiffs, int) {
+// the C library's cos. The same formula with schedule.Cos must give
+// OneCycle's values exactly (else the mirror above has drifted from
+// hparam/schedule/onecycle.go). It returns the arguments' comparison and
+// the number of steps whose learning rate or momentum differs from
+// PyTorch's.
+func oneCycleSweep(t *testing.T, todo []ocCase) (cosDiffs, int) {
 	var (
 		mu     sync.Mutex
 		all    cosDiffs
 		parity int
 		wg     sync.WaitGroup
-		next   = make(chan schedule)
+		next   = make(chan ocCase)
 	)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
@@ -110,12 +112,12 @@ func oneCycleSweep(t *testing.T, todo []schedule) (cosDiffs, int) {
 	return all, parity
 }
 
-func scheduleSweep(t *testing.T, sc schedule) (cosDiffs, int) {
+func scheduleSweep(t *testing.T, sc ocCase) (cosDiffs, int) {
 	var d cosDiffs
 	parity := 0
-	c := hparam.DefaultOneCycleConfig(0.1, sc.total)
+	c := schedule.DefaultOneCycleConfig(0.1, sc.total)
 	c.PctStart, c.ThreePhase = sc.pctStart, sc.threePhase
-	oc, err := hparam.NewOneCycle(c)
+	oc, err := schedule.NewOneCycle(c)
 	if errors.Is(err, hparam.ErrInvalid) && float64(sc.pctStart*float64(sc.total))-1 == 0 {
 		return d, 0 // PyTorch divides by zero here
 	}
@@ -126,7 +128,7 @@ func scheduleSweep(t *testing.T, sc schedule) (cosDiffs, int) {
 	ph := torchPhases(c)
 	for s := range sc.total {
 		arg, lr, mom := torchStep(ph, s, Cos)
-		_, lrGo, momGo := torchStep(ph, s, hparam.Cos)
+		_, lrGo, momGo := torchStep(ph, s, schedule.Cos)
 		got, gotMom, err := oc.AtBoth(s)
 		if err != nil || got != lrGo || gotMom != momGo {
 			t.Errorf("%+v, step %d: hparam says (%v, %v, %v), its formula (%v, %v)", sc, s, got, gotMom, err, lrGo, momGo)
@@ -142,14 +144,14 @@ func scheduleSweep(t *testing.T, sc schedule) (cosDiffs, int) {
 	return d, parity
 }
 
-// hparam.Cos on the arguments OneCycle's cosine anneal produces at every
+// schedule.Cos on the arguments OneCycle's cosine anneal produces at every
 // step of a sample of schedules up to 10^6 steps long. HDET_COS_SWEEP=N
 // adds every length from 2 to N, and 10^6 steps for every configuration.
 func TestCosOnOneCycleArguments(t *testing.T) {
 	todo := schedules(2, 3, 7, 10, 50, 100, 333, 1000, 2500, 9973, 10_000)
 	if !raceEnabled { // the detector makes it ten times slower
 		todo = append(todo, schedules(65_536, 100_000)...)
-		todo = append(todo, schedule{0.3, false, 1_000_000}, schedule{0.3, true, 1_000_000})
+		todo = append(todo, ocCase{0.3, false, 1_000_000}, ocCase{0.3, true, 1_000_000})
 	}
 	if v := os.Getenv("HDET_COS_SWEEP"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -166,7 +168,7 @@ func TestCosOnOneCycleArguments(t *testing.T) {
 	t.Logf("%d of those steps have a learning rate or momentum other than PyTorch's with this C library's cos", parity)
 }
 
-// torchConfig is a configuration of hparam/testdata/onecycle_torch.json;
+// torchConfig is a configuration of hparam/schedule/testdata/onecycle_torch.json;
 // the fields it leaves out keep OneCycleLR's defaults.
 type torchConfig struct {
 	MaxLR          float64 `json:"max_lr"`
@@ -183,10 +185,10 @@ type torchConfig struct {
 
 // PyTorch's reference schedules are the formula with the C library's cos
 // at every step of every cosine case, where the C library is glibc 2.36 as
-// when they were made. hparam's differ from them only where that cos is
+// when they were made. OneCycle's differ from them only where that cos is
 // misrounded.
 func TestTorchReferenceUsedTheCLibrarysCos(t *testing.T) {
-	b, err := os.ReadFile("../../hparam/testdata/onecycle_torch.json")
+	b, err := os.ReadFile("../../hparam/schedule/testdata/onecycle_torch.json")
 	require.NoError(t, err)
 	var ref struct {
 		Cases []struct {
@@ -197,17 +199,17 @@ func TestTorchReferenceUsedTheCLibrarysCos(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &ref))
 	var d cosDiffs
 	for i, tc := range ref.Cases {
-		def := hparam.DefaultOneCycleConfig(0, 0)
+		def := schedule.DefaultOneCycleConfig(0, 0)
 		k := torchConfig{PctStart: def.PctStart, AnnealStrategy: def.AnnealStrategy, DivFactor: def.DivFactor,
 			FinalDivFactor: def.FinalDivFactor, CycleMomentum: true, BaseMomentum: def.BaseMomentum, MaxMomentum: def.MaxMomentum}
 		require.NoError(t, json.Unmarshal(tc.Config, &k))
 		if k.AnnealStrategy != "cos" {
 			continue
 		}
-		c := hparam.DefaultOneCycleConfig(k.MaxLR, k.TotalSteps)
+		c := schedule.DefaultOneCycleConfig(k.MaxLR, k.TotalSteps)
 		c.PctStart, c.DivFactor, c.FinalDivFactor, c.ThreePhase = k.PctStart, k.DivFactor, k.FinalDivFactor, k.ThreePhase
 		c.CycleMomentum, c.BaseMomentum, c.MaxMomentum = k.CycleMomentum, k.BaseMomentum, k.MaxMomentum
-		oc, err := hparam.NewOneCycle(c)
+		oc, err := schedule.NewOneCycle(c)
 		require.NoError(t, err)
 		ph := torchPhases(c)
 		for s := range k.TotalSteps {
@@ -222,7 +224,7 @@ func TestTorchReferenceUsedTheCLibrarysCos(t *testing.T) {
 			misrounded := len(d.diff)
 			require.True(t, d.check(t, arg))
 			if got != lr || gotMom != mom {
-				require.Greater(t, len(d.diff), misrounded, "case %d step %d: hparam.Cos agrees with C", i, s)
+				require.Greater(t, len(d.diff), misrounded, "case %d step %d: schedule.Cos agrees with C", i, s)
 				t.Logf("case %d step %d: lr %v, PyTorch's %v", i, s, got, lr)
 			}
 		}

@@ -7,8 +7,8 @@ import (
 	"sync"
 )
 
-// The oracle is a cosine in math/big that shares nothing with hparam.Cos
-// but the idea: pi by the Gauss-Legendre iteration (hparam's comes from
+// The oracle is a cosine in math/big that shares nothing with schedule.Cos
+// but the idea: pi by the Gauss-Legendre iteration (schedule.Cos's comes from
 // Machin's formula), the reduction with 600 bits past the units of x and
 // the Taylor series at 600 bits, far more than any float64 argument needs.
 const (

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
@@ -186,7 +186,7 @@ func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, erro
 func soloRun(t *testing.T, rep *lrReplica, maxRollbacks int, mw *metrics.Writer, tweak ...func(*checkpoint.Saver)) (Result, *bytes.Buffer, error) {
 	t.Helper()
 	ctx := context.Background()
-	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+	ex, err := builtin.NewExplorer(builtin.LR)
 	require.NoError(t, err)
 	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: 1, TotalSteps: 12, WindowSteps: 2, Seed: 1},
 		[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
@@ -21,7 +21,7 @@ import (
 // record; an unknown sync mode is refused before any window.
 func TestSetupEventsReachTheFirstRecordAndSyncIsChecked(t *testing.T) {
 	ctx := context.Background()
-	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+	ex, err := builtin.NewExplorer(builtin.LR)
 	require.NoError(t, err)
 	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: 1, TotalSteps: 4, WindowSteps: 2, Seed: 1},
 		[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})

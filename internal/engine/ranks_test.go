@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine/enginetest"
 	"github.com/hdet-dev/hdet/internal/metrics"
@@ -181,7 +181,7 @@ func (s ranksSpec) options(t *testing.T, r *ranksRun, rank int, metricsPath stri
 		o.Groups = &Groups{Layout: Layout{World: s.world, Size: s.g}, Replica: r.w.ReplicaComm(rank), Cross: r.w.CrossComm(rank)}
 	}
 	if rank == 0 {
-		ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+		ex, err := builtin.NewExplorer(builtin.LR)
 		require.NoError(t, err)
 		o.Controller, err = controller.NewController(context.Background(), controller.RunShape{Ranks: s.world / s.g, TotalSteps: s.steps, WindowSteps: s.window, Seed: 7},
 			[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(s.lr)}})

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
@@ -61,7 +61,7 @@ func TestReducerCountsItsAllreduces(t *testing.T) {
 // the others have none.
 func TestWindowRecordCarriesAllreduceAndEvalSeconds(t *testing.T) {
 	ctx := context.Background()
-	ex, err := hparam.NewBuiltinExplorer(hparam.BuiltinLR)
+	ex, err := builtin.NewExplorer(builtin.LR)
 	require.NoError(t, err)
 	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: 1, TotalSteps: 12, WindowSteps: 3, Seed: 1},
 		[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(`{"schedule":0.01,"auto":{"enabled":false}}`)}})

@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/builtin"
 	"github.com/hdet-dev/hdet/plugins/contract"
 )
 
@@ -37,10 +38,10 @@ func Serve(e hparam.Explorer) {
 	os.Exit(0)
 }
 
-// ServeBuiltin serves one of hdet's built-in explorers (hparam.BuiltinLR,
+// ServeBuiltin serves one of hdet's built-in explorers (builtin.LR,
 // ...): the whole main of cmd/hdet-explorer-*.
 func ServeBuiltin(kind string) {
-	e, err := hparam.NewBuiltinExplorer(kind)
+	e, err := builtin.NewExplorer(kind)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

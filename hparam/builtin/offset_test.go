@@ -1,4 +1,4 @@
-package hparam
+package builtin
 
 import (
 	"context"
@@ -7,17 +7,19 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // lrSetup is 4 ranks, 10 windows of 10 steps.
-var lrSetup = Setup{Name: "lr", Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 1}
+var lrSetup = hparam.Setup{Name: "lr", Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 1}
 
 // window plans window k of e and observes it with losses given by f of
 // each rank's offset x_r = log(v_r/centre) (values in slot order).
-func window(t *testing.T, e Explorer, k int, f func(x float64) float64) (WindowPlan, Feedback) {
+func window(t *testing.T, e hparam.Explorer, k int, f func(x float64) float64) (hparam.WindowPlan, hparam.Feedback) {
 	t.Helper()
 	ctx := context.Background()
-	wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+	wp, err := e.Plan(ctx, hparam.WindowRequest{Window: k, Start: 10 * k, Steps: 10})
 	require.NoError(t, err)
 	centre := wp.Base[9]
 	values := wp.Spread.Values(centre, 4, wp.Bounds)
@@ -25,15 +27,15 @@ func window(t *testing.T, e Explorer, k int, f func(x float64) float64) (WindowP
 	for r, v := range values {
 		losses[r] = f(math.Log(v / centre))
 	}
-	fb, err := e.Observe(ctx, Observation{Window: k, Values: values, Losses: losses})
+	fb, err := e.Observe(ctx, hparam.Observation{Window: k, Values: values, Losses: losses})
 	require.NoError(t, err)
 	return wp, fb
 }
 
 // constLR is a constant schedule at 0.01 explored on a log scale.
-func constLR(t *testing.T, extra string) Explorer {
+func constLR(t *testing.T, extra string) hparam.Explorer {
 	t.Helper()
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
+	e, err := initBuiltin(t, LR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
 		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train", "commit": "continue"`+extra+`}}`, lrSetup)
 	require.NoError(t, err)
 	return e
@@ -110,7 +112,7 @@ func TestOffsetClipAndMomentum(t *testing.T) {
 }
 
 func TestOffsetBounds(t *testing.T) {
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
+	e, err := initBuiltin(t, LR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
 		"spread": {"alpha": 0.5, "narrow_from": 1}, "bounds": {"lower": 0.005, "upper": 0.02}, "auto": {"signal": "train", "lambda": 10}}`, lrSetup)
 	require.NoError(t, err)
 	up := func(x float64) float64 { return 1 - x }
@@ -127,7 +129,7 @@ func TestOffsetBounds(t *testing.T) {
 func TestOffsetWarmupGuard(t *testing.T) {
 	cfg := `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
 		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"}}`
-	e, err := initBuiltin(t, BuiltinLR, cfg, lrSetup)
+	e, err := initBuiltin(t, LR, cfg, lrSetup)
 	require.NoError(t, err)
 	// Higher: vertex at +0.2, the schedule keeps rising.
 	_, fb := window(t, e, 0, func(x float64) float64 { return (x - 0.2) * (x - 0.2) })
@@ -154,7 +156,7 @@ func TestNarrowing(t *testing.T) {
 	assert.InDelta(t, 0.3, n.Alpha(0.5, 0.5), 1e-15)
 	assert.Equal(t, 0.1, n.Alpha(0.5, 0.7))
 	assert.Equal(t, 0.1, n.Alpha(0.5, 1))
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5, "narrow_from": 0.5, "narrow_to": 1}}`, lrSetup)
+	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5, "narrow_from": 0.5, "narrow_to": 1}}`, lrSetup)
 	require.NoError(t, err)
 	var alphas []float64
 	for k := range 10 {
@@ -168,16 +170,16 @@ func TestNarrowing(t *testing.T) {
 // update, and compares the ranks by it, not by their training losses.
 func TestOffsetProbeSignal(t *testing.T) {
 	ctx := context.Background()
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"narrow_from": 1}, "auto": {"until": 0.5}}`, lrSetup)
+	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"narrow_from": 1}, "auto": {"until": 0.5}}`, lrSetup)
 	require.NoError(t, err)
 	for k := range 10 {
-		wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+		wp, err := e.Plan(ctx, hparam.WindowRequest{Window: k, Start: 10 * k, Steps: 10})
 		require.NoError(t, err)
 		require.Equal(t, k < 4, wp.Probe, "window %d: updates at boundaries 10..40, before until", k)
 		values := wp.Spread.Values(wp.Base[9], 4, wp.Bounds)
 		train := []float64{1, 2, 3, 4} // the lowest value looks best in training...
 		probe := []float64{4, 3, 2, 1} // ...the highest on the probe
-		o := Observation{Window: k, Values: values, Losses: train}
+		o := hparam.Observation{Window: k, Values: values, Losses: train}
 		if wp.Probe {
 			o.Probe = probe
 		}
@@ -195,8 +197,8 @@ func TestOffsetProbeSignal(t *testing.T) {
 // recorded from revision 1 with `decay: none` and must not change.
 func TestPaperFormPinned(t *testing.T) {
 	ctx := context.Background()
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule":{"max_lr":0.01,"pct_start":0.25},"spread":{"alpha":0.5,"narrow_from":1},"auto":{"form":"paper","sigma":0.05}}`,
-		Setup{Name: "lr", Ranks: 4, TotalSteps: 400, WindowSteps: 50, Seed: 1})
+	e, err := initBuiltin(t, LR, `{"schedule":{"max_lr":0.01,"pct_start":0.25},"spread":{"alpha":0.5,"narrow_from":1},"auto":{"form":"paper","sigma":0.05}}`,
+		hparam.Setup{Name: "lr", Ranks: 4, TotalSteps: 400, WindowSteps: 50, Seed: 1})
 	require.NoError(t, err)
 	losses := [][]float64{{1, 1.1, 0.9, 1}, {0.5, 0.6, 0.55, 0.52}, {0.4, 0.3, 0.35, 0.45}, {0.3, 0.31, 0.29, 0.3},
 		{0.2, 0.25, 0.22, 0.21}, {0.2, 0.19, 0.18, 0.21}, {0.1, 0.12, 0.11, 0.1}, {0.1, 0.1, 0.1, 0.1}}
@@ -204,11 +206,11 @@ func TestPaperFormPinned(t *testing.T) {
 		0.009780079612198641, 0.009721891925506319, 0.00967296910437683, 0.009628938565360292}
 	w1 := []float64{0.46008005650439415, 0.062265064758538984, 0.16925399408096198, 0.3084008846561049}
 	for k := range 8 {
-		wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: k * 50, Steps: 50})
+		wp, err := e.Plan(ctx, hparam.WindowRequest{Window: k, Start: k * 50, Steps: 50})
 		require.NoError(t, err)
 		assert.False(t, wp.Probe, "the paper form compares training losses")
 		vals := wp.Spread.Values(wp.Base[49], 4, wp.Bounds)
-		fb, err := e.Observe(ctx, Observation{Window: k, Values: vals, Losses: losses[k]})
+		fb, err := e.Observe(ctx, hparam.Observation{Window: k, Values: vals, Losses: losses[k]})
 		require.NoError(t, err)
 		require.Equal(t, want[k], fb.Base, "window %d", k)
 		if k == 1 {
@@ -234,14 +236,14 @@ func TestOffsetGuardThreshold(t *testing.T) {
 		vertex float64
 		held   bool
 	}{{"1", -0.4, false}, {"0.5", -0.4, true}, {"0", -0.4, false}, {"", -0.4, true}, {"", -0.02, true}, {"", -0.002, false}} {
-		e, err := initBuiltin(t, BuiltinLR, cfg(tc.guard), lrSetup)
+		e, err := initBuiltin(t, LR, cfg(tc.guard), lrSetup)
 		require.NoError(t, err)
 		parabola := func(x float64) float64 { return (x - tc.vertex) * (x - tc.vertex) }
 		window(t, e, 0, parabola)
 		wp, _ := window(t, e, 1, parabola)
 		assert.Equal(t, tc.held, wp.Base[0] == wp.Base[9], "guard %q, vertex %v", tc.guard, tc.vertex)
 	}
-	_, err := initBuiltin(t, BuiltinLR, cfg("-1"), lrSetup)
+	_, err := initBuiltin(t, LR, cfg("-1"), lrSetup)
 	assert.ErrorContains(t, err, "auto.guard")
 }
 
@@ -249,7 +251,7 @@ func TestOffsetGuardThreshold(t *testing.T) {
 // (OneCycle's peak at step 30 of 100), then the spread narrows to 0 over a
 // tenth of the run; a schedule without a warm-up learns all run long.
 func TestOffsetDefaultUntil(t *testing.T) {
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}}`, lrSetup)
+	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}}`, lrSetup)
 	require.NoError(t, err)
 	var probes []bool
 	var alphas []float64
@@ -262,14 +264,14 @@ func TestOffsetDefaultUntil(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{0.5, 0.5, 0.5, 0.5, 0.05, 0, 0, 0, 0, 0}, alphas, 1e-12)
 	dropSetup := lrSetup
 	dropSetup.Name = "dropout"
-	e, err = initBuiltin(t, BuiltinDropout, `{"schedule": 0.1, "auto": {"commit": "continue"}}`, dropSetup)
+	e, err = initBuiltin(t, Dropout, `{"schedule": 0.1, "auto": {"commit": "continue"}}`, dropSetup)
 	require.NoError(t, err)
 	for k := range 10 {
-		wp, err := e.Plan(context.Background(), WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+		wp, err := e.Plan(context.Background(), hparam.WindowRequest{Window: k, Start: 10 * k, Steps: 10})
 		require.NoError(t, err)
 		require.Equal(t, k < 9, wp.Probe, "window %d", k)
 		require.Equal(t, 1.0/9, wp.Spread.Alpha)
-		_, err = e.Observe(context.Background(), Observation{Window: k, Values: wp.Spread.Values(0.1, 4, wp.Bounds), Losses: []float64{1, 1, 1, 1}})
+		_, err = e.Observe(context.Background(), hparam.Observation{Window: k, Values: wp.Spread.Values(0.1, 4, wp.Bounds), Losses: []float64{1, 1, 1, 1}})
 		require.NoError(t, err)
 	}
 }
@@ -305,7 +307,7 @@ func TestOffsetPolyakAverage(t *testing.T) {
 // At the first boundary after the learning updates, the explorer's offset
 // becomes the mean of u over the second half of them.
 func TestOffsetSettlesOnTheMean(t *testing.T) {
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}}`, lrSetup)
+	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}}`, lrSetup)
 	require.NoError(t, err)
 	var offsets []float64
 	for k := range 6 {
@@ -320,7 +322,7 @@ func TestOffsetSettlesOnTheMean(t *testing.T) {
 
 // A mean of u values the bounds clamped is clamped too when it settles.
 func TestOffsetSettleClamps(t *testing.T) {
-	e, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}, "bounds": {"upper": 0.012}}`, lrSetup)
+	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}, "bounds": {"upper": 0.012}}`, lrSetup)
 	require.NoError(t, err)
 	var bases []float64
 	for k := range 6 {

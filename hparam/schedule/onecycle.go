@@ -1,4 +1,4 @@
-package hparam
+package schedule
 
 import "math"
 

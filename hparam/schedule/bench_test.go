@@ -1,6 +1,6 @@
 //go:build unix
 
-package hparam
+package schedule
 
 import (
 	"math"

@@ -1,46 +1,49 @@
-package hparam
+package builtin
 
 import (
 	"encoding/json"
 	"errors"
 	"strings"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/schedule"
 )
 
 // builtinKind is a built-in explorer kind's defaults: what it describes
 // itself as, and the schedule kind a config's schedule block defaults to.
 type builtinKind struct {
-	desc         Descriptor
+	desc         hparam.Descriptor
 	scheduleKind string
 }
 
 var builtinKinds = map[string]builtinKind{
-	BuiltinLR: {
-		desc: Descriptor{Name: BuiltinLR, Version: BuiltinVersion, Hyperparameter: "lr", Scale: Log,
-			Bounds: Bounds{1e-8, 10}, Spread: Spread{Multiplicative, 0.5},
+	LR: {
+		desc: hparam.Descriptor{Name: LR, Version: Version, Hyperparameter: "lr", Scale: hparam.Log,
+			Bounds: hparam.Bounds{Lower: 1e-8, Upper: 10}, Spread: hparam.Spread{Kind: hparam.Multiplicative, Alpha: 0.5},
 			ExampleConfig: []byte(`{"schedule": {"max_lr": 0.003}}`)},
-		scheduleKind: KindOneCycle,
+		scheduleKind: schedule.KindOneCycle,
 	},
-	BuiltinDropout: {
-		desc: Descriptor{Name: BuiltinDropout, Version: BuiltinVersion, Hyperparameter: "dropout", Scale: Linear,
-			Bounds: Bounds{0, 0.9}, Spread: Spread{Additive, 1.0 / 9},
+	Dropout: {
+		desc: hparam.Descriptor{Name: Dropout, Version: Version, Hyperparameter: "dropout", Scale: hparam.Linear,
+			Bounds: hparam.Bounds{Lower: 0, Upper: 0.9}, Spread: hparam.Spread{Kind: hparam.Additive, Alpha: 1.0 / 9},
 			ExampleConfig: []byte(`{"schedule": 0.1}`)},
-		scheduleKind: KindConstant,
+		scheduleKind: schedule.KindConstant,
 	},
-	BuiltinWeightDecay: {
-		desc: Descriptor{Name: BuiltinWeightDecay, Version: BuiltinVersion, Hyperparameter: "weight_decay", Scale: Log,
-			Bounds: Bounds{0, 1}, Spread: Spread{Geometric, 1.0 / 9},
+	WeightDecay: {
+		desc: hparam.Descriptor{Name: WeightDecay, Version: Version, Hyperparameter: "weight_decay", Scale: hparam.Log,
+			Bounds: hparam.Bounds{Lower: 0, Upper: 1}, Spread: hparam.Spread{Kind: hparam.Geometric, Alpha: 1.0 / 9},
 			ExampleConfig: []byte(`{"schedule": 0.01}`)},
-		scheduleKind: KindConstant,
+		scheduleKind: schedule.KindConstant,
 	},
 }
 
-// BuiltinConfig is a built-in explorer's config block (Setup.Config), in
+// Config is a built-in explorer's config block (Setup.Config), in
 // JSON; the engine converts the YAML block of the run config to it. Every
 // block and key is optional except the schedule's required value; unknown
 // keys are errors naming the key.
 //
 //	{
-//	  "schedule": {"kind": "onecycle", "max_lr": 0.1, ...},  // a ScheduleSpec, or a bare number for a constant
+//	  "schedule": {"kind": "onecycle", "max_lr": 0.1, ...},  // a schedule.Spec, or a bare number for a constant
 //	  "spread": {
 //	    "kind": "multiplicative", // multiplicative | additive | geometric
 //	    "alpha": 0.5,             // >= 0 (< 1 multiplicative)
@@ -82,8 +85,8 @@ var builtinKinds = map[string]builtinKind{
 // boundary k*T >= max(auto.start, T); windows before it follow the
 // schedule, windows after it hold the auto base. "auto.decay" (revision 1)
 // is refused: the schedule's own anneal replaced it.
-type BuiltinConfig struct {
-	Schedule json.RawMessage `json:"schedule"` // a ScheduleSpec object or a number
+type Config struct {
+	Schedule json.RawMessage `json:"schedule"` // a schedule.Spec object or a number
 	Spread   json.RawMessage `json:"spread"`   // a SpreadSpec
 	Bounds   json.RawMessage `json:"bounds"`   // a BoundsSpec
 	Auto     json.RawMessage `json:"auto"`     // an AutoSpec
@@ -91,11 +94,11 @@ type BuiltinConfig struct {
 
 // SpreadSpec is the "spread" block; nil fields keep the explorer's default.
 type SpreadSpec struct {
-	Kind       *SpreadKind `json:"kind"`
-	Alpha      *float64    `json:"alpha"`
-	NarrowFrom *float64    `json:"narrow_from"`
-	NarrowTo   *float64    `json:"narrow_to"`
-	AlphaEnd   *float64    `json:"alpha_end"`
+	Kind       *hparam.SpreadKind `json:"kind"`
+	Alpha      *float64           `json:"alpha"`
+	NarrowFrom *float64           `json:"narrow_from"`
+	NarrowTo   *float64           `json:"narrow_to"`
+	AlphaEnd   *float64           `json:"alpha_end"`
 }
 
 // BoundsSpec is the "bounds" block; nil fields keep the explorer's default.
@@ -145,8 +148,8 @@ const SearchWithoutWarmup = 0.25
 // the run when it commits, so that it ends with a OneCycle learning rate's
 // usual warm-up rather than keep the run from ever committing; continuing,
 // it learns the whole run.
-func defaultUntil(sched Schedule, s Setup, commit CommitMode) float64 {
-	end := warmupEnd(sched)
+func defaultUntil(sched schedule.Schedule, s hparam.Setup, commit CommitMode) float64 {
+	end := schedule.WarmupEnd(sched)
 	switch {
 	case end <= 0 && commit == CommitRestart:
 		return SearchWithoutWarmup
@@ -175,19 +178,19 @@ func decodeBlock(raw json.RawMessage, v any, name string) error {
 	return decodeStrict(raw, v, name)
 }
 
-// parsedConfig is a BuiltinConfig decoded and checked against the run.
+// parsedConfig is a Config decoded and checked against the run.
 type parsedConfig struct {
-	sched     Schedule
-	spread    Spread
+	sched     schedule.Schedule
+	spread    hparam.Spread
 	narrow    Narrowing
-	bounds    Bounds
+	bounds    hparam.Bounds
 	autoOn    bool
 	autoStart int
 	auto      AutoConfig
 }
 
-func decodeSchedule(raw json.RawMessage) (ScheduleSpec, error) {
-	var spec ScheduleSpec
+func decodeSchedule(raw json.RawMessage) (schedule.Spec, error) {
+	var spec schedule.Spec
 	switch {
 	case !present(raw):
 	case isNumber(raw):
@@ -204,13 +207,13 @@ func decodeSchedule(raw json.RawMessage) (ScheduleSpec, error) {
 	return spec, nil
 }
 
-func (b *builtin) parse(s Setup) (parsedConfig, error) {
+func (b *builtin) parse(s hparam.Setup) (parsedConfig, error) {
 	var p parsedConfig
 	cfgJSON := s.Config
 	if len(strings.TrimSpace(string(cfgJSON))) == 0 {
 		cfgJSON = []byte("{}")
 	}
-	var cfg BuiltinConfig
+	var cfg Config
 	if err := decodeStrict(cfgJSON, &cfg, ""); err != nil {
 		return p, err
 	}
@@ -249,8 +252,8 @@ func (b *builtin) parse(s Setup) (parsedConfig, error) {
 	if p.spread, p.narrow, err = spreadConfig(d.Spread, ss, narrow); err != nil {
 		return p, err
 	}
-	p.auto.LogSpace = p.spread.Kind == Geometric
-	p.bounds = Bounds{orFloat(bs.Lower, d.Bounds.Lower), orFloat(bs.Upper, d.Bounds.Upper)}
+	p.auto.LogSpace = p.spread.Kind == hparam.Geometric
+	p.bounds = hparam.Bounds{Lower: orFloat(bs.Lower, d.Bounds.Lower), Upper: orFloat(bs.Upper, d.Bounds.Upper)}
 	if err := p.bounds.Validate(); err != nil {
 		return p, err
 	}
@@ -272,7 +275,7 @@ func (b *builtin) parse(s Setup) (parsedConfig, error) {
 
 // spreadConfig applies the "spread" block to the explorer's default spread
 // and narrowing (an AlphaEnd < 0 there means alpha itself).
-func spreadConfig(def Spread, ss SpreadSpec, defNarrow Narrowing) (Spread, Narrowing, error) {
+func spreadConfig(def hparam.Spread, ss SpreadSpec, defNarrow Narrowing) (hparam.Spread, Narrowing, error) {
 	sp := def
 	if ss.Kind != nil {
 		sp.Kind = *ss.Kind
@@ -291,8 +294,8 @@ func spreadConfig(def Spread, ss SpreadSpec, defNarrow Narrowing) (Spread, Narro
 	if !(n.From >= 0 && n.From <= n.To && n.To <= 1) {
 		return sp, n, fieldErr("spread.narrow_from", "narrow_from %v and narrow_to %v must satisfy 0 <= narrow_from <= narrow_to <= 1", n.From, n.To)
 	}
-	if err := (Spread{Kind: sp.Kind, Alpha: n.AlphaEnd}).Validate(); err != nil {
-		var fe *FieldError
+	if err := (hparam.Spread{Kind: sp.Kind, Alpha: n.AlphaEnd}).Validate(); err != nil {
+		var fe *hparam.FieldError
 		if errors.As(err, &fe) {
 			err = fieldErr("spread.alpha_end", "%s", fe.Msg)
 		}
@@ -316,7 +319,7 @@ func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	p.autoOn = as.Enabled == nil || *as.Enabled
 	p.autoStart = 0
 	if form == FormPaper {
-		p.autoStart = warmupEnd(p.sched)
+		p.autoStart = schedule.WarmupEnd(p.sched)
 	}
 	p.autoStart = orInt(as.Start, p.autoStart)
 	if p.autoStart < 0 {

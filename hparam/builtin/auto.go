@@ -1,9 +1,11 @@
-package hparam
+package builtin
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // Form is the meta-update's form (docs/design.md §1.1).
@@ -169,7 +171,7 @@ func (c AutoConfig) Validate() error {
 // velocity v.
 type Auto struct {
 	cfg    AutoConfig
-	bounds Bounds
+	bounds hparam.Bounds
 
 	Base     float64
 	Velocity float64
@@ -177,7 +179,7 @@ type Auto struct {
 }
 
 // NewAuto returns a paper-form meta-update with no updates applied.
-func NewAuto(cfg AutoConfig, bounds Bounds) (*Auto, error) {
+func NewAuto(cfg AutoConfig, bounds hparam.Bounds) (*Auto, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -229,15 +231,15 @@ func healthy(v float64) bool { return math.Abs(v) <= math.MaxFloat64 }
 // Delta = htilde - hbar) from the value each rank used at the window's last
 // step and its loss (NaN or Inf for an unhealthy rank). weights is reused
 // for the returned weights when it has the capacity.
-func (a *Auto) Update(values, losses []float64, weights []float64) (Feedback, error) {
+func (a *Auto) Update(values, losses []float64, weights []float64) (hparam.Feedback, error) {
 	n := len(values)
 	if n == 0 || len(losses) != n {
-		return Feedback{}, fmt.Errorf("%w: %d values and %d losses, want the same positive number", ErrInvalid, n, len(losses))
+		return hparam.Feedback{}, fmt.Errorf("%w: %d values and %d losses, want the same positive number", hparam.ErrInvalid, n, len(losses))
 	}
 	logSpace := a.cfg.LogSpace
 	for r, h := range values {
 		if !healthy(h) {
-			return Feedback{}, fmt.Errorf("%w: rank %d used value %v", ErrInvalid, r, h)
+			return hparam.Feedback{}, fmt.Errorf("%w: rank %d used value %v", hparam.ErrInvalid, r, h)
 		}
 		logSpace = logSpace && h > 0 // a value clamped to 0 has no logarithm
 	}
@@ -264,7 +266,7 @@ func (a *Auto) Update(values, losses []float64, weights []float64) (Feedback, er
 	a.Velocity = float64(a.cfg.Beta*a.Velocity) + float64((1-a.cfg.Beta)*delta)
 	a.Base = a.bounds.Clamp(hbar + float64(a.cfg.Lambda*a.Velocity))
 	a.Updates++
-	return Feedback{Weights: w, Base: a.Base}, nil
+	return hparam.Feedback{Weights: w, Base: a.Base}, nil
 }
 
 // sigmaFor is the softmax temperature for this window's losses.
@@ -312,12 +314,12 @@ func (a *Auto) MarshalBinary() ([]byte, error) {
 // stays that of NewAuto.
 func (a *Auto) UnmarshalBinary(b []byte) error {
 	if len(b) != autoStateLen {
-		return fmt.Errorf("%w: auto state: want %d bytes, got %d", ErrDecode, autoStateLen, len(b))
+		return fmt.Errorf("%w: auto state: want %d bytes, got %d", hparam.ErrDecode, autoStateLen, len(b))
 	}
 	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
 	updates := binary.LittleEndian.Uint64(b[16:])
 	if updates > math.MaxInt32 {
-		return fmt.Errorf("%w: auto state: %d updates", ErrDecode, updates)
+		return fmt.Errorf("%w: auto state: %d updates", hparam.ErrDecode, updates)
 	}
 	a.Base, a.Velocity, a.Updates = f(0), f(1), int(updates)
 	return nil

@@ -1,16 +1,12 @@
-package hparam
+package schedule
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"reflect"
 	"slices"
 	"strings"
 )
 
-// Schedule kinds, the "kind" of a ScheduleSpec and the first argument of
+// Schedule kinds, the "kind" of a Spec and the first argument of
 // `hdet schedule`.
 const (
 	KindOneCycle = "onecycle"
@@ -20,10 +16,10 @@ const (
 	KindStep     = "step"
 )
 
-// ScheduleKinds lists the schedule kinds.
-var ScheduleKinds = []string{KindOneCycle, KindConstant, KindCosine, KindLinear, KindStep}
+// Kinds lists the schedule kinds.
+var Kinds = []string{KindOneCycle, KindConstant, KindCosine, KindLinear, KindStep}
 
-// ScheduleSpec describes a schedule by kind and parameters, as written in an
+// Spec describes a schedule by kind and parameters, as written in an
 // explorer's config block ("schedule": {...}) or typed on `hdet schedule`'s
 // command line (the same names with dashes). A nil field takes its default.
 //
@@ -47,7 +43,7 @@ var ScheduleKinds = []string{KindOneCycle, KindConstant, KindCosine, KindLinear,
 //	warmup_steps      cosine, linear: 0, in [0, total_steps)
 //	step_size         step: multiply by gamma every step_size steps (required)
 //	gamma             step: 0.1
-type ScheduleSpec struct {
+type Spec struct {
 	Kind           *string  `json:"kind"`
 	TotalSteps     *int     `json:"total_steps"`
 	Value          *float64 `json:"value"`
@@ -81,9 +77,9 @@ var scheduleKeys = map[string][]string{
 	KindStep:     {"initial", "step_size", "gamma"},
 }
 
-// ScheduleKeys returns the keys a schedule kind takes besides "kind", in
-// the order of ScheduleSpec's doc; nil for an unknown kind.
-func ScheduleKeys(kind string) []string {
+// KindKeys returns the keys a schedule kind takes besides "kind", in
+// the order of Spec's doc; nil for an unknown kind.
+func KindKeys(kind string) []string {
 	keys, ok := scheduleKeys[kind]
 	if !ok {
 		return nil
@@ -92,7 +88,7 @@ func ScheduleKeys(kind string) []string {
 }
 
 // Keys returns the JSON names of the fields that are set.
-func (s ScheduleSpec) Keys() []string {
+func (s Spec) Keys() []string {
 	var keys []string
 	v := reflect.ValueOf(s)
 	for i := range v.NumField() {
@@ -132,8 +128,8 @@ func required(name string, p *float64) (float64, error) {
 // Build returns the schedule. defaultKind applies when Kind is nil (and
 // Value is nil too; a lone value means constant); defaultTotal is
 // total_steps when it is not set. Errors are FieldErrors naming the field
-// as ScheduleSpec spells it.
-func (s ScheduleSpec) Build(defaultKind string, defaultTotal int) (Schedule, error) {
+// as Spec spells it.
+func (s Spec) Build(defaultKind string, defaultTotal int) (Schedule, error) {
 	kind := defaultKind
 	switch {
 	case s.Kind != nil:
@@ -143,7 +139,7 @@ func (s ScheduleSpec) Build(defaultKind string, defaultTotal int) (Schedule, err
 	}
 	allowed, ok := scheduleKeys[kind]
 	if !ok {
-		return nil, fieldErr("kind", "must be one of %s, got %q", strings.Join(ScheduleKinds, ", "), kind)
+		return nil, fieldErr("kind", "must be one of %s, got %q", strings.Join(Kinds, ", "), kind)
 	}
 	for _, k := range s.Keys() {
 		if k != "kind" && k != "total_steps" && !slices.Contains(allowed, k) {
@@ -191,7 +187,7 @@ func (s ScheduleSpec) Build(defaultKind string, defaultTotal int) (Schedule, err
 
 // oneCycle builds a OneCycle schedule of total steps, PyTorch's defaults
 // where a field is not set.
-func (s ScheduleSpec) oneCycle(total int) (Schedule, error) {
+func (s Spec) oneCycle(total int) (Schedule, error) {
 	maxLR, err := required("max_lr", s.MaxLR)
 	if err != nil {
 		return nil, err
@@ -226,10 +222,11 @@ func (s ScheduleSpec) oneCycle(total int) (Schedule, error) {
 	return NewOneCycle(c)
 }
 
-// warmupEnd is the step where a schedule's warm-up ends, the default start
-// of the auto phase: the OneCycle peak, the warm-up schedules' warmup_steps,
-// 0 for schedules without a warm-up.
-func warmupEnd(s Schedule) int {
+// WarmupEnd is the step where a schedule's warm-up ends (where the
+// built-in explorers' search pass ends by default): OneCycle's
+// int(pct_start*total_steps), the warm-up schedules' warmup_steps, 0 for
+// schedules without a warm-up.
+func WarmupEnd(s Schedule) int {
 	switch s := s.(type) {
 	case *OneCycle:
 		return int(s.c.PctStart * float64(s.total))
@@ -237,107 +234,4 @@ func warmupEnd(s Schedule) int {
 		return s.c.WarmupSteps
 	}
 	return 0
-}
-
-// decodeStrict decodes one JSON value into v, rejecting unknown keys and
-// trailing data, and turns decoding errors into FieldErrors under prefix.
-func decodeStrict(data []byte, v any, prefix string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, e := dec.Token(); e != io.EOF {
-			err = errors.New("trailing data after the JSON value")
-		}
-	}
-	if err == nil {
-		return nil
-	}
-	field := func(f string) string {
-		if prefix == "" {
-			return f
-		}
-		if f == "" {
-			return prefix
-		}
-		return prefix + "." + f
-	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		got := te.Value
-		if v := valueBefore(data, te.Offset); v != "" {
-			got += " " + v
-		}
-		return fieldErr(field(te.Field), "must be a JSON %s, got %s", jsonKind(te.Type), got)
-	}
-	if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		key = strings.Trim(key, `"`)
-		return fieldErr(field(key), "unknown key (allowed: %s)", strings.Join(structKeys(v), ", "))
-	}
-	where := prefix
-	if where == "" {
-		where = "config"
-	}
-	return fieldErr(where, "invalid JSON: %v", err)
-}
-
-// valueBefore returns the JSON scalar that ends at offset in data (where
-// encoding/json reports a type error), cut to 40 bytes, or "" for an
-// array or object: the message then names what the user wrote ("NaN",
-// "0.5x"), not only its JSON kind.
-func valueBefore(data []byte, offset int64) string {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	for {
-		tok, err := dec.Token()
-		if err != nil || dec.InputOffset() > offset {
-			return ""
-		}
-		if _, delim := tok.(json.Delim); dec.InputOffset() == offset && !delim {
-			v, _ := json.Marshal(tok)
-			if len(v) > 40 {
-				return strings.ToValidUTF8(string(v[:37]), "") + "..."
-			}
-			return string(v)
-		}
-	}
-}
-
-func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Int:
-		return "integer"
-	case reflect.Float64:
-		return "number"
-	case reflect.Bool:
-		return "boolean"
-	case reflect.String:
-		return "string"
-	}
-	return "object"
-}
-
-func structKeys(v any) []string {
-	t := reflect.TypeOf(v)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	var keys []string
-	if t.Kind() == reflect.Struct {
-		for i := range t.NumField() {
-			keys = append(keys, jsonName(t.Field(i)))
-		}
-	}
-	return keys
-}
-
-// present reports whether a raw JSON block was given and is not null.
-func present(raw json.RawMessage) bool {
-	return len(raw) > 0 && string(bytes.TrimSpace(raw)) != "null"
-}
-
-// isNumber reports whether raw is a bare JSON number (the "schedule": 0.1 shorthand).
-func isNumber(raw json.RawMessage) bool {
-	t := bytes.TrimSpace(raw)
-	return len(t) > 0 && (t[0] == '-' || (t[0] >= '0' && t[0] <= '9'))
 }

@@ -1,4 +1,4 @@
-package hparam
+package builtin
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // FuzzBuiltinInit: whatever a user writes in an explorer's config block
@@ -14,9 +16,9 @@ import (
 // panicking or failing (the built-in explorers run inside plugin
 // processes, where a panic is a lost explorer).
 func FuzzBuiltinInit(f *testing.F) {
-	kinds := []string{BuiltinLR, BuiltinDropout, BuiltinWeightDecay}
+	kinds := []string{LR, Dropout, WeightDecay}
 	for i, k := range kinds {
-		e, err := NewBuiltinExplorer(k)
+		e, err := NewExplorer(k)
 		require.NoError(f, err)
 		d, err := e.Describe(context.Background())
 		require.NoError(f, err)
@@ -32,24 +34,24 @@ func FuzzBuiltinInit(f *testing.F) {
 		f.Add(uint8(0), []byte(cfg))
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, cfg []byte) {
-		e, err := NewBuiltinExplorer(kinds[int(kind)%len(kinds)])
+		e, err := NewExplorer(kinds[int(kind)%len(kinds)])
 		require.NoError(t, err)
 		s := setup4
 		s.Config = cfg
 		ctx := context.Background()
 		if err := e.Init(ctx, s); err != nil {
-			require.True(t, errors.Is(err, ErrInvalid), "%v", err)
+			require.True(t, errors.Is(err, hparam.ErrInvalid), "%v", err)
 			return
 		}
 		for k := range s.TotalSteps / s.WindowSteps {
-			wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: k * s.WindowSteps, Steps: s.WindowSteps})
+			wp, err := e.Plan(ctx, hparam.WindowRequest{Window: k, Start: k * s.WindowSteps, Steps: s.WindowSteps})
 			require.NoError(t, err, "window %d", k)
 			values := wp.Spread.Values(wp.Base[len(wp.Base)-1], s.Ranks, wp.Bounds)
 			losses := make([]float64, len(values))
 			for r, v := range values {
 				losses[r] = 1 + math.Abs(math.Log1p(math.Abs(v))-0.1*float64(k%3))
 			}
-			_, err = e.Observe(ctx, Observation{Window: k, Values: values, Losses: losses, Probe: losses})
+			_, err = e.Observe(ctx, hparam.Observation{Window: k, Values: values, Losses: losses, Probe: losses})
 			require.NoError(t, err, "window %d", k)
 		}
 	})

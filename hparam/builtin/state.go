@@ -1,10 +1,11 @@
-package hparam
+package builtin
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
 
+	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/binread"
 )
 
@@ -50,17 +51,17 @@ func (b *builtin) LoadState(_ context.Context, state []byte) error {
 			v = int(state[0])
 		}
 		return fmt.Errorf("%w: explorer state: version %d, this explorer reads versions 2 to %d (revision 2 of the meta-update on; a revision-1 checkpoint cannot resume)",
-			ErrDecode, v, builtinStateVersion)
+			hparam.ErrDecode, v, builtinStateVersion)
 	}
 	version := state[0]
-	r := binread.New(state[1:], fmt.Errorf("%w: explorer state", ErrDecode))
+	r := binread.New(state[1:], fmt.Errorf("%w: explorer state", hparam.ErrDecode))
 	next := r.Int("window count", b.run.windows)
 	form := r.Byte("window count") // the window count was the state's last byte
 	if err := r.Err(); err != nil {
 		return err
 	}
 	if form != b.form.code() {
-		return fmt.Errorf("%w: explorer state: saved with another auto.form than %q", ErrDecode, b.run.cfg.Form)
+		return fmt.Errorf("%w: explorer state: saved with another auto.form than %q", hparam.ErrDecode, b.run.cfg.Form)
 	}
 	committed := false
 	if version >= 4 {

@@ -1,9 +1,11 @@
-package hparam
+package builtin
 
 import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // metaForm is a built-in explorer's meta-update (docs/design.md §1.1): the
@@ -21,17 +23,17 @@ type metaForm interface {
 	base(k, i, next int) (float64, error)
 	// observe learns from window o.Window, compared by signal, at the
 	// boundary after it; hasBase reports that fb.Base is the next base.
-	observe(o Observation, signal []float64) (fb Feedback, hasBase bool, err error)
+	observe(o hparam.Observation, signal []float64) (fb hparam.Feedback, hasBase bool, err error)
 	// search is the explorer's part in the search pass at boundary k.
-	search(k int) SearchState
+	search(k int) hparam.SearchState
 	// settle ends the learning when the search pass ends before window
 	// next; commitment is then what the main pass trains at.
 	settle(next int) error
-	commitment() (Commitment, error)
+	commitment() (hparam.Commitment, error)
 	// offset is the learned offset u (0 in the paper form).
 	offset() float64
 	// marshal and unmarshal are the form's part of the explorer's state
-	// (builtin_state.go), unmarshal reading one saved by the explorer's
+	// (state.go), unmarshal reading one saved by the explorer's
 	// state version.
 	marshal() ([]byte, error)
 	unmarshal(version byte, b []byte) error
@@ -80,23 +82,23 @@ func (p *paperForm) base(k, i, _ int) (float64, error) {
 	return p.sched.At(k*p.setup.WindowSteps + i)
 }
 
-func (p *paperForm) observe(o Observation, signal []float64) (Feedback, bool, error) {
+func (p *paperForm) observe(o hparam.Observation, signal []float64) (hparam.Feedback, bool, error) {
 	if !p.updates(o.Window + 1) {
-		return Feedback{}, false, nil
+		return hparam.Feedback{}, false, nil
 	}
 	fb, err := p.a.Update(o.Values, signal, nil)
 	return fb, true, err
 }
 
 // search: the paper form continues, so it never asks for a search pass.
-func (p *paperForm) search(int) SearchState { return SearchNone }
+func (p *paperForm) search(int) hparam.SearchState { return hparam.SearchNone }
 
 func (p *paperForm) settle(int) error { return p.noCommit() }
 
-func (p *paperForm) commitment() (Commitment, error) { return Commitment{}, p.noCommit() }
+func (p *paperForm) commitment() (hparam.Commitment, error) { return hparam.Commitment{}, p.noCommit() }
 
 func (p *paperForm) noCommit() error {
-	return fmt.Errorf("%w: auto.form paper has no offset to commit", ErrOrder)
+	return fmt.Errorf("%w: auto.form paper has no offset to commit", hparam.ErrOrder)
 }
 
 func (p *paperForm) marshal() ([]byte, error) { return p.a.MarshalBinary() }
@@ -144,30 +146,30 @@ func (f *offsetForm) base(k, i, next int) (float64, error) {
 }
 
 // search: with auto.commit restart, searching until auto.until, then done.
-func (f *offsetForm) search(k int) SearchState {
+func (f *offsetForm) search(k int) hparam.SearchState {
 	switch {
 	case f.cfg.Commit != CommitRestart:
-		return SearchNone
+		return hparam.SearchNone
 	case f.beforeUntil(k * f.setup.WindowSteps):
-		return Searching
+		return hparam.Searching
 	}
-	return SearchDone
+	return hparam.SearchDone
 }
 
 // observe is the update at the boundary after window o.Window, when it
 // updates; after auto.until u settles on its average instead.
-func (f *offsetForm) observe(o Observation, signal []float64) (Feedback, bool, error) {
+func (f *offsetForm) observe(o hparam.Observation, signal []float64) (hparam.Feedback, bool, error) {
 	centre, err := f.base(o.Window, f.lastStep(o.Window), o.Window)
 	if err != nil {
-		return Feedback{}, false, err
+		return hparam.Feedback{}, false, err
 	}
 	f.o.held = false
 	k := o.Window + 1
 	if !f.updates(k) {
 		if err := f.settle(k); err != nil {
-			return Feedback{}, false, err
+			return hparam.Feedback{}, false, err
 		}
-		return Feedback{Offset: f.o.u}, false, nil
+		return hparam.Feedback{Offset: f.o.u}, false, nil
 	}
 	x := grow(f.x, len(o.Values))
 	f.x = x
@@ -175,9 +177,9 @@ func (f *offsetForm) observe(o Observation, signal []float64) (Feedback, bool, e
 	est, w := f.o.Estimate(x, signal)
 	f.o.Step(est)
 	if err := f.guardAndClamp(k, x); err != nil {
-		return Feedback{}, false, err
+		return hparam.Feedback{}, false, err
 	}
-	return Feedback{Weights: w, Estimate: est, Offset: f.o.u}, false, nil
+	return hparam.Feedback{Weights: w, Estimate: est, Offset: f.o.u}, false, nil
 }
 
 // settle makes u the average of its updates, once, clamped so that the
@@ -195,12 +197,12 @@ func (f *offsetForm) settle(next int) error {
 }
 
 // commitment is the committed u and the schedule's peak (+) u.
-func (f *offsetForm) commitment() (Commitment, error) {
+func (f *offsetForm) commitment() (hparam.Commitment, error) {
 	peak, err := peakOf(f.sched)
 	if err != nil {
-		return Commitment{}, err
+		return hparam.Commitment{}, err
 	}
-	return Commitment{Offset: f.o.u, Value: f.bounds.Clamp(Combine(f.scale, peak, f.o.u))}, nil
+	return hparam.Commitment{Offset: f.o.u, Value: f.bounds.Clamp(Combine(f.scale, peak, f.o.u))}, nil
 }
 
 // guardAndClamp applies the warm-up guard to window k and clamps u so the
@@ -239,7 +241,7 @@ func (f *offsetForm) clamp(s float64) {
 		return // a log-scale schedule at 0: u does not change the base
 	}
 	lo, hi := math.Inf(-1), toScale(sc, f.bounds.Upper)-v
-	if sc != Log || f.bounds.Lower > 0 {
+	if sc != hparam.Log || f.bounds.Lower > 0 {
 		lo = toScale(sc, f.bounds.Lower) - v
 	}
 	f.o.u = max(lo, min(hi, f.o.u))

@@ -1,9 +1,11 @@
-package hparam
+package builtin
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // Offset is the revision-2 meta-update's state for one hyperparameter
@@ -45,8 +47,8 @@ func NewOffset(cfg AutoConfig) (*Offset, error) {
 func (o *Offset) U() float64 { return o.u }
 
 // Combine is s (+) u in scale sc: s*exp(u) on a log scale, s+u on a linear one.
-func Combine(sc Scale, s, u float64) float64 {
-	if sc == Log {
+func Combine(sc hparam.Scale, s, u float64) float64 {
+	if sc == hparam.Log {
 		return s * math.Exp(u)
 	}
 	return s + u
@@ -54,8 +56,8 @@ func Combine(sc Scale, s, u float64) float64 {
 
 // toScale maps a value into scale space: log h on a log scale (NaN for
 // h <= 0, which has no offset), h on a linear one.
-func toScale(sc Scale, h float64) float64 {
-	if sc == Log {
+func toScale(sc hparam.Scale, h float64) float64 {
+	if sc == hparam.Log {
 		return logOrNaN(h)
 	}
 	return h
@@ -72,9 +74,9 @@ func logOrNaN(h float64) float64 {
 // offsetsTo sets x[r] to toScale(sc, values[r]) - c. It tests the scale
 // once: per rank, the comparison of its name kept toScale from inlining
 // and cost a fifth as much as the logarithm.
-func offsetsTo(x, values []float64, sc Scale, c float64) {
+func offsetsTo(x, values []float64, sc hparam.Scale, c float64) {
 	x = x[:len(values)]
-	if sc != Log {
+	if sc != hparam.Log {
 		for r, v := range values {
 			x[r] = v - c
 		}
@@ -292,11 +294,11 @@ func (o *Offset) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary restores a state from MarshalBinary.
 func (o *Offset) UnmarshalBinary(b []byte) error {
 	if len(b) != offsetStateLen || b[16] > 1 {
-		return fmt.Errorf("%w: offset state: want %d bytes", ErrDecode, offsetStateLen)
+		return fmt.Errorf("%w: offset state: want %d bytes", hparam.ErrDecode, offsetStateLen)
 	}
 	updates, count := binary.LittleEndian.Uint64(b[17:]), binary.LittleEndian.Uint64(b[33:])
 	if updates > math.MaxInt32 || count > updates {
-		return fmt.Errorf("%w: offset state: %d updates, %d averaged", ErrDecode, updates, count)
+		return fmt.Errorf("%w: offset state: %d updates, %d averaged", hparam.ErrDecode, updates, count)
 	}
 	o.u = math.Float64frombits(binary.LittleEndian.Uint64(b))
 	o.v = math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))

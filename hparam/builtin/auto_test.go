@@ -1,4 +1,4 @@
-package hparam
+package builtin
 
 import (
 	"math"
@@ -7,11 +7,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 func newTestAuto(t *testing.T) *Auto {
 	t.Helper()
-	a, err := NewAuto(DefaultAutoConfig(FormPaper), Bounds{1e-8, 10})
+	a, err := NewAuto(DefaultAutoConfig(FormPaper), hparam.Bounds{Lower: 1e-8, Upper: 10})
 	require.NoError(t, err)
 	return a
 }
@@ -105,7 +107,7 @@ func TestUpdateFollowsTheSignal(t *testing.T) {
 	for _, larger := range []bool{true, false} {
 		a := newTestAuto(t)
 		base := 0.01
-		rho := Spread{Multiplicative, 1.0 / 9}.Multipliers(4)
+		rho := hparam.Spread{Kind: hparam.Multiplicative, Alpha: 1.0 / 9}.Multipliers(4)
 		for w := range 20 {
 			values, losses := make([]float64, 4), make([]float64, 4)
 			for j := range 4 {
@@ -130,16 +132,16 @@ func TestUpdateFollowsTheSignal(t *testing.T) {
 func TestUpdateBoundsAndErrors(t *testing.T) {
 	c := DefaultAutoConfig(FormPaper)
 	c.Lambda = 1e6
-	a, err := NewAuto(c, Bounds{0.001, 0.02})
+	a, err := NewAuto(c, hparam.Bounds{Lower: 0.001, Upper: 0.02})
 	require.NoError(t, err)
 	fb, err := a.Update([]float64{0.01, 0.011}, []float64{1, 0.5}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 0.02, fb.Base, "clamped to the upper bound")
 
 	_, err = a.Update([]float64{0.01}, []float64{1, 2}, nil)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
 	_, err = a.Update([]float64{math.NaN(), 1}, []float64{1, 2}, nil)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
 
 	for _, mod := range []func(*AutoConfig){
 		func(c *AutoConfig) { c.Sigma = 0 },
@@ -155,7 +157,7 @@ func TestUpdateBoundsAndErrors(t *testing.T) {
 	} {
 		c := DefaultAutoConfig(FormPaper)
 		mod(&c)
-		assert.ErrorIs(t, c.Validate(), ErrInvalid)
+		assert.ErrorIs(t, c.Validate(), hparam.ErrInvalid)
 	}
 }
 
@@ -178,5 +180,5 @@ func TestAutoStateRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, math.Float64bits(fa.Base), math.Float64bits(fb.Base))
 	}
-	assert.ErrorIs(t, b.UnmarshalBinary(st[:10]), ErrDecode)
+	assert.ErrorIs(t, b.UnmarshalBinary(st[:10]), hparam.ErrDecode)
 }

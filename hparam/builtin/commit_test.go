@@ -1,4 +1,4 @@
-package hparam
+package builtin
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/schedule"
 )
 
 // restartLR is OneCycle at max_lr 0.01 over 100 steps of 10 (peak at step
@@ -16,15 +19,15 @@ const restartLR = `{"schedule": {"kind": "onecycle", "max_lr": 0.01}, "spread": 
 
 func TestBuiltinSearchesThenCommits(t *testing.T) {
 	ctx := context.Background()
-	e, err := initBuiltin(t, BuiltinLR, fmtCfg(restartLR, ""), lrSetup)
+	e, err := initBuiltin(t, LR, fmtCfg(restartLR, ""), lrSetup)
 	require.NoError(t, err)
 	higher := func(x float64) float64 { return (x - 0.4) * (x - 0.4) } // the best is 1.5x higher
-	var states []SearchState
+	var states []hparam.SearchState
 	for k := range 5 {
 		_, fb := window(t, e, k, higher)
 		states = append(states, fb.Search)
 	}
-	assert.Equal(t, []SearchState{Searching, Searching, Searching, SearchDone, SearchDone}, states,
+	assert.Equal(t, []hparam.SearchState{hparam.Searching, hparam.Searching, hparam.Searching, hparam.SearchDone, hparam.SearchDone}, states,
 		"searching while the boundary is before 40% of the run")
 
 	c, err := e.Commit(ctx)
@@ -37,10 +40,10 @@ func TestBuiltinSearchesThenCommits(t *testing.T) {
 
 	// The main pass: any window, schedule times exp(u), no spread, no probe.
 	maxLR := 0.01
-	sched, err := (ScheduleSpec{MaxLR: &maxLR}).Build(KindOneCycle, 100)
+	sched, err := (schedule.Spec{MaxLR: &maxLR}).Build(schedule.KindOneCycle, 100)
 	require.NoError(t, err)
 	for _, k := range []int{0, 7, 3} {
-		wp, err := e.Plan(ctx, WindowRequest{Window: k, Start: 10 * k, Steps: 10})
+		wp, err := e.Plan(ctx, hparam.WindowRequest{Window: k, Start: 10 * k, Steps: 10})
 		require.NoError(t, err)
 		assert.Zero(t, wp.Spread.Alpha)
 		assert.False(t, wp.Probe)
@@ -50,17 +53,17 @@ func TestBuiltinSearchesThenCommits(t *testing.T) {
 			assert.InDelta(t, s*math.Exp(c.Offset), b, 1e-15, "window %d step %d", k, i)
 		}
 	}
-	fb, err := e.Observe(ctx, Observation{Window: 9, Values: make([]float64, 4), Losses: []float64{1, 2, 3, 4}})
+	fb, err := e.Observe(ctx, hparam.Observation{Window: 9, Values: make([]float64, 4), Losses: []float64{1, 2, 3, 4}})
 	require.NoError(t, err)
 	assert.Equal(t, c.Offset, fb.Offset, "the main pass learns nothing")
 
 	// The commit survives a checkpoint.
 	st, err := e.SaveState(ctx)
 	require.NoError(t, err)
-	f, err := initBuiltin(t, BuiltinLR, fmtCfg(restartLR, ""), lrSetup)
+	f, err := initBuiltin(t, LR, fmtCfg(restartLR, ""), lrSetup)
 	require.NoError(t, err)
 	require.NoError(t, f.LoadState(ctx, st))
-	wp, err := f.Plan(ctx, WindowRequest{Window: 7, Start: 70, Steps: 10})
+	wp, err := f.Plan(ctx, hparam.WindowRequest{Window: 7, Start: 70, Steps: 10})
 	require.NoError(t, err)
 	assert.Zero(t, wp.Spread.Alpha, "restored committed")
 }
@@ -68,36 +71,36 @@ func TestBuiltinSearchesThenCommits(t *testing.T) {
 func TestBuiltinSearchStates(t *testing.T) {
 	for _, c := range []struct {
 		name, kind, cfg string
-		want            SearchState
+		want            hparam.SearchState
 	}{
-		{"continue", BuiltinLR, fmtCfg(restartLR, `, "commit": "continue"`), SearchNone},
-		{"paper form", BuiltinLR, `{"schedule": {"max_lr": 0.01}, "auto": {"form": "paper"}}`, SearchNone},
-		{"auto off: nothing to search", BuiltinDropout, `{"schedule": 0.1, "auto": {"enabled": false}}`, SearchNone},
-		{"auto off, restart asked for", BuiltinDropout, `{"schedule": 0.1, "auto": {"enabled": false, "commit": "restart", "until": 0.2}}`, SearchDone},
-		{"a constant searches a quarter of the run by default", BuiltinWeightDecay, `{"schedule": 0.01}`, SearchDone},
-		{"a longer search, asked for", BuiltinWeightDecay, `{"schedule": 0.01, "auto": {"until": 0.35}}`, Searching},
+		{"continue", LR, fmtCfg(restartLR, `, "commit": "continue"`), hparam.SearchNone},
+		{"paper form", LR, `{"schedule": {"max_lr": 0.01}, "auto": {"form": "paper"}}`, hparam.SearchNone},
+		{"auto off: nothing to search", Dropout, `{"schedule": 0.1, "auto": {"enabled": false}}`, hparam.SearchNone},
+		{"auto off, restart asked for", Dropout, `{"schedule": 0.1, "auto": {"enabled": false, "commit": "restart", "until": 0.2}}`, hparam.SearchDone},
+		{"a constant searches a quarter of the run by default", WeightDecay, `{"schedule": 0.01}`, hparam.SearchDone},
+		{"a longer search, asked for", WeightDecay, `{"schedule": 0.01, "auto": {"until": 0.35}}`, hparam.Searching},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := lrSetup
-			s.Name = map[string]string{BuiltinLR: "lr", BuiltinDropout: "dropout", BuiltinWeightDecay: "weight_decay"}[c.kind]
+			s.Name = map[string]string{LR: "lr", Dropout: "dropout", WeightDecay: "weight_decay"}[c.kind]
 			e, err := initBuiltin(t, c.kind, c.cfg, s)
 			require.NoError(t, err)
-			var fb Feedback
+			var fb hparam.Feedback
 			for k := range 3 {
 				_, fb = window(t, e, k, func(x float64) float64 { return x * x })
 			}
 			assert.Equal(t, c.want, fb.Search, "after three windows")
 		})
 	}
-	_, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "auto": {"form": "paper", "commit": "restart"}}`, lrSetup)
+	_, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "auto": {"form": "paper", "commit": "restart"}}`, lrSetup)
 	assert.ErrorContains(t, err, "auto.commit: form paper only continues")
-	_, err = initBuiltin(t, BuiltinLR, fmtCfg(restartLR, `, "commit": "later"`), lrSetup)
+	_, err = initBuiltin(t, LR, fmtCfg(restartLR, `, "commit": "later"`), lrSetup)
 	assert.ErrorContains(t, err, `auto.commit: must be one of [restart continue], got "later"`)
 
-	paper, err := initBuiltin(t, BuiltinLR, `{"schedule": {"max_lr": 0.01}, "auto": {"form": "paper"}}`, lrSetup)
+	paper, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "auto": {"form": "paper"}}`, lrSetup)
 	require.NoError(t, err)
 	_, err = paper.Commit(context.Background())
-	assert.ErrorIs(t, err, ErrOrder)
+	assert.ErrorIs(t, err, hparam.ErrOrder)
 }
 
 func fmtCfg(format, extra string) string { return fmt.Sprintf(format, extra) }

@@ -1,31 +1,34 @@
-package hparam
+package builtin
 
 import (
 	"context"
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/schedule"
 )
 
-// Built-in explorer kinds, the argument of NewBuiltinExplorer.
+// Built-in explorer kinds, the argument of NewExplorer.
 const (
-	BuiltinLR          = "lr"
-	BuiltinDropout     = "dropout"
-	BuiltinWeightDecay = "weight-decay"
+	LR          = "lr"
+	Dropout     = "dropout"
+	WeightDecay = "weight-decay"
 )
 
-// BuiltinVersion is the version the built-in explorers describe themselves with.
-const BuiltinVersion = "1.0.0"
+// Version is the version the built-in explorers describe themselves with.
+const Version = "1.0.0"
 
-// builtin is the in-process explorer behind NewBuiltinExplorer: the
-// window bookkeeping, with the meta-update behind form (builtin_form.go),
-// the config in builtin_config.go and the saved state in builtin_state.go.
+// builtin is the in-process explorer behind NewExplorer: the
+// window bookkeeping, with the meta-update behind form (form.go),
+// the config in config.go and the saved state in state.go.
 type builtin struct {
 	kind builtinKind
 
 	mu        sync.Mutex
 	run       *builtinRun // nil before Init
-	spread    Spread
+	spread    hparam.Spread
 	narrow    Narrowing
 	form      metaForm
 	next      int  // windows observed so far
@@ -38,29 +41,29 @@ type builtin struct {
 // builtinRun is what a built-in explorer and its meta-update share, fixed
 // at Init: the run's shape and the parsed config.
 type builtinRun struct {
-	setup     Setup
-	sched     Schedule
-	scale     Scale
-	bounds    Bounds
+	setup     hparam.Setup
+	sched     schedule.Schedule
+	scale     hparam.Scale
+	bounds    hparam.Bounds
 	autoOn    bool
 	autoStart int // first step of the auto phase
 	cfg       AutoConfig
 	windows   int // ceil(S/T)
 }
 
-// NewBuiltinExplorer returns the built-in explorer of kind "lr", "dropout"
-// or "weight-decay" (see BuiltinConfig for what it does and its config).
-func NewBuiltinExplorer(kind string) (Explorer, error) {
+// NewExplorer returns the built-in explorer of kind "lr", "dropout"
+// or "weight-decay" (see Config for what it does and its config).
+func NewExplorer(kind string) (hparam.Explorer, error) {
 	k, ok := builtinKinds[kind]
 	if !ok {
-		return nil, fmt.Errorf("%w: built-in explorer %q, want %s, %s or %s", ErrInvalid, kind, BuiltinLR, BuiltinDropout, BuiltinWeightDecay)
+		return nil, fmt.Errorf("%w: built-in explorer %q, want %s, %s or %s", hparam.ErrInvalid, kind, LR, Dropout, WeightDecay)
 	}
 	return &builtin{kind: k}, nil
 }
 
-func (b *builtin) Describe(context.Context) (Descriptor, error) { return b.kind.desc, nil }
+func (b *builtin) Describe(context.Context) (hparam.Descriptor, error) { return b.kind.desc, nil }
 
-func (b *builtin) Init(_ context.Context, s Setup) error {
+func (b *builtin) Init(_ context.Context, s hparam.Setup) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
@@ -107,62 +110,62 @@ func (r *builtinRun) lastStep(k int) int {
 
 func (b *builtin) initialised() error {
 	if b.run == nil {
-		return fmt.Errorf("%w: the explorer has not been initialised", ErrOrder)
+		return fmt.Errorf("%w: the explorer has not been initialised", hparam.ErrOrder)
 	}
 	return nil
 }
 
 // spreadAt is the spread of a window starting at step.
-func (b *builtin) spreadAt(step int) Spread {
+func (b *builtin) spreadAt(step int) hparam.Spread {
 	sp := b.spread
 	sp.Alpha = b.narrow.Alpha(sp.Alpha, float64(step)/float64(b.run.setup.TotalSteps))
 	return sp
 }
 
-func (b *builtin) Plan(_ context.Context, r WindowRequest) (WindowPlan, error) {
+func (b *builtin) Plan(_ context.Context, r hparam.WindowRequest) (hparam.WindowPlan, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.initialised(); err != nil {
-		return WindowPlan{}, err
+		return hparam.WindowPlan{}, err
 	}
 	t, total, windows := b.run.setup.WindowSteps, b.run.setup.TotalSteps, b.run.windows
 	if r.Window < 0 || r.Window >= windows || r.Start != r.Window*t || r.Steps != min(t, total-r.Start) {
-		return WindowPlan{}, fmt.Errorf("%w: window %d start %d steps %d; the run has %d windows of %d steps over %d steps",
-			ErrInvalid, r.Window, r.Start, r.Steps, windows, t, total)
+		return hparam.WindowPlan{}, fmt.Errorf("%w: window %d start %d steps %d; the run has %d windows of %d steps over %d steps",
+			hparam.ErrInvalid, r.Window, r.Start, r.Steps, windows, t, total)
 	}
 	// Past the first update the base depends on the state, so the window
 	// must be the one after the last observed (a committed base does not).
 	if b.run.autoWindow(r.Window) && b.next != r.Window && !b.committed {
-		return WindowPlan{}, fmt.Errorf("%w: window %d is in the auto phase and needs window %d observed first; %d windows observed",
-			ErrOrder, r.Window, r.Window-1, b.next)
+		return hparam.WindowPlan{}, fmt.Errorf("%w: window %d is in the auto phase and needs window %d observed first; %d windows observed",
+			hparam.ErrOrder, r.Window, r.Window-1, b.next)
 	}
 	base := make([]float64, r.Steps)
 	for i := range base {
 		v, err := b.form.base(r.Window, i, b.next)
 		if err != nil {
-			return WindowPlan{}, err
+			return hparam.WindowPlan{}, err
 		}
 		base[i] = v
 	}
 	if b.committed {
-		return WindowPlan{Base: base, Spread: Spread{Kind: b.spread.Kind}, Bounds: b.run.bounds}, nil
+		return hparam.WindowPlan{Base: base, Spread: hparam.Spread{Kind: b.spread.Kind}, Bounds: b.run.bounds}, nil
 	}
 	probe := b.run.cfg.Signal == SignalProbe && b.form.updates(r.Window+1) && r.Window+1 < windows
-	return WindowPlan{Base: base, Spread: b.spreadAt(r.Start), Bounds: b.run.bounds, Probe: probe}, nil
+	return hparam.WindowPlan{Base: base, Spread: b.spreadAt(r.Start), Bounds: b.run.bounds, Probe: probe}, nil
 }
 
 // Commit ends the search: u settles (the average of its updates, if they
 // have not ended yet), and Plan answers the main pass's windows with the
 // schedule (+) u and no spread. A second call answers the same.
-func (b *builtin) Commit(context.Context) (Commitment, error) {
+func (b *builtin) Commit(context.Context) (hparam.Commitment, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.initialised(); err != nil {
-		return Commitment{}, err
+		return hparam.Commitment{}, err
 	}
 	if !b.committed {
 		if err := b.form.settle(b.next); err != nil {
-			return Commitment{}, err
+			return hparam.Commitment{}, err
 		}
 		b.committed, b.next = true, 0
 	}
@@ -170,10 +173,10 @@ func (b *builtin) Commit(context.Context) (Commitment, error) {
 }
 
 // peakOf is the schedule's value where its warm-up ends (OneCycle's
-// max_lr, one step before warmupEnd; a warm-up schedule's peak, at it),
+// max_lr, one step before schedule.WarmupEnd; a warm-up schedule's peak, at it),
 // or its first value.
-func peakOf(s Schedule) (float64, error) {
-	end := min(warmupEnd(s), s.Steps()-1)
+func peakOf(s schedule.Schedule) (float64, error) {
+	end := min(schedule.WarmupEnd(s), s.Steps()-1)
 	v, err := s.At(end)
 	if err != nil || end == 0 {
 		return v, err
@@ -182,22 +185,22 @@ func peakOf(s Schedule) (float64, error) {
 	return max(v, before), err
 }
 
-func (b *builtin) Observe(_ context.Context, o Observation) (Feedback, error) {
+func (b *builtin) Observe(_ context.Context, o hparam.Observation) (hparam.Feedback, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.initialised(); err != nil {
-		return Feedback{}, err
+		return hparam.Feedback{}, err
 	}
 	if b.committed { // the main pass learns nothing
-		return Feedback{Offset: b.form.offset(), Search: SearchDone}, nil
+		return hparam.Feedback{Offset: b.form.offset(), Search: hparam.SearchDone}, nil
 	}
 	if err := b.checkObservation(o); err != nil {
-		return Feedback{}, err
+		return hparam.Feedback{}, err
 	}
 	k := o.Window + 1 // the boundary this observation ends at
 	fb, hasBase, err := b.form.observe(o, b.signal(o))
 	if err != nil {
-		return Feedback{}, err
+		return hparam.Feedback{}, err
 	}
 	b.next = k
 	if !hasBase {
@@ -207,7 +210,7 @@ func (b *builtin) Observe(_ context.Context, o Observation) (Feedback, error) {
 			kk, i = k-1, b.run.lastStep(k-1)
 		}
 		if fb.Base, err = b.form.base(kk, i, b.next); err != nil {
-			return Feedback{}, err
+			return hparam.Feedback{}, err
 		}
 	}
 	fb.Search = b.form.search(k)
@@ -216,13 +219,13 @@ func (b *builtin) Observe(_ context.Context, o Observation) (Feedback, error) {
 
 // checkObservation refuses an observation of another window than the
 // next, or one whose slices are not one per rank.
-func (b *builtin) checkObservation(o Observation) error {
+func (b *builtin) checkObservation(o hparam.Observation) error {
 	if o.Window != b.next || o.Window >= b.run.windows {
-		return fmt.Errorf("%w: observation of window %d, expected window %d of %d", ErrOrder, o.Window, b.next, b.run.windows)
+		return fmt.Errorf("%w: observation of window %d, expected window %d of %d", hparam.ErrOrder, o.Window, b.next, b.run.windows)
 	}
 	n := b.run.setup.Ranks
 	if len(o.Values) != n || len(o.Losses) != n || (o.Probe != nil && len(o.Probe) != n) {
-		return fmt.Errorf("%w: %d values, %d losses and %d probe losses for %d ranks", ErrInvalid, len(o.Values), len(o.Losses), len(o.Probe), n)
+		return fmt.Errorf("%w: %d values, %d losses and %d probe losses for %d ranks", hparam.ErrInvalid, len(o.Values), len(o.Losses), len(o.Probe), n)
 	}
 	return nil
 }
@@ -230,7 +233,7 @@ func (b *builtin) checkObservation(o Observation) error {
 // signal is what the ranks are compared by: the probe losses where the
 // explorer asked for them and got them (NaN for a rank whose training loss
 // says it is unhealthy), else the training losses.
-func (b *builtin) signal(o Observation) []float64 {
+func (b *builtin) signal(o hparam.Observation) []float64 {
 	if b.run.cfg.Signal != SignalProbe || o.Probe == nil {
 		return o.Losses
 	}

@@ -1,4 +1,4 @@
-package hparam
+package schedule
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // torchCase is one configuration of testdata/onecycle_torch.json, a copy of
@@ -127,8 +129,8 @@ func TestOneCycleValidation(t *testing.T) {
 		tc.mod(&c)
 		_, err := NewOneCycle(c)
 		require.Error(t, err, tc.field)
-		assert.ErrorIs(t, err, ErrInvalid)
-		var fe *FieldError
+		assert.ErrorIs(t, err, hparam.ErrInvalid)
+		var fe *hparam.FieldError
 		require.True(t, errors.As(err, &fe), "%v", err)
 		assert.Equal(t, tc.field, fe.Field, "%v", err)
 	}

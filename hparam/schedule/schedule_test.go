@@ -1,4 +1,4 @@
-package hparam
+package schedule
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 func values(t *testing.T, s Schedule) []float64 {
@@ -30,7 +32,7 @@ func TestConstant(t *testing.T) {
 	assert.Equal(t, []float64{0.3, 0.3, 0.3, 0.3, 0.3}, values(t, c))
 	assert.Equal(t, 0.3, c.Final())
 	_, err = NewConstant(math.NaN(), 5)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
 }
 
 func TestWarmupSchedules(t *testing.T) {
@@ -69,7 +71,7 @@ func TestWarmupSchedules(t *testing.T) {
 		{"peak", WarmupConfig{Peak: math.Inf(1), TotalSteps: 5}},
 	} {
 		_, err := NewWarmupLinear(tc.c)
-		var fe *FieldError
+		var fe *hparam.FieldError
 		require.True(t, errors.As(err, &fe), "%+v", tc.c)
 		assert.Equal(t, tc.field, fe.Field)
 	}
@@ -81,7 +83,7 @@ func TestStepDecay(t *testing.T) {
 	assert.Equal(t, []float64{1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25}, values(t, s))
 	assert.Equal(t, 0.25, s.Final())
 	_, err = NewStepDecay(StepDecayConfig{Initial: 1, Gamma: 0.5, StepSize: 0, TotalSteps: 8})
-	var fe *FieldError
+	var fe *hparam.FieldError
 	require.True(t, errors.As(err, &fe))
 	assert.Equal(t, "step_size", fe.Field)
 }
@@ -92,38 +94,38 @@ func TestScheduleSpecBuild(t *testing.T) {
 	str := func(v string) *string { return &v }
 
 	// The lone value means constant whatever the default kind.
-	s, err := ScheduleSpec{Value: f(0.2)}.Build(KindOneCycle, 10)
+	s, err := Spec{Value: f(0.2)}.Build(KindOneCycle, 10)
 	require.NoError(t, err)
 	assert.IsType(t, &Constant{}, s)
 
-	s, err = ScheduleSpec{MaxLR: f(0.1)}.Build(KindOneCycle, 100)
+	s, err = Spec{MaxLR: f(0.1)}.Build(KindOneCycle, 100)
 	require.NoError(t, err)
 	ref, _ := NewOneCycle(DefaultOneCycleConfig(0.1, 100))
 	assert.Equal(t, values(t, ref), values(t, s))
 
-	s, err = ScheduleSpec{MaxLR: f(0.1), Epochs: i(3), StepsPerEpoch: i(7)}.Build(KindOneCycle, 1000)
+	s, err = Spec{MaxLR: f(0.1), Epochs: i(3), StepsPerEpoch: i(7)}.Build(KindOneCycle, 1000)
 	require.NoError(t, err)
 	assert.Equal(t, 21, s.Steps())
 
-	s, err = ScheduleSpec{Kind: str(KindStep), Initial: f(1), StepSize: i(2)}.Build("", 5)
+	s, err = Spec{Kind: str(KindStep), Initial: f(1), StepSize: i(2)}.Build("", 5)
 	require.NoError(t, err)
 	assert.InDelta(t, 0.01, s.Final(), 1e-17, "gamma defaults to StepLR's 0.1")
 
 	for _, tc := range []struct {
 		field string
-		spec  ScheduleSpec
+		spec  Spec
 	}{
-		{"max_lr", ScheduleSpec{}},
-		{"value", ScheduleSpec{Kind: str(KindConstant)}},
-		{"kind", ScheduleSpec{Kind: str("exp")}},
-		{"value", ScheduleSpec{Kind: str(KindOneCycle), MaxLR: f(1), Value: f(1)}},
-		{"peak", ScheduleSpec{Kind: str(KindCosine)}},
-		{"step_size", ScheduleSpec{Kind: str(KindStep), Initial: f(1)}},
-		{"steps_per_epoch", ScheduleSpec{MaxLR: f(1), Epochs: i(3)}},
-		{"total_steps", ScheduleSpec{MaxLR: f(1), TotalSteps: i(0), Epochs: i(3), StepsPerEpoch: i(2)}},
+		{"max_lr", Spec{}},
+		{"value", Spec{Kind: str(KindConstant)}},
+		{"kind", Spec{Kind: str("exp")}},
+		{"value", Spec{Kind: str(KindOneCycle), MaxLR: f(1), Value: f(1)}},
+		{"peak", Spec{Kind: str(KindCosine)}},
+		{"step_size", Spec{Kind: str(KindStep), Initial: f(1)}},
+		{"steps_per_epoch", Spec{MaxLR: f(1), Epochs: i(3)}},
+		{"total_steps", Spec{MaxLR: f(1), TotalSteps: i(0), Epochs: i(3), StepsPerEpoch: i(2)}},
 	} {
 		_, err := tc.spec.Build(KindOneCycle, 100)
-		var fe *FieldError
+		var fe *hparam.FieldError
 		require.True(t, errors.As(err, &fe), "%v", err)
 		assert.Equal(t, tc.field, fe.Field, "%v", err)
 	}

@@ -1,4 +1,4 @@
-package hparam
+package builtin
 
 import (
 	"math"
@@ -6,13 +6,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // With equal losses a geometric spread must not move its base: the means are
 // geometric, and the geometric mean of a geometric spread is its base.
 func TestGeometricSpreadDoesNotDriftWithoutSignal(t *testing.T) {
-	sp := Spread{Kind: Geometric, Alpha: 2}
-	bounds := Bounds{0, 1}
+	sp := hparam.Spread{Kind: hparam.Geometric, Alpha: 2}
+	bounds := hparam.Bounds{Lower: 0, Upper: 1}
 	for _, logSpace := range []bool{false, true} {
 		cfg := DefaultAutoConfig(FormPaper)
 		cfg.LogSpace = logSpace
@@ -37,7 +39,7 @@ func TestGeometricSpreadDoesNotDriftWithoutSignal(t *testing.T) {
 func TestRelativeSigmaIsScaleFree(t *testing.T) {
 	cfg := DefaultAutoConfig(FormPaper)
 	cfg.SigmaMode = SigmaRelative
-	_, err := NewAuto(cfg, Bounds{0, 1})
+	_, err := NewAuto(cfg, hparam.Bounds{Lower: 0, Upper: 1})
 	require.NoError(t, err)
 	big := []float64{3.0, 3.1, 2.9, 3.05}
 	small := make([]float64, 4)
@@ -52,6 +54,6 @@ func TestRelativeSigmaIsScaleFree(t *testing.T) {
 	assert.Equal(t, cfg.Sigma, sigmaFor(cfg, []float64{1, 1, math.NaN()}), "equal losses keep sigma")
 
 	cfg.SigmaMode = "bogus"
-	_, err = NewAuto(cfg, Bounds{0, 1})
+	_, err = NewAuto(cfg, hparam.Bounds{Lower: 0, Upper: 1})
 	assert.ErrorContains(t, err, "auto.sigma_mode")
 }

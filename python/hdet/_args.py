@@ -9,7 +9,7 @@ import numbers
 
 SPREADS = ("multiplicative", "additive", "geometric")
 
-# hdet_auto's keys: the built-in lr explorer's "auto" block (hparam.AutoSpec),
+# hdet_auto's keys: the built-in lr explorer's "auto" block (builtin.AutoSpec in hparam/builtin),
 # each with its JSON type or allowed values.
 _NUMBER, _INT, _BOOL = "a number", "an int", "a bool"
 AUTO_KEYS = {

@@ -110,8 +110,9 @@ type traceRecord struct {
 	Before  string               `json:"before"`
 	Window  int                  `json:"window"`
 	SHA     string               `json:"params_sha256"`
-	Applied map[string][]float64 `json:"applied"` // done: each planned value at each step (lr's: multipliers)
-	BaseLR  []float64            `json:"base_lr"` // done: the script's own rate of group 0 at each step
+	Sum     float64              `json:"params_sum"` // done, load: the sum of the buffer's parameters
+	Applied map[string][]float64 `json:"applied"`    // done: each planned value at each step (lr's: multipliers)
+	BaseLR  []float64            `json:"base_lr"`    // done: the script's own rate of group 0 at each step
 }
 
 func readTrace(t testing.TB, dir string, rank int) []traceRecord {

@@ -100,13 +100,29 @@ func (w *Worker) checkHello(m *message) error {
 	if sum != h.ParamCount {
 		return fmt.Errorf("%w: HELLO param groups hold %d parameters, param_count says %d", ErrProtocol, sum, h.ParamCount)
 	}
-	if g := w.opts.ReplicaSize; g > 1 && h.DistWorldSize != g {
-		return fmt.Errorf("%w: train.replica_size is %d, so each replica's %d ranks must train as one data-parallel model: the script must call torch.distributed.init_process_group() (hdet makes its replica its world: WORLD_SIZE=%d) and wrap the model in DDP before its first optimizer step; its world had %d ranks", ErrConflict, g, g, g, h.DistWorldSize)
+	if err := w.checkReplicaWorld(h); err != nil {
+		return err
 	}
 	if err := checkMode(w.opts.SyncMode, h.SyncMode, w.opts.WorldSize); err != nil {
 		return err
 	}
 	w.hello, w.mode = h, h.SyncMode
+	return nil
+}
+
+// checkReplicaWorld checks the script's torch world against the replica
+// groups: with G > 1 it must be the replica (G ranks); sharded parameters
+// need one, since hdet averages shards across replicas, not inside one.
+func (w *Worker) checkReplicaWorld(h Hello) error {
+	g := w.opts.ReplicaSize
+	switch {
+	case h.Unsupported != "":
+		return fmt.Errorf("%w: %s", ErrSetting, h.Unsupported)
+	case g > 1 && h.DistWorldSize != g:
+		return fmt.Errorf("%w: train.replica_size is %d, so each replica's %d ranks must train as one data-parallel model: the script must call torch.distributed.init_process_group() (hdet makes its replica its world: WORLD_SIZE=%d) and wrap the model in DDP or FSDP2's fully_shard before its first optimizer step; its world had %d ranks", ErrConflict, g, g, g, h.DistWorldSize)
+	case h.Sharded && g <= 1:
+		return fmt.Errorf("%w: the script's parameters are sharded over its torch world of %d ranks (FSDP2 fully_shard), which is the whole run: hdet averages shards across replicas of the same sharding, so set train.replica_size to the ranks that shard one model (each replica is then its own torch world)", ErrConflict, h.DistWorldSize)
+	}
 	return nil
 }
 

@@ -104,6 +104,14 @@ type Hello struct {
 	// DistWorldSize is the size of the script's torch.distributed world at
 	// its first optimizer step, 0 when it set none up.
 	DistWorldSize int `json:"dist_world_size"`
+	// Sharded: the parameters are FSDP2's (DTensors sharded over the
+	// script's world, its replica): the buffer holds this rank's local
+	// shards, which differ by position, so the converge averages the whole
+	// buffer over the position's communicator instead of one slice of it.
+	Sharded bool `json:"sharded"`
+	// Unsupported says why the script's parameters cannot be handed over
+	// (sharded in a way hdet does not average); hdet refuses the run with it.
+	Unsupported string `json:"unsupported,omitempty"`
 }
 
 // message is the JSON part of every frame; fields not used by a type are

@@ -46,6 +46,7 @@ type agreement struct {
 	Probe      bool             `json:"probe"`
 	Window     int              `json:"window"`
 	Options    map[string]any   `json:"options"`
+	Sharded    bool             `json:"sharded"`
 }
 
 // Agree checks that this rank's script constructed the same schedule (and
@@ -70,7 +71,11 @@ func Agree(c Broadcaster, w *Worker) error {
 
 func agreementOf(w *Worker) agreement {
 	h := w.Hello()
-	return agreement{h.TotalSteps, h.Optimizer, w.mode, h.ParamCount, h.Explore, h.Probe, h.Window, h.Options}
+	n := h.ParamCount
+	if h.Sharded {
+		n = 0 // shards differ by position; the session compares each position's across replicas
+	}
+	return agreement{h.TotalSteps, h.Optimizer, w.mode, n, h.Explore, h.Probe, h.Window, h.Options, h.Sharded}
 }
 
 func describeDiff(root, mine agreement) string {
@@ -90,6 +95,7 @@ func describeDiff(root, mine agreement) string {
 	add("probe", mine.Probe, root.Probe)
 	add("window", mine.Window, root.Window)
 	add("alpha, spread, auto", mine.Options, root.Options)
+	add("sharded parameters (FSDP2)", mine.Sharded, root.Sharded)
 	return strings.Join(diffs, "; ")
 }
 

@@ -86,6 +86,11 @@ type Groups struct {
 	Layout
 	Replica Comm
 	Cross   Comm
+	// Sharded: each rank of a replica holds its own part of the model
+	// (FSDP2's shards), not a copy of the replica's buffer, so the converge
+	// averages the whole buffer over Cross (each rank already holds 1/G)
+	// instead of a slice of it put together inside the replica.
+	Sharded bool
 }
 
 // groupOf returns the layout a loop runs under: o.Groups', or one rank per
@@ -141,16 +146,25 @@ func SumGrouped(buf []float32, lay Layout, rank int, cross Converger, inside Com
 	return nil
 }
 
-// sumGrouped is the loop's converge under replica groups (SumGrouped).
+// sumGrouped is the loop's converge under replica groups: SumGrouped, or
+// for sharded buffers the whole of this rank's over its position's
+// communicator.
 func (l *loop) sumGrouped(buf []float32) error {
+	if l.o.Groups.Sharded {
+		if err := l.conv.AllreduceSum(buf); err != nil {
+			return fmt.Errorf("across replicas, position %d's shards: %w", l.lay.Position(l.rank), err)
+		}
+		return nil
+	}
 	return SumGrouped(buf, l.lay, l.rank, l.conv, l.o.Groups.Replica)
 }
 
 // replicaChecksum is, when debugging replica groups, this rank's parameters'
 // checksum before the converge (the ranks of a replica must agree on it:
-// sumGrouped relies on it); "" otherwise.
+// sumGrouped relies on it; sharded ranks hold different parts); ""
+// otherwise.
 func (l *loop) replicaChecksum() string {
-	if l.lay.Size <= 1 || l.o.Log.GetLevel() > zerolog.DebugLevel {
+	if l.lay.Size <= 1 || l.o.Groups.Sharded || l.o.Log.GetLevel() > zerolog.DebugLevel {
 		return ""
 	}
 	return Checksum(l.params)

@@ -182,6 +182,33 @@ func TestGroupedConvergeAcrossReplicas(t *testing.T) {
 	}
 }
 
+// Sharded replicas (FSDP2 inside a replica): each rank converges its whole
+// buffer with the ranks at its position, and nothing is put together
+// inside the replica afterwards.
+func TestShardedConvergeAveragesEachPosition(t *testing.T) {
+	r := runRanks(t, ranksSpec{world: 4, g: 2, lr: constLR,
+		tweak: func(rank int, o *Options, _ *toyReplica) {
+			o.Groups.Sharded, o.Converge = true, o.Groups.Cross.(enginetest.Comm)
+		}})
+	for rank, err := range r.errs {
+		require.NoError(t, err, "rank %d: %s", rank, r.logs[rank])
+	}
+	require.Len(t, r.windows(), 6)
+	for k := range 5 {
+		after := r.afterCall(k)
+		for rank, rep := range r.reps {
+			pos := rank % 2
+			assert.Equal(t, converged(after[pos], after[pos+2]), rep.calls[k+1].before, "window %d, rank %d: its position's mean", k, rank)
+		}
+	}
+	for p, n := range r.w.Cross {
+		assert.Equal(t, 6, n.Count(enginetest.Converge), "position %d converges once a window", p)
+	}
+	for rep, n := range r.w.Replicas {
+		assert.Equal(t, 2*12, n.Count(enginetest.AllreduceFloat32), "replica %d: a gradient and its count per step, no slice exchange", rep)
+	}
+}
+
 // One rank's stop request stops every rank after the same window, each
 // checkpointing (forced) before returning ErrStopped.
 func TestStopOnOneRankStopsEveryRank(t *testing.T) {

@@ -84,7 +84,8 @@ func (s *session) groups() *engine.Groups {
 	if s.lay.Size <= 1 {
 		return nil
 	}
-	return &engine.Groups{Layout: s.lay, Replica: s.wd.Comm(s.inside), Cross: s.wd.Comm(s.cross)}
+	sharded := s.worker != nil && s.worker.Hello().Sharded
+	return &engine.Groups{Layout: s.lay, Replica: s.wd.Comm(s.inside), Cross: s.wd.Comm(s.cross), Sharded: sharded}
 }
 
 // convergeComm is the communicator the converge reduces over: the world, or

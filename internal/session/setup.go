@@ -194,19 +194,30 @@ func (s *session) makeMNIST() error {
 
 // checkReplica makes sure every rank's replica has the same shape (an
 // external script could differ per rank) and accepts every explored name.
+// Sharded parameters (FSDP2) differ by position: their shapes are compared
+// across the replicas, position by position, as the converge averages them
+// (Agree compares the rest of every rank's script).
 func (s *session) checkReplica(context.Context) error {
-	w := s.o.World
 	shape := []float64{float64(s.replica.ParamCount()), float64(len(s.replica.SyncBuffer(true))), float64(s.steps)}
-	lo, hi := slices.Clone(shape), slices.Clone(shape)
-	if err := errors.Join(w.AllreduceFloat64(lo, reduce.Min), w.AllreduceFloat64(hi, reduce.Max)); err != nil {
+	sharded := s.worker != nil && s.worker.Hello().Sharded
+	over := s.o.World
+	if sharded {
+		over = s.cross
+	}
+	lo, hi, err := spanOf(over, shape)
+	if err != nil {
 		return err
 	}
 	if s.worker != nil {
-		if err := bridge.Agree(w, s.worker); err != nil {
+		if err := bridge.Agree(s.o.World, s.worker); err != nil {
 			return usageIf(err)
 		}
 	}
-	if !slices.Equal(lo, hi) {
+	switch {
+	case sharded && !slices.Equal(lo, hi):
+		return Usagef("the FSDP2 shards at position %d differ across the replicas: %g..%g parameters, %g..%g floats of sync buffer; every replica must shard the same model the same way (fully_shard on the same modules, the same train.replica_size)",
+			s.lay.Position(s.rank), lo[0], hi[0], lo[1], hi[1])
+	case !slices.Equal(lo, hi):
 		return fmt.Errorf("the ranks' replicas differ: parameters %g..%g, sync buffer %g..%g floats, steps %g..%g", lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
 	}
 	accepted := s.replica.Hyperparameters()
@@ -216,6 +227,13 @@ func (s *session) checkReplica(context.Context) error {
 		}
 	}
 	return nil
+}
+
+// spanOf is the elementwise minimum and maximum of v over c's ranks.
+func spanOf(c World, v []float64) (lo, hi []float64, err error) {
+	lo, hi = slices.Clone(v), slices.Clone(v)
+	err = errors.Join(c.AllreduceFloat64(lo, reduce.Min), c.AllreduceFloat64(hi, reduce.Max))
+	return lo, hi, err
 }
 
 // openExplorers (rank 0) starts the explorer plugins and the controller.

@@ -260,7 +260,7 @@ class Attachment:
         hello: dict[str, Any] = {
             "hyperparameters": self.values.names(),
             "param_groups": [
-                {"key": k, "size": sum(p.numel() for p in g["params"]), "lr": as_float(g["lr"]),
+                {"key": k, "size": sum(_session.local(p).numel() for p in g["params"]), "lr": as_float(g["lr"]),
                  "weight_decay": as_float(g.get("weight_decay", 0.0))}
                 for k, g in zip(group_keys(groups), groups)],
             "device": str(groups[0]["params"][0].device),

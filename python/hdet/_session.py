@@ -8,7 +8,7 @@ import json
 import mmap
 import os
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -57,14 +57,63 @@ def script_sync_mode() -> str:
     return "gradients" if n > 0 and n == world_size() else "local"
 
 
-def _check_params(params: list[torch.Tensor]) -> None:
-    """hdet hands plain tensors over: sharded ones (FSDP2's DTensors) are
-    refused by name rather than averaged wrong."""
-    for p in params:
-        if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
-            raise RuntimeError("hdet: the optimizer's parameters are DTensors (FSDP2 fully_shard, or tensor "
-                               "parallelism); hdet averages plain tensors only for now: wrap the model in DDP "
-                               "inside each replica (train.replica_size) instead")
+def _dtensor_type() -> type | None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch without torch.distributed
+        return None
+    return DTensor
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """The part of t this rank holds: a DTensor's local shard (a view that
+    writes through to it), else t itself."""
+    dt = _dtensor_type()
+    return cast(Any, t).to_local() if dt is not None and isinstance(t, dt) else t
+
+
+def _sharded(p: torch.Tensor, dt: type | None) -> bool:
+    """p is a DTensor over more than one rank (on a mesh of one rank its
+    local tensor is the whole parameter: a plain one for hdet)."""
+    return dt is not None and isinstance(p, dt) and cast(Any, p).device_mesh.size() > 1
+
+
+def sharding(params: list[torch.Tensor]) -> tuple[bool, str]:
+    """Whether the parameters are sharded (FSDP2's fully_shard: every
+    parameter a DTensor sharded over the script's whole torch world), and
+    why hdet cannot hand them over ("" when it can). hdet averages each
+    rank's local shards across replicas as they are, which is only the
+    average of the model when every rank of the replica holds a disjoint
+    part (Shard placements on a 1-D mesh of the replica's ranks) and every
+    parameter is sharded (a plain one would be averaged by each position on
+    its own, in its own order, and the copies drift apart by rounding)."""
+    dt = _dtensor_type()
+    sharded = [p for p in params if _sharded(p, dt)]
+    if not sharded:
+        return False, ""
+    if len(sharded) < len(params):
+        plain = next(p for p in params if not _sharded(p, dt))
+        return True, ("%d of the optimizer's %d parameters are sharded DTensors and the others are not (one of shape %s): "
+                      "hdet averages either shards or whole parameters; apply fully_shard to the root module too, "
+                      "so every parameter is sharded" % (len(sharded), len(params), tuple(plain.shape)))
+    d = torch.distributed
+    world = d.get_world_size() if d.is_available() and d.is_initialized() else 0
+    for p in sharded:
+        mesh, placements = cast(Any, p).device_mesh, cast(Any, p).placements
+        if mesh.ndim != 1:
+            return True, ("a parameter of shape %s is a DTensor on a %d-D device mesh %s (HSDP, or FSDP with tensor "
+                          "parallelism); hdet handles FSDP2 on a 1-D mesh of the replica's ranks: with "
+                          "train.replica_size, hdet's replicas already play HSDP's replicate dimension"
+                          % (tuple(p.shape), mesh.ndim, tuple(mesh.shape)))
+        if mesh.size() != world:
+            return True, ("a parameter of shape %s is sharded over %d ranks, but the script's torch.distributed world "
+                          "has %d: shard over the whole world, which hdet makes the replica (fully_shard's default mesh)"
+                          % (tuple(p.shape), mesh.size(), world))
+        if any(type(pl).__name__ != "Shard" for pl in placements):
+            return True, ("a parameter of shape %s has placements %s; hdet averages FSDP2's shards (Shard "
+                          "placements); replicate a model inside the replica with DDP instead"
+                          % (tuple(p.shape), placements))
+    return True, ""
 
 
 class Stopped(SystemExit):
@@ -125,7 +174,7 @@ def predict_state(optimizer: torch.optim.Optimizer) -> StateLayout:
                 if t.numel() not in (1, 2):
                     raise RuntimeError("hdet: %s state %r is not elementwise; use sync mode gradients"
                                        % (type(optimizer).__name__, k))
-                entries.append((k, p.numel() if t.numel() == 2 else 1))
+                entries.append((k, local(p).numel() if t.numel() == 2 else 1))
             layout.append((p, entries))
     return layout
 
@@ -134,7 +183,8 @@ class Session:
     """The connection to this rank's hdet process and the shared buffer.
 
     Layout of the buffer (float32): every parameter of every param group, in
-    order, flattened; then, in local mode, one slot per parameter for its
+    order, flattened (of a sharded one, FSDP2's, this rank's local shard);
+    then, in local mode, one slot per parameter for its
     optimizer state (floating-point state tensors, keys sorted), sized by
     predict_state. A parameter without state yet leaves its slot alone.
 
@@ -144,8 +194,8 @@ class Session:
     def __init__(self, optimizer: torch.optim.Optimizer, hello: dict[str, Any]) -> None:
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
-        _check_params(self.params)
-        self.param_count = sum(p.numel() for p in self.params)
+        self.sharded, unsupported = sharding(self.params)
+        self.param_count = sum(local(p).numel() for p in self.params)
         self.mode = script_sync_mode()
         self.local = self.mode == "local"
         self._layout = predict_state(optimizer) if self.local else []
@@ -155,7 +205,9 @@ class Session:
         self.conn = Connection.connect(os.environ[ENV_SOCKET])
         hello = dict(hello, protocol=PROTOCOL_VERSION, pid=os.getpid(), param_count=self.param_count,
                      state_count=state_count, dtype="float32", buffers=["fd"], sync_mode=self.mode,
-                     dist_world_size=dist_world_size())
+                     dist_world_size=dist_world_size(), sharded=self.sharded)
+        if unsupported:
+            hello["unsupported"] = unsupported  # hdet refuses the run with it (exit 2)
         self.conn.send({"type": "hello", "hello": hello})
         welcome = self.expect("welcome")
         if welcome.get("protocol") != PROTOCOL_VERSION:
@@ -205,11 +257,12 @@ class Session:
         """Parameters (and optimizer state) into the buffer (out) or back."""
         off = 0
         for p in self.params:
-            n = p.numel()
+            v = local(p)
+            n = v.numel()
             if out:
-                self.buf[off:off + n].copy_(p.detach().reshape(-1))
+                self.buf[off:off + n].copy_(v.detach().reshape(-1))
             else:
-                p.copy_(self.buf[off:off + n].view_as(p))
+                v.copy_(self.buf[off:off + n].view_as(v))
             off += n
         if not with_state:
             return
@@ -218,6 +271,8 @@ class Session:
             for k, n in entries:
                 if st:
                     t = st.get(k)
+                    if torch.is_tensor(t):
+                        t = local(t)
                     if not torch.is_tensor(t) or t.numel() != n:
                         self.fail("optimizer state %r of a %s parameter is not the predicted %d floats"
                                   % (k, tuple(p.shape), n))
@@ -240,9 +295,9 @@ class Session:
             if kind not in ("eval", "plan", "stop"):
                 self.fail("unexpected %s from hdet between windows" % kind)
             self._load(msg)
-            if msg.get("load"):
+            if msg.get("load") and self._trace is not None:  # hashing 1 MB per window only when tracing
                 self.trace(event="load", before=kind, window=msg.get("window", 0),
-                           params_sha256=self.params_sha256())
+                           params_sha256=self.params_sha256(), params_sum=self.params_sum())
             if kind == "eval":
                 if evaluate is None:
                     self.conn.send({"type": "result"}, pack_float64s([float("nan")] * 2))
@@ -265,13 +320,19 @@ class Session:
         """Report the window (losses, then the probe loss when asked)."""
         if self._trace is not None:
             self.trace(event="done", window=window, steps=steps, applied=applied, base_lr=base_lr,
-                       loss_mean=sum(losses) / len(losses), params_sha256=self.params_sha256())
+                       loss_mean=sum(losses) / len(losses), params_sha256=self.params_sha256(),
+                       params_sum=self.params_sum())
         extra = [] if probe is None else [probe]
         self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied, "base_lr": base_lr},
                        pack_float64s(list(losses) + extra))
 
     def params_sha256(self) -> str:
         return hashlib.sha256(memoryview(self._mmap)[:self.param_count * 4]).hexdigest()
+
+    def params_sum(self) -> float:
+        """The sum of the buffer's parameters: the tests check a converge's
+        average with it where ranks hold different shards."""
+        return float(self.buf[:self.param_count].double().sum())
 
     def trace(self, **record: Any) -> None:
         """With HDET_TRACE_DIR set, log what this rank loaded and applied

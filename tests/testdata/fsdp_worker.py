@@ -1,0 +1,60 @@
+"""A torchrun-style FSDP2 script (issue 41's tests): a small MLP whose layers
+and root are fully_shard-ed over the torch.distributed world the environment
+gives (under hdet with train.replica_size G: the replica, WORLD_SIZE=G), each
+rank on its own batches, AdamW attached with one hdet.attach line.
+
+The first layer has 5 output rows, so with G = 2 its shards are uneven (3
+and 2 rows). After the loop every rank writes fsdp-rank{R}.json into
+$HDET_TRACE_DIR: the SHA-256 of the full parameters (gathered inside the
+replica) and the floats it holds itself, so the tests can check that the
+shards of a replica make one model and that the replicas end equal."""
+
+import argparse
+import hashlib
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+import hdet
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--steps", type=int, default=16)
+ap.add_argument("--window", type=int)
+ap.add_argument("--mixed", action="store_true", help="shard the first layer only (hdet refuses the mix)")
+ap.add_argument("--die-at-step", type=int, default=-1, help="SIGKILL itself at this step")
+ap.add_argument("--fail-rank", type=int, default=-1, help="the world rank (HDET_RANK) that dies")
+args = ap.parse_args()
+
+dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR/PORT from the environment
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 5), torch.nn.ReLU(), torch.nn.Linear(5, 1))
+fully_shard(model[0])
+if not args.mixed:
+    fully_shard(model[2])
+    fully_shard(model)
+opt = hdet.attach(torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=1e-3), args.steps, window=args.window)
+
+world_rank = int(os.environ.get("HDET_RANK", os.environ.get("RANK", "0")))
+gen = torch.Generator().manual_seed(1 + world_rank)
+w_true = torch.arange(8, dtype=torch.float32) / 8
+for step in range(args.steps):
+    if step == args.die_at_step and world_rank == args.fail_rank:
+        os.kill(os.getpid(), 9)
+    x = torch.randn(16, 8, generator=gen)
+    loss = torch.nn.functional.mse_loss(model(x), (x @ w_true).unsqueeze(1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+with torch.no_grad():
+    full = [p.full_tensor() for p in model.parameters()]  # type: ignore[attr-defined]
+    local = sum(p.to_local().numel() for p in model.parameters())  # type: ignore[attr-defined]
+trace = os.environ.get("HDET_TRACE_DIR")
+if trace:
+    h = hashlib.sha256(b"".join(t.contiguous().numpy().tobytes() for t in full)).hexdigest()
+    with open(os.path.join(trace, f"fsdp-rank{world_rank}.json"), "w") as f:
+        json.dump({"full_sha256": h, "local_floats": local, "full_floats": sum(t.numel() for t in full)}, f)
+dist.destroy_process_group()

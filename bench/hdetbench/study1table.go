@@ -354,5 +354,5 @@ func configSummary(path string) string {
 	if err != nil {
 		return err.Error()
 	}
-	return "`" + string(js) + "` (fields not set take the explorer's defaults, README's config table and docs/configuration.md)"
+	return "`" + string(js) + "` (fields not set take the explorer's defaults, docs/configuration.md)"
 }

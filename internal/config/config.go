@@ -19,7 +19,7 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 )
 
-// Config is a whole run configuration. README.md lists every field
+// Config is a whole run configuration. docs/configuration.md lists every field
 // with its default; docs/configuration.md explains each.
 type Config struct {
 	Workload  Workload   `yaml:"workload"`

@@ -92,7 +92,7 @@ func AdmitBounds(name string, b Bounds) error {
 		v     float64
 	}{{"bounds.lower", b.Lower}, {"bounds.upper", b.Upper}} {
 		if !r.Contains(end.v) {
-			return fieldErr(end.field, "%g is outside what %s admits, %s", end.v, name, r)
+			return FieldErrorf(end.field, "%g is outside what %s admits, %s", end.v, name, r)
 		}
 	}
 	return nil

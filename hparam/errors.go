@@ -32,6 +32,8 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 // Unwrap makes errors.Is(err, ErrInvalid) true.
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
-func fieldErr(field, format string, a ...any) error {
+// FieldErrorf is a *FieldError naming field, its message formatted: what
+// an explorer returns for a config value it cannot take.
+func FieldErrorf(field, format string, a ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
 }

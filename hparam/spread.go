@@ -11,16 +11,16 @@ import (
 // "spread.alpha".
 func (s Spread) Validate() error {
 	if math.IsNaN(s.Alpha) || math.IsInf(s.Alpha, 0) || s.Alpha < 0 {
-		return fieldErr("spread.alpha", "must be a finite number >= 0, got %v", s.Alpha)
+		return FieldErrorf("spread.alpha", "must be a finite number >= 0, got %v", s.Alpha)
 	}
 	switch s.Kind {
 	case Multiplicative:
 		if s.Alpha >= 1 {
-			return fieldErr("spread.alpha", "must be < 1 for a multiplicative spread (1-alpha is the lowest multiplier), got %v", s.Alpha)
+			return FieldErrorf("spread.alpha", "must be < 1 for a multiplicative spread (1-alpha is the lowest multiplier), got %v", s.Alpha)
 		}
 	case Additive, Geometric:
 	default:
-		return fieldErr("spread.kind", "must be %q, %q or %q, got %q", Multiplicative, Additive, Geometric, s.Kind)
+		return FieldErrorf("spread.kind", "must be %q, %q or %q, got %q", Multiplicative, Additive, Geometric, s.Kind)
 	}
 	return nil
 }
@@ -35,7 +35,7 @@ func (b Bounds) Validate() error {
 		return err
 	}
 	if b.Lower > b.Upper {
-		return fieldErr("bounds.upper", "must be >= bounds.lower (%v), got %v", b.Lower, b.Upper)
+		return FieldErrorf("bounds.upper", "must be >= bounds.lower (%v), got %v", b.Lower, b.Upper)
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (s Spread) String() string { return fmt.Sprintf("%s(alpha=%g)", s.Kind, s.A
 
 func checkFinite(field string, v float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return fieldErr(field, "must be a finite number, got %v", v)
+		return FieldErrorf(field, "must be a finite number, got %v", v)
 	}
 	return nil
 }

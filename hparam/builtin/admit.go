@@ -19,7 +19,7 @@ func admitSchedule(name string, s schedule.Schedule, b hparam.Bounds) error {
 			return err
 		}
 		if !r.Closure().Contains(v) {
-			return fieldErr("schedule", "gives %g at step %d, outside what %s admits, %s", v, step, name, r)
+			return hparam.FieldErrorf("schedule", "gives %g at step %d, outside what %s admits, %s", v, step, name, r)
 		}
 	}
 	return nil

@@ -120,7 +120,7 @@ func oneOf[T ~string](field string, v T, allowed ...T) error {
 			return nil
 		}
 	}
-	return fieldErr(field, "must be one of %v, got %q", allowed, v)
+	return hparam.FieldErrorf(field, "must be one of %v, got %q", allowed, v)
 }
 
 // Validate checks the ranges of every field.
@@ -135,34 +135,34 @@ func (c AutoConfig) Validate() error {
 		return err
 	}
 	if c.Form == FormPaper && c.Estimator != EstimatorSoftmax {
-		return fieldErr("auto.estimator", "form paper takes the softmax estimator only, got %q", c.Estimator)
+		return hparam.FieldErrorf("auto.estimator", "form paper takes the softmax estimator only, got %q", c.Estimator)
 	}
 	if math.IsNaN(c.Clip) || math.IsInf(c.Clip, 0) || c.Clip <= 0 {
-		return fieldErr("auto.clip", "must be a finite number > 0, got %v", c.Clip)
+		return hparam.FieldErrorf("auto.clip", "must be a finite number > 0, got %v", c.Clip)
 	}
 	if math.IsNaN(c.Sigma) || math.IsInf(c.Sigma, 0) || c.Sigma <= 0 {
-		return fieldErr("auto.sigma", "must be a finite number > 0, got %v", c.Sigma)
+		return hparam.FieldErrorf("auto.sigma", "must be a finite number > 0, got %v", c.Sigma)
 	}
 	if err := oneOf("auto.sigma_mode", c.SigmaMode, SigmaAbsolute, SigmaRelative); err != nil {
 		return err
 	}
 	if math.IsNaN(c.Beta) || c.Beta < 0 || c.Beta >= 1 {
-		return fieldErr("auto.beta", "must be in [0, 1), got %v", c.Beta)
+		return hparam.FieldErrorf("auto.beta", "must be in [0, 1), got %v", c.Beta)
 	}
 	if math.IsNaN(c.Lambda) || math.IsInf(c.Lambda, 0) || c.Lambda < 0 {
-		return fieldErr("auto.lambda", "must be a finite number >= 0, got %v", c.Lambda)
+		return hparam.FieldErrorf("auto.lambda", "must be a finite number >= 0, got %v", c.Lambda)
 	}
 	if math.IsNaN(c.Guard) || math.IsInf(c.Guard, 0) || c.Guard < 0 {
-		return fieldErr("auto.guard", "must be a finite number >= 0 (0: no warm-up guard), got %v", c.Guard)
+		return hparam.FieldErrorf("auto.guard", "must be a finite number >= 0 (0: no warm-up guard), got %v", c.Guard)
 	}
 	if math.IsNaN(c.Until) || c.Until <= 0 || c.Until > 1 {
-		return fieldErr("auto.until", "must be a fraction of the run in (0, 1], got %v", c.Until)
+		return hparam.FieldErrorf("auto.until", "must be a fraction of the run in (0, 1], got %v", c.Until)
 	}
 	if err := oneOf("auto.commit", c.Commit, CommitRestart, CommitContinue); err != nil {
 		return err
 	}
 	if c.Form == FormPaper && c.Commit != CommitContinue {
-		return fieldErr("auto.commit", "form paper only continues (its absolute base has no offset to commit), got %q", c.Commit)
+		return hparam.FieldErrorf("auto.commit", "form paper only continues (its absolute base has no offset to commit), got %q", c.Commit)
 	}
 	return nil
 }

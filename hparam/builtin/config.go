@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/hdet-dev/hdet/hparam/internal/jsonopt"
+
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/hparam/schedule"
 )
@@ -253,7 +255,7 @@ func (b *builtin) parse(s hparam.Setup) (parsedConfig, error) {
 		return p, err
 	}
 	p.auto.LogSpace = p.spread.Kind == hparam.Geometric
-	p.bounds = hparam.Bounds{Lower: orFloat(bs.Lower, d.Bounds.Lower), Upper: orFloat(bs.Upper, d.Bounds.Upper)}
+	p.bounds = hparam.Bounds{Lower: jsonopt.Or(bs.Lower, d.Bounds.Lower), Upper: jsonopt.Or(bs.Upper, d.Bounds.Upper)}
 	if err := p.bounds.Validate(); err != nil {
 		return p, err
 	}
@@ -268,7 +270,7 @@ func (b *builtin) parse(s hparam.Setup) (parsedConfig, error) {
 		need = min(need, firstUpdate(p.autoStart, s.WindowSteps))
 	}
 	if p.sched.Steps() < need {
-		return p, fieldErr("schedule.total_steps", "the schedule covers %d steps but the run takes its values for steps 0..%d", p.sched.Steps(), need-1)
+		return p, hparam.FieldErrorf("schedule.total_steps", "the schedule covers %d steps but the run takes its values for steps 0..%d", p.sched.Steps(), need-1)
 	}
 	return p, nil
 }
@@ -280,7 +282,7 @@ func spreadConfig(def hparam.Spread, ss SpreadSpec, defNarrow Narrowing) (hparam
 	if ss.Kind != nil {
 		sp.Kind = *ss.Kind
 	}
-	sp.Alpha = orFloat(ss.Alpha, sp.Alpha)
+	sp.Alpha = jsonopt.Or(ss.Alpha, sp.Alpha)
 	if err := sp.Validate(); err != nil {
 		return sp, Narrowing{}, err
 	}
@@ -288,16 +290,16 @@ func spreadConfig(def hparam.Spread, ss SpreadSpec, defNarrow Narrowing) (hparam
 		defNarrow.AlphaEnd = sp.Alpha
 	}
 	// A narrow_from without narrow_to keeps the default's length.
-	from := orFloat(ss.NarrowFrom, defNarrow.From)
-	n := Narrowing{From: from, To: orFloat(ss.NarrowTo, min(1, from+defNarrow.To-defNarrow.From)),
-		AlphaEnd: orFloat(ss.AlphaEnd, defNarrow.AlphaEnd)}
+	from := jsonopt.Or(ss.NarrowFrom, defNarrow.From)
+	n := Narrowing{From: from, To: jsonopt.Or(ss.NarrowTo, min(1, from+defNarrow.To-defNarrow.From)),
+		AlphaEnd: jsonopt.Or(ss.AlphaEnd, defNarrow.AlphaEnd)}
 	if !(n.From >= 0 && n.From <= n.To && n.To <= 1) {
-		return sp, n, fieldErr("spread.narrow_from", "narrow_from %v and narrow_to %v must satisfy 0 <= narrow_from <= narrow_to <= 1", n.From, n.To)
+		return sp, n, hparam.FieldErrorf("spread.narrow_from", "narrow_from %v and narrow_to %v must satisfy 0 <= narrow_from <= narrow_to <= 1", n.From, n.To)
 	}
 	if err := (hparam.Spread{Kind: sp.Kind, Alpha: n.AlphaEnd}).Validate(); err != nil {
 		var fe *hparam.FieldError
 		if errors.As(err, &fe) {
-			err = fieldErr("spread.alpha_end", "%s", fe.Msg)
+			err = hparam.FieldErrorf("spread.alpha_end", "%s", fe.Msg)
 		}
 		return sp, n, err
 	}
@@ -307,7 +309,7 @@ func spreadConfig(def hparam.Spread, ss SpreadSpec, defNarrow Narrowing) (hparam
 // autoConfig applies the "auto" block: the form's defaults, then the keys set.
 func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	if present(as.Decay) {
-		return fieldErr("auto.decay", "was removed in revision 2 of the meta-update: the base is now the schedule combined with a learned offset, "+
+		return hparam.FieldErrorf("auto.decay", "was removed in revision 2 of the meta-update: the base is now the schedule combined with a learned offset, "+
 			"so the schedule's own anneal replaces the decay; delete the key (auto.form: paper gives the paper's update, without decay)")
 	}
 	form := FormOffset
@@ -321,12 +323,12 @@ func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	if form == FormPaper {
 		p.autoStart = schedule.WarmupEnd(p.sched)
 	}
-	p.autoStart = orInt(as.Start, p.autoStart)
+	p.autoStart = jsonopt.Or(as.Start, p.autoStart)
 	if p.autoStart < 0 {
-		return fieldErr("auto.start", "must be >= 0, got %d", p.autoStart)
+		return hparam.FieldErrorf("auto.start", "must be >= 0, got %d", p.autoStart)
 	}
-	c.Sigma, c.Beta, c.Lambda = orFloat(as.Sigma, c.Sigma), orFloat(as.Beta, c.Beta), orFloat(as.Lambda, c.Lambda)
-	c.Clip, c.Until, c.Guard = orFloat(as.Clip, c.Clip), orFloat(as.Until, c.Until), orFloat(as.Guard, c.Guard)
+	c.Sigma, c.Beta, c.Lambda = jsonopt.Or(as.Sigma, c.Sigma), jsonopt.Or(as.Beta, c.Beta), jsonopt.Or(as.Lambda, c.Lambda)
+	c.Clip, c.Until, c.Guard = jsonopt.Or(as.Clip, c.Clip), jsonopt.Or(as.Until, c.Until), jsonopt.Or(as.Guard, c.Guard)
 	if as.SigmaMode != nil {
 		c.SigmaMode = *as.SigmaMode
 	}

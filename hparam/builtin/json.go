@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"reflect"
 	"strings"
+
+	"github.com/hdet-dev/hdet/hparam/internal/jsonopt"
 
 	"github.com/hdet-dev/hdet/hparam"
 )
@@ -41,17 +42,17 @@ func decodeStrict(data []byte, v any, prefix string) error {
 		if v := valueBefore(data, te.Offset); v != "" {
 			got += " " + v
 		}
-		return fieldErr(field(te.Field), "must be a JSON %s, got %s", jsonKind(te.Type), got)
+		return hparam.FieldErrorf(field(te.Field), "must be a JSON %s, got %s", jsonKind(te.Type), got)
 	}
 	if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		key = strings.Trim(key, `"`)
-		return fieldErr(field(key), "unknown key (allowed: %s)", strings.Join(structKeys(v), ", "))
+		return hparam.FieldErrorf(field(key), "unknown key (allowed: %s)", strings.Join(structKeys(v), ", "))
 	}
 	where := prefix
 	if where == "" {
 		where = "config"
 	}
-	return fieldErr(where, "invalid JSON: %v", err)
+	return hparam.FieldErrorf(where, "invalid JSON: %v", err)
 }
 
 // valueBefore returns the JSON scalar that ends at offset in data (where
@@ -98,7 +99,7 @@ func structKeys(v any) []string {
 	var keys []string
 	if t.Kind() == reflect.Struct {
 		for i := range t.NumField() {
-			keys = append(keys, jsonName(t.Field(i)))
+			keys = append(keys, jsonopt.Name(t.Field(i)))
 		}
 	}
 	return keys
@@ -115,11 +116,6 @@ func isNumber(raw json.RawMessage) bool {
 	return len(t) > 0 && (t[0] == '-' || (t[0] >= '0' && t[0] <= '9'))
 }
 
-func jsonName(f reflect.StructField) string {
-	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-	return name
-}
-
 // prefixField qualifies a FieldError's field with a block name
 // ("max_lr" -> "schedule.max_lr"); other errors pass through.
 func prefixField(prefix string, err error) error {
@@ -128,22 +124,4 @@ func prefixField(prefix string, err error) error {
 		return &hparam.FieldError{Field: prefix + "." + fe.Field, Msg: fe.Msg}
 	}
 	return err
-}
-
-func fieldErr(field, format string, a ...any) error {
-	return &hparam.FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
-}
-
-func orFloat(p *float64, d float64) float64 {
-	if p != nil {
-		return *p
-	}
-	return d
-}
-
-func orInt(p *int, d int) int {
-	if p != nil {
-		return *p
-	}
-	return d
 }

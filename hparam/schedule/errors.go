@@ -2,9 +2,6 @@ package schedule
 
 import (
 	"errors"
-	"fmt"
-
-	"github.com/hdet-dev/hdet/hparam"
 )
 
 // ErrStepRange marks a step outside a schedule's [0, Steps()).
@@ -12,7 +9,3 @@ import (
 // rather than clamp silently. Every other error this package returns is a
 // *hparam.FieldError (an hparam.ErrInvalid) naming the parameter.
 var ErrStepRange = errors.New("step out of range")
-
-func fieldErr(field, format string, a ...any) error {
-	return &hparam.FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
-}

@@ -1,6 +1,10 @@
 package schedule
 
-import "math"
+import (
+	"math"
+
+	"github.com/hdet-dev/hdet/hparam"
+)
 
 // OneCycleConfig holds torch.optim.lr_scheduler.OneCycleLR's arguments
 // (PyTorch 1.13), with the same names in snake case as field names in
@@ -73,18 +77,18 @@ func NewOneCycle(c OneCycleConfig) (*OneCycle, error) {
 		}
 	default:
 		if c.Epochs <= 0 {
-			return nil, fieldErr("epochs", "must be a positive integer, got %d", c.Epochs)
+			return nil, hparam.FieldErrorf("epochs", "must be a positive integer, got %d", c.Epochs)
 		}
 		if c.StepsPerEpoch <= 0 {
-			return nil, fieldErr("steps_per_epoch", "must be a positive integer, got %d", c.StepsPerEpoch)
+			return nil, hparam.FieldErrorf("steps_per_epoch", "must be a positive integer, got %d", c.StepsPerEpoch)
 		}
 		if c.Epochs > math.MaxInt32/c.StepsPerEpoch {
-			return nil, fieldErr("epochs", "epochs*steps_per_epoch = %d*%d is too large", c.Epochs, c.StepsPerEpoch)
+			return nil, hparam.FieldErrorf("epochs", "epochs*steps_per_epoch = %d*%d is too large", c.Epochs, c.StepsPerEpoch)
 		}
 		total = c.Epochs * c.StepsPerEpoch
 	}
 	if math.IsNaN(c.PctStart) || c.PctStart < 0 || c.PctStart > 1 {
-		return nil, fieldErr("pct_start", "must be a number in [0, 1], got %v", c.PctStart)
+		return nil, hparam.FieldErrorf("pct_start", "must be a number in [0, 1], got %v", c.PctStart)
 	}
 	o := &OneCycle{c: c, total: total}
 	switch c.AnnealStrategy {
@@ -93,14 +97,14 @@ func NewOneCycle(c OneCycleConfig) (*OneCycle, error) {
 	case "linear":
 		o.anneal = annealLinear
 	default:
-		return nil, fieldErr("anneal_strategy", "must be \"cos\" or \"linear\", got %q", c.AnnealStrategy)
+		return nil, hparam.FieldErrorf("anneal_strategy", "must be \"cos\" or \"linear\", got %q", c.AnnealStrategy)
 	}
 	for _, f := range []struct {
 		name string
 		v    float64
 	}{{"max_lr", c.MaxLR}, {"div_factor", c.DivFactor}, {"final_div_factor", c.FinalDivFactor}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v <= 0 {
-			return nil, fieldErr(f.name, "must be a positive finite number, got %v", f.v)
+			return nil, hparam.FieldErrorf(f.name, "must be a positive finite number, got %v", f.v)
 		}
 	}
 	for _, f := range []struct {
@@ -115,7 +119,7 @@ func NewOneCycle(c OneCycleConfig) (*OneCycle, error) {
 	// at step 0 (ZeroDivisionError); refuse it up front. No other step can
 	// land in a zero-length phase.
 	if float64(c.PctStart*float64(total))-1 == 0 {
-		return nil, fieldErr("pct_start", "pct_start*total_steps = 1 makes the warm-up phase zero steps long (PyTorch divides by zero); pick another pct_start")
+		return nil, hparam.FieldErrorf("pct_start", "pct_start*total_steps = 1 makes the warm-up phase zero steps long (PyTorch divides by zero); pick another pct_start")
 	}
 
 	initial := c.MaxLR / c.DivFactor

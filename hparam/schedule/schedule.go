@@ -3,6 +3,8 @@ package schedule
 import (
 	"fmt"
 	"math"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // Schedule is a base value over a run's steps: the value before the auto
@@ -26,14 +28,14 @@ func checkStep(step, total int) error {
 
 func checkFinite(field string, v float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return fieldErr(field, "must be a finite number, got %v", v)
+		return hparam.FieldErrorf(field, "must be a finite number, got %v", v)
 	}
 	return nil
 }
 
 func checkTotal(total int) error {
 	if total <= 0 {
-		return fieldErr("total_steps", "must be a positive integer, got %d", total)
+		return hparam.FieldErrorf("total_steps", "must be a positive integer, got %d", total)
 	}
 	return nil
 }
@@ -89,7 +91,7 @@ func (c WarmupConfig) validate() error {
 		return err
 	}
 	if c.WarmupSteps < 0 || c.WarmupSteps >= c.TotalSteps {
-		return fieldErr("warmup_steps", "must be in [0, total_steps) = [0, %d), got %d", c.TotalSteps, c.WarmupSteps)
+		return hparam.FieldErrorf("warmup_steps", "must be in [0, total_steps) = [0, %d), got %d", c.TotalSteps, c.WarmupSteps)
 	}
 	return nil
 }
@@ -160,10 +162,10 @@ func NewStepDecay(c StepDecayConfig) (*StepDecay, error) {
 		return nil, err
 	}
 	if c.Gamma < 0 {
-		return nil, fieldErr("gamma", "must be >= 0, got %v", c.Gamma)
+		return nil, hparam.FieldErrorf("gamma", "must be >= 0, got %v", c.Gamma)
 	}
 	if c.StepSize < 1 {
-		return nil, fieldErr("step_size", "must be a positive integer, got %d", c.StepSize)
+		return nil, hparam.FieldErrorf("step_size", "must be a positive integer, got %d", c.StepSize)
 	}
 	if err := checkTotal(c.TotalSteps); err != nil {
 		return nil, err

@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/hparam/internal/jsonopt"
 )
 
 // Schedule kinds, the "kind" of a Spec and the first argument of
@@ -93,34 +96,15 @@ func (s Spec) Keys() []string {
 	v := reflect.ValueOf(s)
 	for i := range v.NumField() {
 		if !v.Field(i).IsNil() {
-			keys = append(keys, jsonName(v.Type().Field(i)))
+			keys = append(keys, jsonopt.Name(v.Type().Field(i)))
 		}
 	}
 	return keys
 }
 
-func jsonName(f reflect.StructField) string {
-	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-	return name
-}
-
-func orFloat(p *float64, d float64) float64 {
-	if p != nil {
-		return *p
-	}
-	return d
-}
-
-func orInt(p *int, d int) int {
-	if p != nil {
-		return *p
-	}
-	return d
-}
-
 func required(name string, p *float64) (float64, error) {
 	if p == nil {
-		return 0, fieldErr(name, "is required")
+		return 0, hparam.FieldErrorf(name, "is required")
 	}
 	return *p, nil
 }
@@ -139,11 +123,11 @@ func (s Spec) Build(defaultKind string, defaultTotal int) (Schedule, error) {
 	}
 	allowed, ok := scheduleKeys[kind]
 	if !ok {
-		return nil, fieldErr("kind", "must be one of %s, got %q", strings.Join(Kinds, ", "), kind)
+		return nil, hparam.FieldErrorf("kind", "must be one of %s, got %q", strings.Join(Kinds, ", "), kind)
 	}
 	for _, k := range s.Keys() {
 		if k != "kind" && k != "total_steps" && !slices.Contains(allowed, k) {
-			return nil, fieldErr(k, "does not apply to schedule kind %s (it takes kind, total_steps, %s)", kind, strings.Join(allowed, ", "))
+			return nil, hparam.FieldErrorf(k, "does not apply to schedule kind %s (it takes kind, total_steps, %s)", kind, strings.Join(allowed, ", "))
 		}
 	}
 	if s.TotalSteps != nil {
@@ -152,7 +136,7 @@ func (s Spec) Build(defaultKind string, defaultTotal int) (Schedule, error) {
 			return nil, err
 		}
 	}
-	total := orInt(s.TotalSteps, defaultTotal)
+	total := jsonopt.Or(s.TotalSteps, defaultTotal)
 	switch kind {
 	case KindOneCycle:
 		return s.oneCycle(total)
@@ -167,8 +151,8 @@ func (s Spec) Build(defaultKind string, defaultTotal int) (Schedule, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := WarmupConfig{Initial: orFloat(s.Initial, 0), Peak: peak, Final: orFloat(s.Final, 0),
-			WarmupSteps: orInt(s.WarmupSteps, 0), TotalSteps: total}
+		c := WarmupConfig{Initial: jsonopt.Or(s.Initial, 0), Peak: peak, Final: jsonopt.Or(s.Final, 0),
+			WarmupSteps: jsonopt.Or(s.WarmupSteps, 0), TotalSteps: total}
 		if kind == KindCosine {
 			return NewWarmupCosine(c)
 		}
@@ -179,9 +163,9 @@ func (s Spec) Build(defaultKind string, defaultTotal int) (Schedule, error) {
 			return nil, err
 		}
 		if s.StepSize == nil {
-			return nil, fieldErr("step_size", "is required")
+			return nil, hparam.FieldErrorf("step_size", "is required")
 		}
-		return NewStepDecay(StepDecayConfig{Initial: initial, Gamma: orFloat(s.Gamma, 0.1), StepSize: *s.StepSize, TotalSteps: total})
+		return NewStepDecay(StepDecayConfig{Initial: initial, Gamma: jsonopt.Or(s.Gamma, 0.1), StepSize: *s.StepSize, TotalSteps: total})
 	}
 }
 
@@ -194,31 +178,31 @@ func (s Spec) oneCycle(total int) (Schedule, error) {
 	}
 	c := DefaultOneCycleConfig(maxLR, total)
 	if s.Epochs != nil || s.StepsPerEpoch != nil {
-		c.Epochs, c.StepsPerEpoch = orInt(s.Epochs, 0), orInt(s.StepsPerEpoch, 0)
-		c.TotalSteps = orInt(s.TotalSteps, 0) // an explicit total_steps wins, as in PyTorch
+		c.Epochs, c.StepsPerEpoch = jsonopt.Or(s.Epochs, 0), jsonopt.Or(s.StepsPerEpoch, 0)
+		c.TotalSteps = jsonopt.Or(s.TotalSteps, 0) // an explicit total_steps wins, as in PyTorch
 		if s.TotalSteps == nil && (c.Epochs == 0 || c.StepsPerEpoch == 0) {
 			// Make the missing one the error, not total_steps.
 			if c.Epochs == 0 {
-				return nil, fieldErr("epochs", "must be a positive integer, got 0")
+				return nil, hparam.FieldErrorf("epochs", "must be a positive integer, got 0")
 			}
-			return nil, fieldErr("steps_per_epoch", "must be a positive integer, got 0")
+			return nil, hparam.FieldErrorf("steps_per_epoch", "must be a positive integer, got 0")
 		}
 	}
-	c.PctStart = orFloat(s.PctStart, c.PctStart)
+	c.PctStart = jsonopt.Or(s.PctStart, c.PctStart)
 	if s.AnnealStrategy != nil {
 		c.AnnealStrategy = *s.AnnealStrategy
 	}
 	if s.CycleMomentum != nil {
 		c.CycleMomentum = *s.CycleMomentum
 	}
-	c.BaseMomentum = orFloat(s.BaseMomentum, c.BaseMomentum)
-	c.MaxMomentum = orFloat(s.MaxMomentum, c.MaxMomentum)
-	c.DivFactor = orFloat(s.DivFactor, c.DivFactor)
-	c.FinalDivFactor = orFloat(s.FinalDivFactor, c.FinalDivFactor)
+	c.BaseMomentum = jsonopt.Or(s.BaseMomentum, c.BaseMomentum)
+	c.MaxMomentum = jsonopt.Or(s.MaxMomentum, c.MaxMomentum)
+	c.DivFactor = jsonopt.Or(s.DivFactor, c.DivFactor)
+	c.FinalDivFactor = jsonopt.Or(s.FinalDivFactor, c.FinalDivFactor)
 	if s.ThreePhase != nil {
 		c.ThreePhase = *s.ThreePhase
 	}
-	c.OptimizerMomentum = orFloat(s.Momentum, c.OptimizerMomentum)
+	c.OptimizerMomentum = jsonopt.Or(s.Momentum, c.OptimizerMomentum)
 	return NewOneCycle(c)
 }
 

@@ -23,8 +23,12 @@ func (s *session) checkpointDir() string { return filepath.Join(s.cfg.Run.Dir, "
 func (s *session) resume(ctx context.Context) error {
 	if s.worker != nil {
 		// The script's own state (data position, RNG) is not in hdet's
-		// checkpoints, so a worker run always starts from the beginning.
-		return nil
+		// checkpoints, so a worker run always starts from the beginning: a
+		// relaunch of the same run starts it over, and the windows it runs
+		// again are dropped from metrics.jsonl, as for a run that ended
+		// before its first checkpoint (found by the PyTorch chaos soak:
+		// every relaunch appended the whole run again).
+		return s.workerFresh()
 	}
 	log := s.o.Log
 	got, evs, err := engine.Restore(ctx, engine.RestoreOptions{Comm: s.o.World, Dir: s.checkpointDir(),
@@ -66,14 +70,34 @@ func (s *session) fresh(skipped []checkpoint.Skipped) error {
 	if fi, err := os.Stat(mpath); err == nil && fi.Size() > 0 {
 		if s.ownUnsavedLog(mpath) {
 			s.restarted = true
+			msg := "no checkpoint, but this run's own metrics.jsonl from a launch that ended before writing one: starting the run over"
+			if s.worker != nil {
+				msg = "a worker run is not resumed (the script's own state is not in hdet's checkpoints): starting the run over"
+			}
 			if s.rank == 0 {
-				s.o.Log.Warn().Str("run_dir", s.cfg.Run.Dir).Msg("no checkpoint, but this run's own metrics.jsonl from a launch that ended before writing one: starting the run over")
+				s.o.Log.Warn().Str("run_dir", s.cfg.Run.Dir).Msg(msg)
 			}
 			return nil
 		}
 		return Usagef("run.dir %s already holds a run's metrics.jsonl and no checkpoint to resume from; use another run.dir or remove it", s.cfg.Run.Dir)
 	}
 	return nil
+}
+
+// workerFresh checks that a worker run's directory can take the run from
+// its beginning: empty, or this run's own unfinished log (the run starts
+// over); a finished run, or another run's log, is refused. Rank 0 alone
+// decides (it alone writes metrics.jsonl, and its config holds the
+// script's explorers, which the hash covers).
+func (s *session) workerFresh() error {
+	if s.rank != 0 {
+		return nil
+	}
+	mpath := filepath.Join(s.cfg.Run.Dir, "metrics.jsonl")
+	if recs, _, err := metrics.ReadFile(mpath); err == nil && len(recs) > 0 && recs[len(recs)-1].Type == metrics.TypeEnd {
+		return Usagef("run.dir %s holds a finished run (metrics.jsonl ends with its end record); use another run.dir for a new run", s.cfg.Run.Dir)
+	}
+	return s.fresh(nil)
 }
 
 // ownUnsavedLog reports whether the metrics.jsonl at path was written by

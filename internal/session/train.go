@@ -114,7 +114,11 @@ func (s *session) stopped(res engine.Result) {
 	if s.rank != 0 {
 		return
 	}
-	s.o.Log.Warn().Int("step", res.Steps).Msg("stopped by a signal after checkpointing; launch the same command again to resume")
+	msg := "stopped by a signal after checkpointing; launch the same command again to resume"
+	if s.worker != nil {
+		msg = "stopped by a signal after checkpointing; launch the same command again to run it again from step 0 (a worker run is not resumed: docs/pytorch.md)"
+	}
+	s.o.Log.Warn().Int("step", res.Steps).Msg(msg)
 	s.requeue()
 }
 

@@ -113,7 +113,11 @@ type Watchdog struct {
 
 // SetupTimeout is the least time a setup phase (window < 0: loading data,
 // starting a worker process, which can take minutes) may last, whatever the
-// timeout: a short watchdog is meant for the window loop.
+// timeout: a short watchdog is meant for the window loop. The commit's
+// restart (engine.PhaseRestart) gets it too: for a worker run it ends the
+// script and starts it again (found by the PyTorch chaos soak: Python and
+// torch starting on a loaded node outlasted a 15 s train.watchdog, and the
+// run aborted at every commit).
 const SetupTimeout = 10 * time.Minute
 
 // Period is how often a watchdog with the given timeout refreshes its
@@ -301,7 +305,7 @@ func (w *Watchdog) overdue() (self Beat, waited time.Duration, what string, over
 	self, since := w.snapshot()
 	waited = w.o.Now().Sub(since)
 	limit, what := w.o.Timeout, fmt.Sprintf("train.watchdog (%s)", w.o.Timeout)
-	if self.Window < 0 && limit < SetupTimeout {
+	if (self.Window < 0 || self.Phase == engine.PhaseRestart) && limit < SetupTimeout {
 		limit, what = SetupTimeout, fmt.Sprintf("the setup limit (%s)", SetupTimeout)
 	}
 	return self, waited, what, waited > limit

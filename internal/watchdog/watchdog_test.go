@@ -141,6 +141,28 @@ func TestWatchdogLeavesAProgressingRankAlone(t *testing.T) {
 	assert.Equal(t, "train.watchdog (200ms)", what)
 }
 
+// The commit's restart starts a worker's script again, as setup does: it
+// gets the setup limit, not train.watchdog.
+func TestRestartGetsTheSetupLimit(t *testing.T) {
+	c := &clock{t: time.Unix(1_000_000, 0)}
+	w := Start(Options{Dir: t.TempDir(), Rank: 0, Size: 1, Timeout: 200 * time.Millisecond, Log: zerolog.Nop(),
+		Abort: func(int) {}, Now: c.Now})
+	defer w.Stop()
+	w.Enter(0, 0, engine.PhaseRestart)
+	c.Advance(time.Minute)
+	_, _, _, over := w.overdue()
+	assert.False(t, over, "a minute restarting the script")
+	c.Advance(SetupTimeout)
+	_, _, what, over := w.overdue()
+	assert.True(t, over, "past the setup limit")
+	assert.Equal(t, "the setup limit (10m0s)", what)
+	w.Enter(0, 0, engine.PhasePlan)
+	c.Advance(250 * time.Millisecond)
+	_, _, what, over = w.overdue()
+	assert.True(t, over, "the main pass's first plan: train.watchdog again")
+	assert.Equal(t, "train.watchdog (200ms)", what)
+}
+
 type fakeComm struct{ engine.Comm }
 
 func (fakeComm) AllgatherFloat64(s, r []float64) error        { copy(r, s); return nil }

@@ -22,7 +22,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam and its subpackages do no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam/... ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long test-chaos-pytorch run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -75,9 +75,10 @@ test-faults: venv
 
 # hdet across 3 fake hosts (network namespaces, one slurmd each): mpirun
 # --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB,
-# and the CI-sized chaos soak (TestMultiHostChaos, 25 faults).
+# and the CI-sized chaos soaks (TestMultiHostChaos, 25 faults;
+# TestMultiHostChaosPyTorch, 8 faults of a PyTorch script).
 # The bed is torn down after the tests even when go test itself timed out.
-test-multihost: deps data
+test-multihost: deps data venv
 	scripts/deps.sh netns slurm
 	cd tests && $(GO) test -count=1 -timeout 40m -v -run '$(MULTI)' .; rc=$$?; \
 		../scripts/testbed.sh down >/dev/null 2>&1; exit $$rc
@@ -90,11 +91,22 @@ test-multihost: deps data
 CHAOS_MINUTES = $(shell echo $$(( 20 + $${HDET_CHAOS_FAULTS:-25} )))
 test-chaos: deps data
 	scripts/deps.sh netns
-	cd tests && $(GO) test -count=1 -timeout $(CHAOS_MINUTES)m -v -run 'TestMultiHostChaos' .; rc=$$?; \
+	cd tests && $(GO) test -count=1 -timeout $(CHAOS_MINUTES)m -v -run 'TestMultiHostChaos$$' .; rc=$$?; \
 		../scripts/testbed.sh down >/dev/null 2>&1; exit $$rc
 
 test-chaos-long:
 	HDET_CHAOS_FAULTS=200 $(MAKE) test-chaos
+
+# The same soak of a PyTorch script under `hdet run --worker` with the attach
+# line (tests/testdata/chaos_mlp.py, 3 hosts x 1 rank; docs/chaos.md): 8
+# faults by default (the CI size, in make test-multihost), about 1 minute a
+# fault that ends a launch (each relaunch starts a worker run over and
+# starts Python with torch on every rank twice).
+CHAOS_PYTORCH_MINUTES = $(shell echo $$(( 20 + 2 * $${HDET_CHAOS_FAULTS:-8} )))
+test-chaos-pytorch: deps data venv
+	scripts/deps.sh netns
+	cd tests && $(GO) test -count=1 -timeout $(CHAOS_PYTORCH_MINUTES)m -v -run 'TestMultiHostChaosPyTorch$$' .; rc=$$?; \
+		../scripts/testbed.sh down >/dev/null 2>&1; exit $$rc
 
 
 # The same in-place MPI_Allreduce through the Go binding and in C.

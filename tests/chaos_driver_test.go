@@ -27,12 +27,16 @@ import (
 // chaos drives one run through a schedule of faults (chaos_test.go).
 type chaos struct {
 	t        *testing.T
+	wl       *chaosWorkload
 	tb       *testbed
 	rng      *rand.Rand
 	cfgPath  string
 	windows  int
 	hdet     string // the hdet binary
 	explorer string // the lr explorer binary (its folder is the plugin directory)
+	python   string // the worker's interpreter binary (symbolic links resolved), "" for the built-in workload
+	init     string // the worker script's own file it starts from ("" for the built-in workload)
+	initSum  string // its SHA-256 before the first launch
 	tools    chaosToolset
 	ref      chaosRef
 	sched    *chaosSchedule
@@ -64,10 +68,10 @@ type chaos struct {
 	gateLaunch int                         // in which launch
 	gateMisses int                         // gated strikes that found the run past the commit
 	extra      int                         // faults drawn on the way (a pair that injected one)
-	disarm     []func()                    // what an armed fault started (batch), closed if it is not struck
+	batches    map[string]*batch           // "host tool": ip and tc running in each host (batch)
 	armed      func() (*injection, func()) // the strike of a fault inject armed before its window (prearmed)
 	late       []int                       // how many windows after its slot's window each slot struck
-	ours       map[int]bool                // the soak\'s own processes in the hosts (batch)
+	ours       map[int]bool                // the soak's own processes in the hosts (batch)
 }
 
 // launch is one mpirun of the run: the command an sbatch --requeue job runs
@@ -108,9 +112,9 @@ type injection struct {
 	setup        bool      // during a launch's setup (or checkpoint read)
 }
 
-func newChaos(t *testing.T, tb *testbed, rng *rand.Rand, cfgPath string, windows int) *chaos {
+func newChaos(t *testing.T, tb *testbed, rng *rand.Rand, wl *chaosWorkload, cfgPath string, windows int) *chaos {
 	hdet, plugins := hdetBinaries(t)
-	return &chaos{t: t, tb: tb, rng: rng, cfgPath: cfgPath, windows: windows, hdet: hdet,
+	return &chaos{t: t, wl: wl, tb: tb, rng: rng, cfgPath: cfgPath, windows: windows, hdet: hdet,
 		explorer: filepath.Join(plugins, "hdet-explorer-lr"), logDir: chaosLogs(t)}
 }
 
@@ -236,8 +240,11 @@ func (c *chaos) poll() *watchdog.Beat {
 }
 
 // resumePass is the pass of the checkpoint the next launch resumes from:
-// the newest whole one, as hdet picks it.
+// the newest whole one, as hdet picks it; a worker run starts over.
 func (c *chaos) resumePass() int {
+	if !c.wl.resumes {
+		return plan.PassSearch
+	}
 	st, _, _, err := checkpoint.Latest(filepath.Join(c.runDir, "checkpoints"))
 	if err != nil {
 		return plan.PassSearch
@@ -300,7 +307,9 @@ func (c *chaos) where(l *launch, b *watchdog.Beat) string {
 }
 
 // checkHang ends a launch that neither moved nor exited for chaosBound
-// after the later of its start, its last progress and the last fault's end.
+// after the later of its start, its last progress and the last fault's end
+// (and the workload's slowStart more while it starts its worker script: in
+// setup or at the commit's restart).
 func (c *chaos) checkHang() {
 	l := c.cur
 	if l.exited() {
@@ -312,11 +321,18 @@ func (c *chaos) checkHang() {
 			from = t
 		}
 	}
-	if time.Since(from) <= chaosBound {
+	bound := chaosBound
+	if time.Since(from) <= bound {
+		return
+	}
+	if b := c.beat(l); b == nil || b.Window < 0 || b.Phase == engine.PhaseRestart {
+		bound += c.wl.slowStart // starting the worker's script
+	}
+	if time.Since(from) <= bound {
 		return
 	}
 	l.hang = true
-	c.problems = append(c.problems, fmt.Sprintf("launch %d: no progress and no exit for %s: hung (killed)", l.n, chaosBound))
+	c.problems = append(c.problems, fmt.Sprintf("launch %d: no progress and no exit for %s: hung (killed)", l.n, bound))
 	c.killEverything()
 	select {
 	case <-l.done:
@@ -458,7 +474,8 @@ func (c *chaos) checkLeftovers(l *launch) {
 }
 
 // processesLeft lists every process inside the bed's hosts (none but a
-// launch's run there) and any hdet or explorer process outside them.
+// launch's run there) and any hdet, explorer or worker script process
+// outside them.
 func (c *chaos) processesLeft() []string {
 	var left []string
 	for _, h := range c.tb.hosts {
@@ -466,7 +483,7 @@ func (c *chaos) processesLeft() []string {
 			left = append(left, fmt.Sprintf("%s (pid %d) on %s", procName(pid), pid, h))
 		}
 	}
-	for _, pid := range c.pidsOf("", c.hdet, c.explorer) {
+	for _, pid := range c.strays() {
 		left = append(left, fmt.Sprintf("%s (pid %d) outside the bed's hosts", procName(pid), pid))
 	}
 	return left
@@ -547,7 +564,8 @@ func (c *chaos) pidsOf(host string, binaries ...string) []int {
 }
 
 // killEverything kills the current mpirun and every process on the bed's
-// hosts (stopped ones too), and any hdet or explorer outside them.
+// hosts (stopped ones too), and any hdet, explorer or worker script outside
+// them.
 func (c *chaos) killEverything() {
 	if c.cur != nil && !c.cur.exited() {
 		_ = c.cur.cmd.Process.Kill()
@@ -557,7 +575,7 @@ func (c *chaos) killEverything() {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 	}
-	for _, p := range c.pidsOf("", c.hdet, c.explorer) {
+	for _, p := range c.strays() {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 }

@@ -42,6 +42,8 @@ type faultKind struct {
 	prearm          armer // armed before the slot's window (prearmed)
 }
 
+// chaosKinds are the built-in workload's kinds (pytorchKinds adds the
+// worker's).
 func chaosKinds() []*faultKind {
 	single := func(name, how string, w int, trains, strikes bool, s starter) *faultKind {
 		return &faultKind{name: name, how: how, weight: w, n: 1, trains: trains, strikes: strikes, run: func(c *chaos) bool { return c.single(name, s) }}
@@ -55,7 +57,7 @@ func chaosKinds() []*faultKind {
 		prearmed("slow-link", "one host's link slowed for 2-10 s (tc netem delay+loss, or tbf where the kernel has no netem)", 2, true, armSlowLink),
 		single("disk-full", "the run directory's tmpfs filled to 0-400 kB free for 0.2-1.5 s", 3, true, true, fired(armDiskFull)),
 		{name: "disk-full-long", how: "filled to 0-32 kB free for run.checkpoint_max_failing + 5-15 s; relaunched meanwhile", weight: 1, n: 1, trains: true, strikes: true, run: (*chaos).diskFullLong},
-		single("sigusr1", "SIGUSR1 to mpirun (Slurm's warning): checkpoint and exit 3", 3, false, true, fired(armSigusr1)),
+		single("sigusr1", "SIGUSR1 to mpirun (Slurm's warning): checkpoint and exit 3", 3, false, true, fired(armSignal(syscall.SIGUSR1))),
 		single("explorer-kill", "SIGKILL of the lr explorer plugin", 4, false, true, fired(armExplorerKill)),
 		{name: "corrupt-checkpoint", how: "a launch ended (kill or SIGUSR1), then its newest checkpoint damaged before the relaunch", weight: 1, n: 2, strikes: true, run: (*chaos).corruptScenario},
 		{name: "resume", how: "a launch ended, then the relaunch hit at a random moment of its setup or as it reads the checkpoint: SIGKILL of a rank or host, SIGUSR1, full disk", weight: 2, n: 2, trains: true, strikes: true, run: (*chaos).resumeScenario},
@@ -204,9 +206,10 @@ func fired(a armer) starter {
 	}
 }
 
-// prearmed is a kind whose arming takes long (it starts a process in a
-// host, seconds on a loaded machine): inject arms it (c.armed) before it
-// waits for the slot's window, so that the run does not train on meanwhile.
+// prearmed is a kind whose arming may take long (it starts its host's
+// batch again if that is not running, seconds on a loaded machine): inject
+// arms it (c.armed) before it waits for the slot's window, so that the run
+// does not train on meanwhile.
 func prearmed(name, how string, w int, trains bool, a armer) *faultKind {
 	strike := func(c *chaos) (*injection, func()) {
 		fire := c.armed
@@ -217,7 +220,6 @@ func prearmed(name, how string, w int, trains bool, a armer) *faultKind {
 		if fire != nil && c.gateWait() {
 			return fire()
 		}
-		c.disarmAll()
 		return nil, nil
 	}
 	return &faultKind{name: name, how: how, weight: w, n: 1, trains: trains, prearm: a,
@@ -308,43 +310,78 @@ func armFreezeHost(c *chaos) func() (*injection, func()) {
 	}
 }
 
-// batch is `ip -batch -` or `tc -batch -` started inside a host when a
-// fault is armed, so that striking (and ending) the fault is a line written
-// to it: `ip netns exec` takes seconds on a loaded machine (a mount
-// namespace and /sys each time), while the run trains on.
+// batch is `ip -batch -` or `tc -batch -` running inside a host for the
+// whole soak (startBatches: before the first launch), so that striking
+// (and ending) a link fault is a line written to it: `ip netns exec` takes
+// seconds on a loaded machine (a mount namespace and /sys each time), while
+// the run trains on. Started when a fault was armed, it once took so long
+// at a load of 10 on the 2 cores that the run trained 400 windows
+// meanwhile, to its end, with 20 faults left.
 type batch struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  testenv.SyncBuffer
-	what string
+	cmd          *exec.Cmd
+	in           io.WriteCloser
+	out          testenv.SyncBuffer
+	what         string
+	show, answer string        // a command that prints, and what its answer holds
+	done         chan struct{} // closed when the tool has exited
 }
 
-// startBatch starts tool (ip or tc) reading commands inside host and waits
-// until it runs there (it has answered a command that prints); the chaos
-// run closes it if the fault is never struck.
-func (c *chaos) startBatch(host, tool string) *batch {
-	b := &batch{what: tool + " on " + host}
+// startBatches starts ip and tc in every host.
+func (c *chaos) startBatches() {
+	for _, h := range c.tb.hosts {
+		for _, tool := range []string{"ip", "tc"} {
+			c.batch(h, tool)
+		}
+	}
+}
+
+// batch is host's tool (ip or tc), started again when it is not running
+// (killEverything kills it with the rest of the host after a hang).
+func (c *chaos) batch(host, tool string) *batch {
+	key := host + " " + tool
+	if b := c.batches[key]; b != nil && !b.exited() {
+		return b
+	}
+	b := &batch{what: tool + " on " + host, show: "link show dev lo", answer: "lo:", done: make(chan struct{})}
+	if tool == "tc" {
+		b.show, b.answer = "qdisc show dev lo", "qdisc"
+	}
 	b.cmd = exec.Command("ip", "netns", "exec", host, tool, "-batch", "-")
 	in, err := b.cmd.StdinPipe()
 	require.NoError(c.t, err)
 	b.in = in
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
 	require.NoError(c.t, b.cmd.Start())
+	go func() { _ = b.cmd.Wait(); close(b.done) }()
 	if c.ours == nil {
-		c.ours = map[int]bool{}
+		c.ours, c.batches = map[int]bool{}, map[string]*batch{}
 	}
 	c.ours[b.cmd.Process.Pid] = true // ip netns exec execs the tool: not the run's, not a leftover
-	c.disarm = append(c.disarm, func() { _ = b.in.Close(); _ = b.cmd.Wait() })
-	show, answer := "link show dev lo", "lo:"
-	if tool == "tc" {
-		show, answer = "qdisc show dev lo", "qdisc"
+	c.batches[key] = b
+	c.syncBatch(b)
+	return b
+}
+
+func (b *batch) exited() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
 	}
-	b.run(c.t, show)
-	for start := time.Now(); !strings.Contains(b.out.String(), answer); {
+}
+
+// syncBatch waits, watching the launch, until the tool has run every
+// command handed to it (it answers one more that prints), and checks that
+// each one succeeded (ip and tc -batch stop at the first that fails).
+func (c *chaos) syncBatch(b *batch) {
+	n := strings.Count(b.out.String(), b.answer)
+	b.run(c.t, b.show)
+	for start := time.Now(); strings.Count(b.out.String(), b.answer) <= n; {
+		require.False(c.t, b.exited(), "%s exited: %s", b.what, b.out.String())
 		require.Less(c.t, time.Since(start), 30*time.Second, "%s does not answer: %s", b.what, b.out.String())
 		c.tick()
 	}
-	return b
 }
 
 // run hands the tool one command (it runs it as it reads it).
@@ -353,36 +390,16 @@ func (b *batch) run(t *testing.T, line string) {
 	require.NoError(t, err, "%s: %s: %s", b.what, line, b.out.String())
 }
 
-// close ends the tool once it has run every command, and checks that each
-// one succeeded.
-func (b *batch) close(t *testing.T) {
-	require.NoError(t, b.in.Close())
-	require.NoError(t, b.cmd.Wait(), "%s: %s", b.what, b.out.String())
-}
-
-// struck hands the armed batches to the fault that was struck (it closes
-// them when it ends).
-func (c *chaos) struck() { c.disarm = nil }
-
-// disarmAll closes the batches of a fault that was armed but not struck.
-func (c *chaos) disarmAll() {
-	for _, f := range c.disarm {
-		f()
-	}
-	c.disarm = nil
-}
-
 func armLinkDown(c *chaos) func() (*injection, func()) {
 	h := c.host()
-	ip := c.startBatch(h, "ip")
+	ip := c.batch(h, "ip")
 	d := c.uniform(2*time.Second, 20*time.Second)
 	return func() (*injection, func()) {
-		c.struck()
 		at := time.Now()
 		ip.run(c.t, "link set eth0 down")
 		return &injection{at: at, dur: d, detail: fmt.Sprintf("%s's link down for %.1f s", h, d.Seconds())}, func() {
 			ip.run(c.t, "link set eth0 up")
-			ip.close(c.t)
+			c.syncBatch(ip)
 			c.waitBack(h)
 		}
 	}
@@ -449,19 +466,18 @@ func (c *chaos) hostIP(host string) string {
 func armPartition(c *chaos) func() (*injection, func()) {
 	i := c.rng.IntN(len(c.tb.hosts))
 	a, b := c.tb.hosts[i], c.tb.hosts[(i+1+c.rng.IntN(len(c.tb.hosts)-1))%len(c.tb.hosts)]
-	ipA, ipB := c.startBatch(a, "ip"), c.startBatch(b, "ip")
+	ipA, ipB := c.batch(a, "ip"), c.batch(b, "ip")
 	toA, toB := c.hostIP(a)+"/32", c.hostIP(b)+"/32"
 	d := c.uniform(2*time.Second, 20*time.Second)
 	return func() (*injection, func()) {
-		c.struck()
 		at := time.Now()
 		ipA.run(c.t, "route add blackhole "+toB)
 		ipB.run(c.t, "route add blackhole "+toA)
 		return &injection{at: at, dur: d, detail: fmt.Sprintf("%s <-> %s cut for %.1f s", a, b, d.Seconds())}, func() {
 			ipA.run(c.t, "route del blackhole "+toB)
 			ipB.run(c.t, "route del blackhole "+toA)
-			ipA.close(c.t)
-			ipB.close(c.t)
+			c.syncBatch(ipA)
+			c.syncBatch(ipB)
 		}
 	}
 }
@@ -474,15 +490,14 @@ func armSlowLink(c *chaos) func() (*injection, func()) {
 	} else {
 		qdisc = fmt.Sprintf("tbf rate %dmbit burst 32kb latency 50ms", 4+c.rng.IntN(13))
 	}
-	tc := c.startBatch(h, "tc")
+	tc := c.batch(h, "tc")
 	d := c.uniform(2*time.Second, 10*time.Second)
 	return func() (*injection, func()) {
-		c.struck()
 		at := time.Now()
 		tc.run(c.t, "qdisc add dev eth0 root "+qdisc)
 		return &injection{at: at, dur: d, detail: fmt.Sprintf("%s: %s for %.1f s", h, qdisc, d.Seconds())}, func() {
 			tc.run(c.t, "qdisc del dev eth0 root")
-			tc.close(c.t)
+			c.syncBatch(tc)
 		}
 	}
 }
@@ -565,23 +580,29 @@ func (c *chaos) expect(from int, only bool, text, why string) {
 	c.expects = append(c.expects, chaosExpect{from: from, only: only, text: text, why: why})
 }
 
-// armSigusr1 waits for mpirun to have started every rank: signalled while
-// it still starts them, Open MPI 4.1's mpirun can end with "ORTE does not
-// know how to route a message" and exit 0 having run nothing (or drop the
-// signal), which is the launcher's doing, not hdet's (docs/chaos.md).
-func armSigusr1(c *chaos) func() (*injection, func()) {
-	l := c.cur
-	if l.exited() || len(c.rankPIDs()) < 6 {
-		return nil
-	}
-	return func() (*injection, func()) {
-		at := time.Now()
-		if l.cmd.Process.Signal(syscall.SIGUSR1) != nil {
-			return nil, nil
+// armSignal arms SIGUSR1 or SIGTERM to mpirun (it forwards them to every
+// rank), once mpirun has started every rank: signalled while it still
+// starts them, Open MPI 4.1's mpirun can end with "ORTE does not know how
+// to route a message" and exit 0 having run nothing (or drop the signal),
+// which is the launcher's doing, not hdet's (docs/chaos.md).
+func armSignal(sig syscall.Signal) armer {
+	return func(c *chaos) func() (*injection, func()) {
+		l := c.cur
+		if l.exited() || len(c.rankPIDs()) < c.ranks() {
+			return nil
 		}
-		return &injection{at: at, detail: "to mpirun"}, nil
+		return func() (*injection, func()) {
+			at := time.Now()
+			if l.cmd.Process.Signal(sig) != nil {
+				return nil, nil
+			}
+			return &injection{at: at, detail: "to mpirun"}, nil
+		}
 	}
 }
+
+// armSigusr1 is armSignal of SIGUSR1.
+var armSigusr1 = armSignal(syscall.SIGUSR1)
 
 func armExplorerKill(c *chaos) func() (*injection, func()) {
 	for _, h := range c.tb.hosts {
@@ -660,7 +681,9 @@ func (c *chaos) corruptNewest() {
 	}
 	c.faults = append(c.faults, inj)
 	c.t.Logf("fault %d: %s, before launch %d: %s", len(c.faults), inj.kind, inj.launch, inj.detail)
-	c.expect(inj.launch, false, "skipping a damaged checkpoint", "a damaged newest checkpoint is skipped for the one before ("+inj.detail+")")
+	if c.wl.resumes { // a worker run starts over: it reads no checkpoint, and its first one written removes the damaged file (the verdict's badCheckpoints)
+		c.expect(inj.launch, false, "skipping a damaged checkpoint", "a damaged newest checkpoint is skipped for the one before ("+inj.detail+")")
+	}
 }
 
 // resumeScenario ends the launch; the relaunch is hit in its setup.

@@ -32,9 +32,9 @@ func (c *chaos) run(nFaults int) {
 	}
 	quiet := func(k *faultKind) bool { return k.n == 1 && !k.trains && k.strikes }
 	for len(c.faults)+c.pending < nFaults {
-		k := drawKind(c.rng, chaosKinds(), nFaults-len(c.faults)-c.pending, quiet)
+		k := drawKind(c.rng, c.sched.shape.kinds, nFaults-len(c.faults)-c.pending, quiet)
 		c.extra++
-		c.inject(&chaosSlot{kind: k, where: whereMain, hold: chaosQuiet, at: c.cur.pos + chaosGapMin})
+		c.inject(&chaosSlot{kind: k, where: whereMain, hold: c.sched.shape.quiet, at: c.cur.pos + chaosGapMin})
 	}
 	for {
 		if c.cur.exited() {
@@ -56,7 +56,6 @@ func (c *chaos) inject(sl *chaosSlot) {
 	c.holdCap = sl.hold
 	defer func() {
 		c.holdCap, c.gate, c.gateHit, c.armed = chaosHoldCap, false, "", nil
-		c.disarmAll()
 	}()
 	planned, n0 := sl.at, len(c.faults)
 	if sl.where == whereCommit {
@@ -151,12 +150,12 @@ func (c *chaos) printTable(seed uint64, nFaults int) {
 		}
 	}
 	how := map[string]string{}
-	for _, k := range chaosKinds() {
+	for _, k := range c.sched.shape.kinds {
 		how[k.name] = k.how
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Printf("chaos: seed %d, %d faults of %d kinds on 3 hosts x 2 ranks, auto.commit restart: %d search windows, the commit, %d main windows of %d steps, train.watchdog %s, run.checkpoint_max_failing %s\n",
-		seed, len(c.faults), len(rows), c.ref.search, c.ref.main, chaosWindow, chaosWatchdog, chaosMaxFailing)
+	fmt.Printf("chaos: %s workload, seed %d, %d faults of %d kinds on 3 hosts x %d ranks, auto.commit restart: %d search windows, the commit, %d main windows of %d steps, train.watchdog %s, run.checkpoint_max_failing %s\n",
+		c.wl.name, seed, len(c.faults), len(rows), c.wl.perHost, c.ref.search, c.ref.main, chaosWindow, chaosWatchdog, chaosMaxFailing)
 	fmt.Fprintln(w, "kind\tfaults\tsearch\tcommit\tmain\tin a pair\tin setup\tlaunches ended\texit after (median)\texit after (max)\ttime lost\t")
 	names := make([]string, 0, len(rows))
 	for n := range rows {

@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,14 +32,13 @@ import (
 const (
 	chaosGapMin, chaosGapMax = 3, 20 // windows a slot waits after the last one's hold, drawn
 	// chaosHoldCap is the most windows a fault in force (a full disk, a slow
-	// link) lets the run train before the soak ends it; chaosQuiet what one
-	// that stops the run, or takes an instant, may let pass (the moment of
-	// its window, an armed target's retry).
+	// link) lets the run train before the soak ends it; a shape's quiet
+	// what one that stops the run, or takes an instant, may let pass (the
+	// moment of its window, an armed target's retry, the time the launch
+	// takes to end).
 	chaosHoldCap = 30
-	chaosQuiet   = 3
-	chaosTail    = 10  // the run's last windows get no fault (a kill between the final checkpoint and the end record: docs/chaos.md)
-	chaosArm     = 6   // the commit's fault is armed this many windows before the search pass ends
-	chaosMinMain = 400 // main-pass windows at the least
+	chaosTail    = 10 // the run's last windows get no fault (a kill between the final checkpoint and the end record: docs/chaos.md)
+	chaosArm     = 6  // the commit's fault is armed this many windows before the search pass ends
 	// chaosFirst is where the search pass's first slot may come: after the
 	// hold of the first launch's setup fault.
 	chaosFirst = 1 + chaosHoldCap
@@ -53,6 +53,26 @@ const (
 
 var whereName = map[string]string{whereSearch: "in the search pass", whereCommit: "at the commit", whereMain: "in the main pass"}
 
+// chaosShape is what a workload's schedule is drawn from: its fault kinds
+// and its search pass's length as a share num/den of the main pass's.
+type chaosShape struct {
+	kinds []*faultKind
+	// first: kinds that come before the others in the schedule's
+	// every-kind-once part (in random order among themselves): those most
+	// at risk, for a short run that cannot hold every kind.
+	first    []string
+	minMain  int // main-pass windows at the least
+	num, den int // the search pass is about num/den of the main pass
+	quiet    int // the hold of a fault that stops the run or takes an instant
+}
+
+// searchWindows estimates the search pass of a run of main windows: the lr
+// explorer's default auto.until is just past the first window boundary
+// after the warm-up (OneCycle's pct_start 0.3 for the built-in workload; a
+// quarter of a script's schedule hdet does not know). The reference run
+// gives the real one.
+func (sh *chaosShape) searchWindows(main int) int { return sh.num*main/sh.den + 1 }
+
 // chaosSlot is one entry of the schedule.
 type chaosSlot struct {
 	kind  *faultKind
@@ -64,6 +84,7 @@ type chaosSlot struct {
 
 // chaosSchedule is the whole schedule and the run's size.
 type chaosSchedule struct {
+	shape   *chaosShape
 	slots   []*chaosSlot
 	nFaults int // with the first launch's, which is hit in its setup
 	main    int // the run's windows (train.steps / train.window): the main pass
@@ -72,20 +93,20 @@ type chaosSchedule struct {
 	reserve int // positions kept free at the end for faults drawn on the way (a pair that injected one)
 }
 
-// newChaosSchedule draws the schedule of nFaults faults: the first
-// launch's setup fault, every kind once in a random order, then kinds drawn
-// by weight; a full disk past run.checkpoint_max_failing comes in the first
+// newChaosSchedule draws the schedule of nFaults faults of a shape's
+// kinds: the first launch's setup fault, every kind once in a random order
+// (the shape's first kinds before the others), then kinds drawn by weight; a full disk past run.checkpoint_max_failing comes in the first
 // quarter (about the search pass: its launch, training faster on a full
 // disk, must have windows left to stop on it); then it sizes the run.
-func newChaosSchedule(rng *rand.Rand, nFaults int) *chaosSchedule {
-	kinds := chaosKinds()
-	s := &chaosSchedule{nFaults: nFaults}
+func newChaosSchedule(rng *rand.Rand, nFaults int, shape *chaosShape) *chaosSchedule {
+	kinds := shape.kinds
+	s := &chaosSchedule{shape: shape, nFaults: nFaults}
 	n := 1 // the first launch's setup fault
 	add := func(k *faultKind) {
 		s.slots = append(s.slots, &chaosSlot{kind: k, gap: chaosGapMin + rng.IntN(chaosGapMax-chaosGapMin+1)})
 		n += k.n
 	}
-	for _, i := range rng.Perm(len(kinds)) {
+	for _, i := range shape.firstOrder(rng.Perm(len(kinds))) {
 		if n+kinds[i].n <= nFaults {
 			add(kinds[i])
 		}
@@ -116,9 +137,23 @@ func newChaosSchedule(rng *rand.Rand, nFaults int) *chaosSchedule {
 	return s
 }
 
+// firstOrder puts the shape's first kinds at the front of perm (a
+// permutation of its kinds), keeping the order within each part.
+func (sh *chaosShape) firstOrder(perm []int) []int {
+	var first, rest []int
+	for _, i := range perm {
+		if slices.Contains(sh.first, sh.kinds[i].name) {
+			first = append(first, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	return append(first, rest...)
+}
+
 func (s *chaosSchedule) setHolds() {
 	for _, sl := range s.slots {
-		sl.hold = chaosQuiet
+		sl.hold = s.shape.quiet
 		if sl.kind.trains {
 			sl.hold = chaosHoldCap
 		}
@@ -126,8 +161,8 @@ func (s *chaosSchedule) setHolds() {
 }
 
 // split assigns the slots to the passes: to the search pass those that
-// take its share of the windows the slots need (0.3 / 1.3: it is 0.3 of the
-// main pass), the next to the commit, the rest to the main pass. The commit's fault must strike within a few
+// take its share of the windows the slots need (num / (num+den): it is
+// num/den of the main pass), the next to the commit, the rest to the main pass. The commit's fault must strike within a few
 // milliseconds: a kind that starts a process to strike (ip, tc) swaps with
 // the nearest one that does not (or, with none, is drawn again among those
 // that do).
@@ -146,7 +181,8 @@ func (s *chaosSchedule) split(rng *rand.Rand, kinds []*faultKind) {
 		}
 		sum := s.slots[0].gap + s.slots[0].hold
 		ci = 1
-		for ci < k-2 && float64(sum+s.slots[ci].gap+s.slots[ci].hold) <= 0.3/1.3*float64(total) {
+		num, den := s.shape.num, s.shape.den
+		for ci < k-2 && float64(sum+s.slots[ci].gap+s.slots[ci].hold) <= float64(num)/float64(num+den)*float64(total) {
 			sum += s.slots[ci].gap + s.slots[ci].hold
 			ci++
 		}
@@ -178,10 +214,10 @@ func (s *chaosSchedule) split(rng *rand.Rand, kinds []*faultKind) {
 
 // size sets the run's length: enough main-pass windows for the main pass's
 // slots, the commit's hold, the reserve and the tail, and enough for a
-// search pass (about 0.3 of them: OneCycle's warm-up) that holds its slots
-// before the commit is armed.
+// search pass (about num/den of them) that holds its slots before the
+// commit is armed.
 func (s *chaosSchedule) size() {
-	s.reserve = (2 + s.nFaults/20) * (chaosGapMin + chaosQuiet)
+	s.reserve = (2 + s.nFaults/20) * (chaosGapMin + s.shape.quiet)
 	needSearch, needMain := chaosFirst+chaosArm+2, s.reserve+chaosTail
 	for _, sl := range s.slots {
 		switch sl.where {
@@ -193,16 +229,11 @@ func (s *chaosSchedule) size() {
 			needMain += sl.gap + sl.hold
 		}
 	}
-	main := max(chaosMinMain, needMain, (needSearch*10+2)/3)
+	sh := s.shape
+	main := max(sh.minMain, needMain, (needSearch*sh.den+sh.num-1)/sh.num)
 	s.main = (main + 9) / 10 * 10
-	s.setSearch(chaosSearchWindows(s.main))
+	s.setSearch(sh.searchWindows(s.main))
 }
-
-// chaosSearchWindows estimates the search pass of a run of main windows: the
-// lr explorer's default auto.until is just past the first window boundary
-// after OneCycle's warm-up (pct_start 0.3). The reference run gives the
-// real one.
-func chaosSearchWindows(main int) int { return 3*main/10 + 1 }
 
 func (s *chaosSchedule) setSearch(search int) {
 	s.search, s.total = search, search+1+s.main
@@ -321,22 +352,40 @@ func drawKind(rng *rand.Rand, kinds []*faultKind, left int, ok func(*faultKind) 
 	panic("unreachable")
 }
 
-// The schedule fits its run for any seed and fault count: every fault
-// counted, the slots placed in both passes with their gaps and holds, a
-// full disk past run.checkpoint_max_failing in the first half, the commit's
-// slot a kind that strikes at once. (No test bed: it runs with the unit
-// tests.)
+// The schedule fits its run for any seed and fault count, for each
+// workload: every fault counted, the slots placed in both passes with
+// their gaps and holds, a full disk past run.checkpoint_max_failing in the
+// first half, the commit's slot a kind that strikes at once, the shape's
+// first kinds first. (No test bed: it runs with the unit tests.)
 func TestChaosScheduleFits(t *testing.T) {
+	for _, shape := range []*chaosShape{builtinChaos.shape(), pytorchChaos.shape()} {
+		scheduleFits(t, shape)
+	}
+}
+
+func scheduleFits(t *testing.T, shape *chaosShape) {
 	sizes := map[int][2]int{}
 	for _, n := range []int{1, 2, 3, 4, 5, 8, 13, 25, 30, 31, 77, 200, 500} {
 		for seed := range uint64(200) {
-			s := newChaosSchedule(rand.New(rand.NewPCG(seed, 0x68646574)), n)
-			faults := 1
+			s := newChaosSchedule(rand.New(rand.NewPCG(seed, 0x68646574)), n, shape)
+			faults, firstN := 1, 1
+			seen := map[string]bool{}
 			for _, sl := range s.slots {
 				faults += sl.kind.n
+				seen[sl.kind.name] = true
 			}
 			require.Equal(t, n, faults, "seed %d, %d faults: the slots' faults", seed, n)
-			search := chaosSearchWindows(s.main)
+			for _, k := range shape.kinds {
+				if slices.Contains(shape.first, k.name) {
+					firstN += k.n
+				}
+			}
+			for _, name := range shape.first {
+				if firstN <= n {
+					require.True(t, seen[name], "seed %d, %d faults: the first kind %s is in the schedule", seed, n, name)
+				}
+			}
+			search := shape.searchWindows(s.main)
 			require.NoError(t, s.place(search), "seed %d, %d faults: %s", seed, n, s)
 			last := -1
 			for i, sl := range s.slots {
@@ -369,5 +418,5 @@ func TestChaosScheduleFits(t *testing.T) {
 			sizes[n] = r
 		}
 	}
-	t.Logf("main-pass windows by fault count (min, max over 200 seeds): %v", sizes)
+	t.Logf("%d kinds: main-pass windows by fault count (min, max over 200 seeds): %v", len(shape.kinds), sizes)
 }

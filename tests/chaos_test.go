@@ -48,9 +48,10 @@ const (
 	chaosDiskMiB = 12
 )
 
-// chaosConfig is the soak's run: the default path, whose lr explorer
-// searches to its default auto.until (just past OneCycle's warm-up),
-// commits, and trains the main pass of windows windows from step 0.
+// chaosConfig is the built-in workload's run: the default path, whose lr
+// explorer searches to its default auto.until (just past OneCycle's
+// warm-up), commits, and trains the main pass of windows windows from step
+// 0.
 func chaosConfig(windows int) string {
 	return fmt.Sprintf(`# the chaos soak's run (tests/chaos_test.go): the default path, auto.commit restart
 workload: {hidden: [32], batch_size: 32}
@@ -66,10 +67,10 @@ explorers:
 }
 
 // chaosParams reads HDET_CHAOS_SEED (default 1) and HDET_CHAOS_FAULTS
-// (default 25).
-func chaosParams(t *testing.T) (seed uint64, faults int) {
+// (default: the workload's CI size).
+func chaosParams(t *testing.T, defaultFaults int) (seed uint64, faults int) {
 	t.Helper()
-	seed, faults = 1, 25
+	seed, faults = 1, defaultFaults
 	if s := os.Getenv("HDET_CHAOS_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "HDET_CHAOS_SEED")
@@ -84,25 +85,30 @@ func chaosParams(t *testing.T) (seed uint64, faults int) {
 	return seed, faults
 }
 
-func TestMultiHostChaos(t *testing.T) {
-	seed, nFaults := chaosParams(t)
+func TestMultiHostChaos(t *testing.T) { soakChaos(t, &builtinChaos) }
+
+// soakChaos is the soak of one workload.
+func soakChaos(t *testing.T, wl *chaosWorkload) {
+	seed, nFaults := chaosParams(t, wl.faults)
 	rng := rand.New(rand.NewPCG(seed, 0x68646574))
-	sched := newChaosSchedule(rng, nFaults)
+	sched := newChaosSchedule(rng, nFaults, wl.shape())
 	windows := sched.main
-	say(t, "chaos: HDET_CHAOS_SEED=%d HDET_CHAOS_FAULTS=%d (replay with these two)", seed, nFaults)
+	say(t, "chaos: %s workload, HDET_CHAOS_SEED=%d HDET_CHAOS_FAULTS=%d (replay with these two)", wl.name, seed, nFaults)
 	say(t, "chaos: schedule: %s", sched)
+	wl.need(t)
 	tb := startTestbed(t, 3, false)
 	tools := chaosTools(t, tb)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "chaos.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(chaosConfig(windows)), 0o644))
+	require.NoError(t, os.WriteFile(cfgPath, []byte(wl.config(windows)), 0o644))
 
-	c := newChaos(t, tb, rng, cfgPath, windows)
+	c := newChaos(t, tb, rng, wl, cfgPath, windows)
 	c.tools = tools
+	c.prepare(dir)
 	c.ref = c.reference(filepath.Join(dir, "reference"))
 	c.setupTime = c.ref.setup
-	say(t, "chaos: uninterrupted run: %.1f s (setup %.1f s, %.1f ms a window), %d search windows, the commit (%s), %d main windows, checksum %s",
-		c.ref.wall.Seconds(), c.ref.setup.Seconds(), 1e3*c.ref.window.Seconds(), c.ref.search, committed(c.ref.commit), c.ref.main, c.ref.checksum)
+	say(t, "chaos: uninterrupted run: %.1f s (setup %.1f s, %.1f ms a window), %d search windows, the commit (%s), %d main windows, checksum %s%s",
+		c.ref.wall.Seconds(), c.ref.setup.Seconds(), 1e3*c.ref.window.Seconds(), c.ref.search, committed(c.ref.commit), c.ref.main, c.ref.checksum, c.ref.scriptLine())
 	require.NoError(t, sched.place(c.ref.search))
 	c.sched = sched
 	t.Logf("chaos: slots at positions (search windows 0-%d, the commit %d, main windows from %d): %s", c.ref.search-1, c.ref.search, c.ref.search+1, sched.positions())
@@ -112,6 +118,7 @@ func TestMultiHostChaos(t *testing.T) {
 	mountTmpfs(t, fsDir, fmt.Sprintf("size=%dm", chaosDiskMiB+sched.total/200))
 	t.Cleanup(c.killEverything) // before the tmpfs is unmounted
 	c.useDisk(fsDir)
+	c.startBatches()
 
 	c.run(nFaults)
 	c.printTable(seed, nFaults)
@@ -125,14 +132,18 @@ func say(t *testing.T, format string, a ...any) {
 	fmt.Printf(format+"\n", a...)
 }
 
-// mpirunArgs is the launch: 3 hosts x 2 ranks, the keepalives `hdet sbatch
-// --launcher mpirun` writes, the run directory.
+// mpirunArgs is the launch: 3 hosts x the workload's ranks each, the
+// keepalives `hdet sbatch --launcher mpirun` writes, the run directory,
+// then the workload's arguments.
 func (c *chaos) mpirunArgs(runDir string) []string {
-	args := []string{"--hostfile", c.tb.hostfile(c.t, 3, 2), "-np", "6", "--bind-to", "none"}
+	args := []string{"--hostfile", c.tb.hostfile(c.t, 3, c.wl.perHost), "-np", strconv.Itoa(c.ranks()), "--bind-to", "none"}
 	args = append(args, strings.Fields(slurm.MpirunKeepalive)...)
-	return append(args, c.hdet, "run", c.cfgPath, "--run-dir", runDir, "--plugin-dir", filepath.Dir(c.explorer),
-		"--set", "workload.data="+mnistDir(c.t))
+	args = append(args, c.hdet, "run", c.cfgPath, "--run-dir", runDir, "--plugin-dir", filepath.Dir(c.explorer))
+	return append(args, c.wl.args(c)...)
 }
+
+// ranks is the run's: 3 hosts x the workload's ranks each.
+func (c *chaos) ranks() int { return 3 * c.wl.perHost }
 
 // reference runs the same config once without faults.
 func (c *chaos) reference(runDir string) chaosRef {
@@ -172,6 +183,10 @@ func (c *chaos) reference(runDir string) chaosRef {
 	require.Equal(t, c.windows, ref.main, "the main pass has the run's windows")
 	require.Len(t, ref.windows, ref.search+ref.main)
 	require.NotEmpty(t, ref.checksum)
+	if c.wl.script != "" {
+		ref.script = scriptChecksum(l)
+		require.NotEmpty(t, ref.script, "the uninterrupted run's script printed its checksum:\n%s", l.tail(20))
+	}
 	ref.window = (ref.wall - ref.setup) / time.Duration(ref.search+ref.main)
 	c.checkLeftovers(l)
 	c.launches = nil
@@ -184,6 +199,15 @@ type chaosRef struct {
 	windows             map[[2]int]string // (pass, window) -> checksum after its converge
 	search, main        int               // windows of each pass
 	commit              *metrics.Record   // the commit record
+	script              string            // the worker script's checksum of its final parameters
+}
+
+// scriptLine is the reference's script checksum, for the report.
+func (r chaosRef) scriptLine() string {
+	if r.script == "" {
+		return ""
+	}
+	return ", the script's " + r.script
 }
 
 // committed is a commit record's values, for the report.
@@ -248,6 +272,7 @@ func (c *chaos) verdict() {
 	assert.Equal(t, 1, commits, "one commit record")
 	assert.Equal(t, 1, ends, "one end record")
 	assert.Empty(t, c.badCheckpoints(), "every file in checkpoints/ is a whole, readable checkpoint")
+	c.scriptVerdict()
 	assert.Empty(t, c.leftovers, "no process left on any host after a launch")
 	for _, l := range c.launches {
 		assert.False(t, l.hang, "launch %d hung:\n%s", l.n, l.tail(30))

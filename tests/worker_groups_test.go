@@ -44,6 +44,25 @@ func TestWorkerReplicaGroupsDDP(t *testing.T) {
 		assert.Equal(t, loads(traces[0]), loads(traces[rank]), "rank %d holds the average after every converge", rank)
 	}
 	assert.True(t, differ, "the replicas' learning-rate multipliers differ in the search pass")
+	assertDrift(t, r)
+}
+
+// assertDrift checks the drift every window record of a run with replica
+// groups gives: there, a fraction of the average's norm; in the search
+// pass, where the replicas train at different rates, above 0.
+func assertDrift(t *testing.T, r hdetRun) {
+	recs := windowRecords(t, r)
+	require.NotEmpty(t, recs)
+	for _, rec := range recs {
+		require.NotNil(t, rec.Drift, "window %d of pass %d", rec.Window, rec.Pass)
+		d := float64(*rec.Drift)
+		assert.Less(t, d, 1.0, "window %d of pass %d", rec.Window, rec.Pass)
+		if rec.Pass == 0 {
+			assert.Greater(t, d, 0.0, "window %d of the search pass", rec.Window)
+		} else {
+			assert.GreaterOrEqual(t, d, 0.0, "window %d of the main pass", rec.Window)
+		}
+	}
 }
 
 // A script that does not make each replica one data-parallel model (no
@@ -132,6 +151,7 @@ func TestWorkerReplicaGroupsFSDP2(t *testing.T) {
 		}
 	}
 	assert.True(t, differ, "the replicas' learning-rate multipliers differ in the search pass")
+	assertDrift(t, r)
 }
 
 // convergedSums checks every converge that two ranks at one position (a, b:

@@ -52,17 +52,18 @@ func TestLayoutRefusesWhatDoesNotDivide(t *testing.T) {
 }
 
 // A replica's signal is its ranks' mean; it is healthy only when all its
-// ranks are; a stop asked by any rank is kept.
+// ranks are; a stop asked by any rank is kept; its parameters' squared
+// norm is the sum of its ranks' parts.
 func TestPerReplicaSignal(t *testing.T) {
 	all := []rankReport{
-		{loss: 1, probe: 10, healthy: true}, // replica 0: ranks 0, 1
-		{loss: 3, probe: 20, healthy: true},
+		{loss: 1, probe: 10, healthy: true, sq: 0.5}, // replica 0: ranks 0, 1
+		{loss: 3, probe: 20, healthy: true, sq: 2},
 		{loss: 5, probe: 30, healthy: true}, // replica 1: rank 3 unhealthy and asking to stop
 		{loss: math.NaN(), probe: 40, stop: true},
 	}
 	got := perReplica(all, 2)
 	require.Len(t, got, 2)
-	assert.Equal(t, rankReport{loss: 2, probe: 15, healthy: true}, got[0])
+	assert.Equal(t, rankReport{loss: 2, probe: 15, healthy: true, sq: 2.5}, got[0])
 	assert.False(t, got[1].healthy)
 	assert.True(t, got[1].stop)
 	assert.Equal(t, 35.0, got[1].probe)
@@ -73,7 +74,7 @@ func TestPerReplicaSignal(t *testing.T) {
 // A report survives its packing, the fingerprint's 64 bits included; the
 // ranks are identical only when all are healthy with one fingerprint.
 func TestRankReportPacking(t *testing.T) {
-	r := rankReport{loss: 0.25, first: 0.5, probe: math.Inf(1), healthy: true, stop: true, print: 0xfedcba9876543211}
+	r := rankReport{loss: 0.25, first: 0.5, probe: math.Inf(1), healthy: true, stop: true, print: 0xfedcba9876543211, sq: 7.5}
 	buf := make([]float64, reportLen)
 	r.pack(buf)
 	assert.Equal(t, r, unpackReport(buf))

@@ -11,6 +11,7 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/plan"
+	"github.com/hdet-dev/hdet/mpi/reduce"
 )
 
 // loop is one rank's window loop. Each window goes through the phases
@@ -56,8 +57,10 @@ type window struct {
 	probes       []float64
 	healthyRanks []bool
 	nHealthy     int
-	identical    bool // every rank holds the same parameters: the mean is theirs
-	stop         bool // some rank asked to stop
+	identical    bool      // every rank holds the same parameters: the mean is theirs
+	sqs          []float64 // per replica, its parameters' squared norm before the converge
+	drift        float64   // relDrift at the converge (replica 0's ranks only)
+	stop         bool      // some rank asked to stop
 
 	planSeconds, fanout, converge float64
 	probeSeconds                  float64 // this rank's, inside fanout
@@ -272,6 +275,7 @@ func (l *loop) gather(w *window) error {
 	if l.o.Sync == SyncGradients && w.healthy {
 		mine.print = fingerprint(l.params)
 	}
+	mine.sq = sqNorm(l.owned(l.buf))
 	// Send and receive buffers must not overlap (MPI forbids it): with
 	// them aliased, a rank could send or keep another's report as its own.
 	send, flat := make([]float64, reportLen), make([]float64, reportLen*l.n)
@@ -294,9 +298,9 @@ func (l *loop) gather(w *window) error {
 			Message: fmt.Sprintf("every replica's first step of window %d had the same loss to the last bit: they train on the same batches, so the average is one replica's training; give each its own data (a DistributedSampler, or a data order seeded with hdet.rank())", w.index)})
 	}
 	n := len(reps)
-	w.losses, w.probes, w.healthyRanks = make([]float64, n), make([]float64, n), make([]bool, n)
+	w.losses, w.probes, w.healthyRanks, w.sqs = make([]float64, n), make([]float64, n), make([]bool, n), make([]float64, n)
 	for r, rep := range reps {
-		w.losses[r], w.probes[r], w.healthyRanks[r] = rep.loss, rep.probe, rep.healthy
+		w.losses[r], w.probes[r], w.healthyRanks[r], w.sqs[r] = rep.loss, rep.probe, rep.healthy, rep.sq
 		w.stop = w.stop || rep.stop
 		if rep.healthy {
 			w.nHealthy++
@@ -350,10 +354,32 @@ func (l *loop) average(w *window, healthy bool) error {
 	if err := sum(l.buf); err != nil {
 		return fmt.Errorf("converge allreduce of window %d: %w", w.index, err)
 	}
+	if err := l.measureDrift(w); err != nil {
+		return err
+	}
 	inv := 1 / float32(w.nHealthy)
 	for i := range l.buf {
 		l.buf[i] *= inv
 	}
+	return nil
+}
+
+// measureDrift sets w.drift on replica 0's ranks (rank 0 records it) from
+// the gathered squared norms and the sum the converge left in the buffer
+// (its squared norm taken before the 1/n scaling, which would round it):
+// with replica groups, the replica's ranks add up their parts of it, one
+// float64 on the replica's own communicator.
+func (l *loop) measureDrift(w *window) error {
+	if l.rep != 0 {
+		return nil
+	}
+	part := []float64{sqNorm(l.owned(l.buf))}
+	if l.lay.Size > 1 {
+		if err := l.o.Groups.Replica.AllreduceFloat64(part, reduce.Sum); err != nil {
+			return fmt.Errorf("drift of window %d, inside replica 0: %w", w.index, err)
+		}
+	}
+	w.drift = relDrift(w.sqs, w.healthyRanks, part[0])
 	return nil
 }
 
@@ -394,6 +420,8 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 		rec.Probe = floats(probes)
 	}
 	rec.AllreduceSeconds, rec.EvalSeconds = w.allreduce, w.evalSeconds
+	drift := metrics.Float(w.drift)
+	rec.Drift = &drift
 	scaleNextLR(&rec, w.lrScale)
 	l.record(rec)
 	if l.o.Progress != nil {

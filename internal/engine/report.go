@@ -9,17 +9,19 @@ import (
 
 // rankReport is what a rank tells every other after its fan-out, in one
 // Allgather: its window loss, first step's loss and probe loss, its health,
-// whether a signal asked it to stop, and (gradients mode) a fingerprint of
-// its parameters.
+// whether a signal asked it to stop, (gradients mode) a fingerprint of
+// its parameters, and the squared norm of the part of its parameters it
+// owns (loop.owned: a replica's ranks' parts add up to the replica's).
 type rankReport struct {
 	loss, first, probe float64
 	healthy, stop      bool
 	print              uint64 // 0 when not taken
+	sq                 float64
 }
 
 // reportLen is the float64s a rankReport packs into. The fingerprint
 // travels as two 32-bit halves, which float64 holds exactly.
-const reportLen = 6
+const reportLen = 7
 
 func (r rankReport) pack(dst []float64) {
 	flag := 0.0
@@ -31,18 +33,19 @@ func (r rankReport) pack(dst []float64) {
 	}
 	dst[0], dst[1], dst[2] = r.loss, flag, r.probe
 	dst[3], dst[4] = float64(r.print>>32), float64(r.print&math.MaxUint32)
-	dst[5] = r.first
+	dst[5], dst[6] = r.first, r.sq
 }
 
 func unpackReport(src []float64) rankReport {
 	f := int(src[1])
 	return rankReport{loss: src[0], first: src[5], probe: src[2], healthy: f&1 == 1, stop: f&2 == 2,
-		print: uint64(src[3])<<32 | uint64(src[4])}
+		print: uint64(src[3])<<32 | uint64(src[4]), sq: src[6]}
 }
 
 // perReplica turns the world's reports into one per replica of g
 // consecutive ranks: its ranks' mean loss and probe, healthy only when
-// all are, stopping when any asks. The fingerprint is not carried over.
+// all are, stopping when any asks, its parameters' squared norm the sum of
+// its ranks' parts. The fingerprint is not carried over.
 func perReplica(all []rankReport, g int) []rankReport {
 	if g <= 1 {
 		return all
@@ -53,6 +56,7 @@ func perReplica(all []rankReport, g int) []rankReport {
 		for _, t := range all[r*g : (r+1)*g] {
 			rep.loss, rep.first, rep.probe = rep.loss+t.loss, rep.first+t.first, rep.probe+t.probe
 			rep.healthy, rep.stop = rep.healthy && t.healthy, rep.stop || t.stop
+			rep.sq += t.sq
 		}
 		rep.loss, rep.first, rep.probe = rep.loss/float64(g), rep.first/float64(g), rep.probe/float64(g)
 		out[r] = rep

@@ -88,6 +88,7 @@ type Record struct {
 	ProbeSeconds    float64            `json:"probe_seconds,omitempty"` // the part of fanout_seconds rank 0's probe took (tail average + evaluation); absent when not timed
 	ConvergeSeconds float64            `json:"converge_seconds,omitempty"`
 	Checksum        string             `json:"checksum,omitempty"` // of the parameters after converge
+	Drift           *Float             `json:"drift,omitempty"`    // the healthy replicas' RMS distance to their average before the converge, over the average's norm (0: the converge was skipped, every replica held the same parameters)
 	Eval            *Eval              `json:"eval,omitempty"`
 	Events          []Event            `json:"events,omitempty"`
 

@@ -99,9 +99,10 @@ test-chaos-long:
 
 # The same soak of a PyTorch script under `hdet run --worker` with the attach
 # line (tests/testdata/chaos_mlp.py, 3 hosts x 1 rank; docs/chaos.md): 8
-# faults by default (the CI size, in make test-multihost), about 1 minute a
-# fault that ends a launch (each relaunch starts a worker run over and
-# starts Python with torch on every rank twice).
+# faults by default (the CI size, in make test-multihost: about 3 minutes),
+# 40 faults in 21 minutes on 2 loaded cores: a fault that ends a launch costs
+# the whole run so far (a worker relaunch starts the run over and starts
+# Python with torch on every rank twice).
 CHAOS_PYTORCH_MINUTES = $(shell echo $$(( 20 + 2 * $${HDET_CHAOS_FAULTS:-8} )))
 test-chaos-pytorch: deps data venv
 	scripts/deps.sh netns

@@ -20,7 +20,8 @@ import (
 )
 
 // The chaos soak (issues 32 and 42): one training run on the test bed's 3
-// hosts x 2 ranks, the default path (auto.commit restart: a search pass,
+// hosts (the built-in workload, 3 x 2 ranks; or a PyTorch script under
+// --worker, 3 x 1: chaos_workload_test.go), the default path (auto.commit restart: a search pass,
 // the commit, the main pass from step 0), driven through a seeded schedule
 // of faults placed by window (chaos_schedule_test.go) in the search pass,
 // at the commit and in the main pass, relaunched after every failure the
@@ -31,9 +32,9 @@ import (
 // order with one commit record between the passes and one end record,
 // every checkpoint left is whole, no process is left on any host, and
 // every failed launch exited non-zero within chaosBound of its fault.
-// HDET_CHAOS_SEED replays a schedule, HDET_CHAOS_FAULTS sizes it (25 by
-// default, the CI run; 200 for the nightly kind of soak); the run's length
-// follows from the schedule.
+// HDET_CHAOS_SEED replays a schedule, HDET_CHAOS_FAULTS sizes it (the CI
+// run by default: 25 faults, 8 for the PyTorch script; 200 for the nightly
+// kind of soak); the run's length follows from the schedule.
 
 const (
 	chaosWatchdog   = 15 * time.Second // train.watchdog: ends a launch stuck on a frozen host or a cut link

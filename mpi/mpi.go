@@ -48,6 +48,9 @@ static MPI_Op hdet_op(int op) {
 static int hdet_allreduce_in_place(void *buf, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm c) {
 	return MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, c);
 }
+static int hdet_allgatherv_in_place(void *buf, const int *counts, const int *displs, MPI_Datatype dt, MPI_Comm c) {
+	return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, dt, c);
+}
 static int hdet_set_errors_return(MPI_Comm c) { return MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN); }
 static int hdet_split_shared(MPI_Comm c, MPI_Comm *out) {
 	return MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, out);
@@ -312,6 +315,38 @@ func (c *Comm) AllreduceFloat64(buf []float64, o Op) error {
 		return nil
 	}
 	return c.AllreducePtr(unsafe.Pointer(unsafe.SliceData(buf)), len(buf), Float64, o)
+}
+
+// AllgathervFloat32 puts buf together in place from every rank's part:
+// rank i holds counts[i] values right after the parts of the ranks before
+// it, and every rank ends with every part (MPI_Allgatherv), so each rank
+// sends its part once where a sum-allreduce of the buffer would move all of
+// it. Every rank passes the same counts, one per rank, adding up to
+// len(buf), which must stay under 2^31 values (MPI's int offsets).
+func (c *Comm) AllgathervFloat32(buf []float32, counts []int) error {
+	if len(counts) != c.size {
+		return fmt.Errorf("%w: allgatherv with %d counts on %d ranks", ErrArgument, len(counts), c.size)
+	}
+	cs, ds := make([]C.int, c.size), make([]C.int, c.size)
+	off := 0
+	for i, n := range counts {
+		if n < 0 {
+			return fmt.Errorf("%w: allgatherv count %d of rank %d", ErrArgument, n, i)
+		}
+		cs[i], ds[i] = C.int(n), C.int(off)
+		if off += n; off > math.MaxInt32 {
+			return fmt.Errorf("%w: allgatherv of %d or more values exceeds MPI's int offsets", ErrArgument, off)
+		}
+	}
+	if off != len(buf) {
+		return fmt.Errorf("%w: allgatherv counts add up to %d, the buffer holds %d", ErrArgument, off, len(buf))
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	return call("MPI_Allgatherv", func() C.int {
+		return C.hdet_allgatherv_in_place(unsafe.Pointer(unsafe.SliceData(buf)), unsafe.SliceData(cs), unsafe.SliceData(ds), C.hdet_float(), c.c)
+	})
 }
 
 // overlap reports whether a and b share memory, which MPI forbids between

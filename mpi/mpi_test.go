@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"errors"
+	"math"
 	"os"
 	"testing"
 
@@ -52,6 +53,19 @@ func TestArgumentErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrArgument)
 	assert.ErrorContains(t, err, "overlap")
 	assert.False(t, overlap(buf[:1], buf[1:]), "adjacent is not overlapping")
+	assert.ErrorIs(t, w.AllgathervFloat32(make([]float32, 3), []int{2}), ErrArgument, "counts must add up to the buffer")
+	assert.ErrorIs(t, w.AllgathervFloat32(nil, nil), ErrArgument, "one count per rank")
+	assert.ErrorIs(t, w.AllgathervFloat32(nil, []int{-1}), ErrArgument)
+	assert.ErrorIs(t, w.AllgathervFloat32(nil, []int{math.MaxInt32 + 1}), ErrArgument, "past MPI's int offsets")
+}
+
+// With one rank, the in-place allgatherv leaves the buffer as it is.
+func TestAllgathervOneRankKeepsTheBuffer(t *testing.T) {
+	buf := []float32{1, float32(math.Copysign(0, -1)), 3}
+	require.NoError(t, World().AllgathervFloat32(buf, []int{3}))
+	assert.Equal(t, []float32{1, 0, 3}, buf)
+	assert.True(t, math.Signbit(float64(buf[1])), "bits kept: -0 stays -0")
+	require.NoError(t, World().AllgathervFloat32(nil, []int{0}))
 }
 
 func TestBadRootIsAGoError(t *testing.T) {

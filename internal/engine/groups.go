@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/rs/zerolog"
 
@@ -121,22 +122,48 @@ func checkGroups(o Options, lay Layout) error {
 	return nil
 }
 
+// SliceGatherer is a replica's communicator that can put the positions'
+// slices of a buffer together in place (an allgather: each rank sends its
+// slice once, where a sum-allreduce of the buffer moves all of it).
+type SliceGatherer interface {
+	AllgathervFloat32(buf []float32, counts []int) error
+}
+
+// Counts are the lengths of the G slices of an n-element buffer
+// (Layout.Slice), in position order.
+func (l Layout) Counts(n int) []int {
+	out := make([]int, l.Size)
+	for p := range out {
+		lo, hi := l.Slice(n, p)
+		out[p] = hi - lo
+	}
+	return out
+}
+
 // SumGrouped is the converge's sum under replica groups, for the rank at
 // world rank rank of lay. The G ranks of a replica hold the same buffer
 // (same values, gradients averaged inside the replica), so the rank at
 // position p sums only its slice (Layout.Slice) across the replicas through
 // cross (its position's cross-replica communicator, or an allreducer over
 // it): each rank sends 1/G of what a flat allreduce would over the network.
-// The replica's ranks then put their slices together with a sum on inside
-// (this rank's replica) in which every element has one non-zero term, so it
-// is exact and every rank ends with the same buffer. The window loop and
-// `hdet bench allreduce --replica-size` both converge through it.
+// The replica's ranks then put their slices together on inside (this rank's
+// replica): by an allgather where inside is a SliceGatherer and the buffer
+// fits MPI's int offsets, else by a sum in which every element has one
+// non-zero term. Both are exact (the sum turns a -0 into +0) and leave
+// every rank with the same buffer. The window loop and `hdet bench
+// allreduce --replica-size` both converge through it.
 func SumGrouped(buf []float32, lay Layout, rank int, cross Converger, inside Comm) error {
 	lo, hi := lay.Slice(len(buf), lay.Position(rank))
 	if hi > lo {
 		if err := cross.AllreduceSum(buf[lo:hi]); err != nil {
 			return fmt.Errorf("across replicas: %w", err)
 		}
+	}
+	if g, ok := inside.(SliceGatherer); ok && len(buf) <= math.MaxInt32 {
+		if err := g.AllgathervFloat32(buf, lay.Counts(len(buf))); err != nil {
+			return fmt.Errorf("inside replica %d: %w", lay.Replica(rank), err)
+		}
+		return nil
 	}
 	clear(buf[:lo])
 	clear(buf[hi:])

@@ -2,10 +2,14 @@ package engine
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/internal/engine/enginetest"
 )
 
 // Consecutive world ranks form a replica; the ranks with the same position
@@ -154,6 +158,65 @@ func TestLayoutSlicesCoverTheBuffer(t *testing.T) {
 				next = hi
 			}
 			require.Equal(t, n, next, "G=%d n=%d", g, n)
+			counts, sum := l.Counts(n), 0
+			for p, c := range counts {
+				lo, hi := l.Slice(n, p)
+				require.Equal(t, hi-lo, c, "G=%d n=%d p=%d", g, n, p)
+				sum += c
+			}
+			require.Equal(t, n, sum)
+		}
+	}
+}
+
+// sumOnly hides a communicator's allgather, so SumGrouped puts the slices
+// together by its sum instead.
+type sumOnly struct{ Comm }
+
+// SumGrouped's allgather of the slices gives every rank the same bits as
+// the sum it replaces, for buffers that G does not divide (short and empty
+// last slices) and slices of uneven length.
+func TestSumGroupedAllgatherMatchesTheSum(t *testing.T) {
+	for _, c := range []struct{ world, g, n int }{{4, 2, 1001}, {6, 3, 7}, {8, 4, 2}, {6, 2, 0}} {
+		lay := Layout{World: c.world, Size: c.g}
+		bufs := func() [][]float32 { // each replica's copy, the same on its ranks
+			rng := rand.New(rand.NewPCG(uint64(c.n), uint64(c.g)))
+			out := make([][]float32, c.world)
+			for r := range lay.Replicas() {
+				b := make([]float32, c.n)
+				for i := range b {
+					b[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(12)-6)))
+				}
+				for p := range c.g {
+					out[r*c.g+p] = slices.Clone(b)
+				}
+			}
+			return out
+		}
+		var results [2][][]float32
+		for k, hide := range []bool{false, true} {
+			w, got := enginetest.NewWorld(c.world, c.g), bufs()
+			errs := w.Run(func(rank int) error {
+				var inside Comm = w.ReplicaComm(rank)
+				if hide {
+					inside = sumOnly{inside}
+				}
+				return SumGrouped(got[rank], lay, rank, w.CrossComm(rank), inside)
+			})
+			for rank, err := range errs {
+				require.NoError(t, err, "%+v rank %d", c, rank)
+			}
+			for r, n := range w.Replicas {
+				assert.Equal(t, !hide, n.Count(enginetest.AllgathervF32) == 1, "%+v replica %d: gathered once, or summed", c, r)
+			}
+			results[k] = got
+		}
+		for rank := range c.world {
+			require.Len(t, results[0][rank], c.n)
+			for i := range c.n {
+				require.Equal(t, math.Float32bits(results[1][rank][i]), math.Float32bits(results[0][rank][i]), "%+v rank %d element %d", c, rank, i)
+				require.Equal(t, math.Float32bits(results[0][0][i]), math.Float32bits(results[0][rank][i]), "%+v: every rank the same", c)
+			}
 		}
 	}
 }

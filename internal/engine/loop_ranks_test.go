@@ -178,7 +178,8 @@ func TestGroupedConvergeAcrossReplicas(t *testing.T) {
 	}
 	assert.Zero(t, r.w.World.Count(enginetest.Converge), "nothing converges across the world")
 	for rep, n := range r.w.Replicas {
-		assert.Equal(t, 2*12+6, n.Count(enginetest.AllreduceFloat32), "replica %d: a gradient and its count per step, a slice exchange per window", rep)
+		assert.Equal(t, 2*12, n.Count(enginetest.AllreduceFloat32), "replica %d: a gradient and its count per step", rep)
+		assert.Equal(t, 6, n.Count(enginetest.AllgathervF32), "replica %d: the slices put together once a window", rep)
 	}
 }
 

@@ -11,7 +11,22 @@ func (w *Watchdog) Comm(c engine.Comm) engine.Comm {
 	if w == nil {
 		return c
 	}
+	if g, ok := c.(engine.SliceGatherer); ok {
+		return gatherComm{comm: comm{Comm: c, w: w}, g: g}
+	}
 	return comm{Comm: c, w: w}
+}
+
+// gatherComm is comm for a communicator that is also an
+// engine.SliceGatherer (a replica's, under MPI): the wrapper keeps it one.
+type gatherComm struct {
+	comm
+	g engine.SliceGatherer
+}
+
+func (c gatherComm) AllgathervFloat32(buf []float32, counts []int) error {
+	defer c.w.collective("allgatherv")()
+	return c.g.AllgathervFloat32(buf, counts)
 }
 
 type comm struct {

@@ -65,6 +65,28 @@ func (c Comm) AllgatherFloat64(send, recv []float64) error {
 	return nil
 }
 
+// AllgathervFloat32 puts buf together in place from every rank's part
+// (engine.SliceGatherer): rank i holds counts[i] values after the parts of
+// the ranks before it.
+func (c Comm) AllgathervFloat32(buf []float32, counts []int) error {
+	p := &part{call: Call{Rank: c.rank, Kind: AllgathervF32, Len: len(buf)}, f32: buf}
+	off := 0
+	for _, n := range counts {
+		off += n
+	}
+	if len(counts) != c.n.size || off != len(buf) {
+		p.err = fmt.Errorf("allgatherv counts %v on %d ranks for %d values", counts, c.n.size, len(buf))
+	} else {
+		p.n = counts[c.rank]
+	}
+	r, err := c.n.join(p)
+	if err != nil {
+		return err
+	}
+	copy(buf, r.f32)
+	return nil
+}
+
 // BcastMessage returns root's msg on every rank, each its own copy.
 func (c Comm) BcastMessage(msg []byte, root int) ([]byte, error) {
 	p := &part{call: Call{Rank: c.rank, Kind: BcastMessage, Root: root}}

@@ -41,6 +41,7 @@ const (
 	AllreduceFloat32 Kind = "AllreduceFloat32"
 	AllreduceFloat64 Kind = "AllreduceFloat64"
 	AllgatherFloat64 Kind = "AllgatherFloat64"
+	AllgathervF32    Kind = "AllgathervFloat32" // Comm.AllgathervFloat32, in place
 	BcastMessage     Kind = "BcastMessage"
 	Converge         Kind = "Converge" // Comm.AllreduceSum, the engine's converge
 )
@@ -147,6 +148,7 @@ type part struct {
 	f32  []float32
 	f64  []float64
 	msg  []byte
+	n    int   // AllgathervF32: this rank's part's length
 	err  error // the call failed on this rank (injected, or bad arguments)
 }
 
@@ -265,6 +267,10 @@ func (n *Net) complete(r *round) {
 	case AllgatherFloat64:
 		for _, p := range r.parts {
 			r.f64 = append(r.f64, p.f64...)
+		}
+	case AllgathervF32:
+		for _, p := range r.parts {
+			r.f32 = append(r.f32, p.f32[len(r.f32):len(r.f32)+p.n]...)
 		}
 	case BcastMessage:
 		r.msg = r.parts[first.Root].msg

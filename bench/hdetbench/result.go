@@ -33,6 +33,9 @@ type result struct {
 	Steps          int         // the schedule's steps: the main pass's, or the one pass's
 	Passes         []passTimes // [0] the search pass (or the only pass), [1] the main pass of a run that committed
 	Committed      float64     // the committed max_lr (the commit record's lr value); NaN when the run did not commit
+	// Multiplier marks Committed as a worker script's multiplier of its
+	// own rate (protocol 3: the record has script_peak_lr), not a max_lr.
+	Multiplier bool
 	CommitStep     int         // where the search pass ended
 	Unhealthy      int         // windows in which some rank was left out of the average (a rolled-back window counts too)
 	Stopped        bool        // the run stopped because every rank diverged (hdet's allUnhealthy)
@@ -161,7 +164,7 @@ func readRun(dir string, diverged bool) (result, error) {
 		case metrics.TypeCommit:
 			res.CommitStep = rec.Step
 			if c, ok := rec.Committed["lr"]; ok {
-				res.Committed = float64(c.Value)
+				res.Committed, res.Multiplier = float64(c.Value), c.ScriptPeakLR > 0
 			}
 		case metrics.TypeEnd:
 			end = &recs[i]
@@ -305,9 +308,12 @@ func plainScriptReader(outcome func(string) (scriptEnd, error)) func(dir, out st
 // workerRunReader reads an hdet --worker run: the metrics from its
 // directory, the loss from the script's closing lines (hdet's end record
 // has none for a worker); a diverged run has neither.
-func workerRunReader(outcome func(string) (scriptEnd, error)) func(dir, out string, diverged bool) (result, error) {
+func workerRunReader(outcome func(string) (scriptEnd, error), maxLR float64) func(dir, out string, diverged bool) (result, error) {
 	return func(dir, out string, diverged bool) (result, error) {
 		res, err := readRun(dir, diverged)
+		if res.Multiplier { // the script's max_lr times the committed multiplier
+			res.Committed, res.Multiplier = maxLR*res.Committed, false
+		}
 		if err != nil || diverged {
 			e, _ := outcome(out)
 			res.Chance = e.Chance

@@ -295,3 +295,25 @@ func TestGPTOverheadVerdict(t *testing.T) {
 	assert.Contains(t, gptOverheadVerdict([]float64{0.05, 0.04, 0.01}), "Target NOT met")
 	assert.Contains(t, gptOverheadVerdict([]float64{-0.37, -0.58, -0.12}), "Target not confirmed")
 }
+
+// A worker run's commit is a multiplier of the script's rate (protocol 3):
+// the reader turns it into the max_lr it implies; a built-in run's commit
+// is the max_lr itself.
+func TestWorkerCommitIsAMultiplier(t *testing.T) {
+	run := t.TempDir()
+	writeRun(t, run, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.Record{Type: metrics.TypeWindow, Step: 10, Losses: []metrics.Float{1, 1}, Healthy: []bool{true, true}},
+		metrics.Record{Type: metrics.TypeCommit, Step: 10, Committed: map[string]metrics.Commit{"lr": {Value: 2.5, ScriptPeakLR: 0.004, PeakLR: 0.01}}},
+		metrics.Record{Type: metrics.TypeEnd, Step: 20, WallSeconds: 2})
+	r, err := workerRunReader(gptOutcome, 0.004)(run, gptOut, false)
+	require.NoError(t, err)
+	assert.InDelta(t, 0.01, r.Committed, 1e-12, "max_lr 0.004 x the committed 2.5")
+
+	builtin := t.TempDir()
+	writeRun(t, builtin, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.Record{Type: metrics.TypeCommit, Step: 10, Committed: map[string]metrics.Commit{"lr": {Value: 0.003}}},
+		metrics.Record{Type: metrics.TypeEnd, Step: 20, Eval: &metrics.Eval{Loss: 0.5}, WallSeconds: 2})
+	r, err = readRun(builtin, false)
+	require.NoError(t, err)
+	assert.Equal(t, 0.003, r.Committed)
+}

@@ -271,7 +271,7 @@ func (t *torchScript) hdet(f form, seed int, lr float64) launch {
 				[]string{"--run-dir", dir, "--progress", "none"}, sets, []string{"--worker", "--"}, script)
 		},
 		Key:   slices.Concat([]string{"run"}, config, []string{"--progress", "none"}, sets, []string{"--worker", "--"}, script),
-		Files: files, Fingerprint: t.prog, Read: workerRunReader(t.outcome),
+		Files: files, Fingerprint: t.prog, Read: workerRunReader(t.outcome, lr),
 	}
 }
 

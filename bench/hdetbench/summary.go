@@ -33,6 +33,9 @@ func (b *bench) summaryCases() [][]summaryCase {
 	return out
 }
 
+// groupTitles name each setup group in its summary's title.
+var groupTitles = map[string]string{"gpt": "GPT", "gpt-cosine": "GPT with warm-up and cosine set by hand"}
+
 // summaryText is the doc's first block: study 1's default-form numbers
 // read as when HDET pays off, when it does not, and by how much.
 func (b *bench) summaryText() string {
@@ -43,7 +46,7 @@ func (b *bench) summaryText() string {
 	var sb strings.Builder
 	title, from := "Summary", "study 1"
 	if b.p.Group != "" {
-		name := strings.Replace(strings.ToUpper(b.p.Group), "-", ", ", 1)
+		name := groupTitles[b.p.Group]
 		title, from = "Summary, the "+name, "study 1 on the "+name
 	}
 	fmt.Fprintf(&sb, "## %s: when HDET pays off\n\nGenerated from %s below: one HDET run with the default config (`auto.commit: restart`: a search pass, then the committed max_lr trained from step 0 without spread) started 10x below, at and 10x above the best point of a %d-point plain max_lr sweep, against the reference, plain training at that best point. Final loss (test loss; the GPT's validation bits per byte) against the reference, median over the held-out seeds %s (the sweep's own seeds picked the best point, so the reference is not a lucky draw); in brackets plain training at the same start and the part of its gap HDET closes.\n\n",

@@ -237,4 +237,7 @@ func TestTrainedAlikeAndSameBatches(t *testing.T) {
 	assert.True(t, sameBatches(same))
 	assert.False(t, sameBatches([]rankReport{same[0], {loss: 1.5, first: 2.5, healthy: true}}))
 	assert.False(t, sameBatches(same[:1]))
+	assert.Contains(t, sameDataAdvice(1), "a DistributedSampler, or a data order seeded with hdet.rank()")
+	assert.Contains(t, sameDataAdvice(2), "RANK is a rank's position in its replica", "replica groups: RANK does not tell the replicas apart")
+	assert.Contains(t, sameDataAdvice(2), "hdet.rank() // G")
 }

@@ -295,7 +295,7 @@ func (l *loop) gather(w *window) error {
 	if l.o.Sync == SyncLocal && !l.warnedSameBatches && sameBatches(reps) {
 		l.warnedSameBatches = true
 		w.events = append(w.events, metrics.Event{Kind: metrics.EventSameData,
-			Message: fmt.Sprintf("every replica's first step of window %d had the same loss to the last bit: they train on the same batches, so the average is one replica's training; give each its own data (a DistributedSampler, or a data order seeded with hdet.rank())", w.index)})
+			Message: fmt.Sprintf("every replica's first step of window %d had the same loss to the last bit: they train on the same batches, so the average is one replica's training; give each its own data (%s)", w.index, sameDataAdvice(l.lay.Size))})
 	}
 	n := len(reps)
 	w.losses, w.probes, w.healthyRanks, w.sqs = make([]float64, n), make([]float64, n), make([]bool, n), make([]float64, n)

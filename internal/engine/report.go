@@ -115,6 +115,17 @@ func sameBatches(reps []rankReport) bool {
 	return allHealthyEqual(reps, func(r rankReport) float64 { return r.first })
 }
 
+// sameDataAdvice is how a worker script gives each replica its own data
+// with replicas of g ranks: under replica groups RANK is the position in
+// the replica, so a DistributedSampler or a generator seeded by RANK gives
+// every replica the same batches.
+func sameDataAdvice(g int) string {
+	if g <= 1 {
+		return "a DistributedSampler, or a data order seeded with hdet.rank()"
+	}
+	return "with replica groups RANK is a rank's position in its replica, so the ranks at one position of every replica share it: seed the data order with hdet.rank() (the world rank), or add the replica's index (hdet.rank() // G) to a DistributedSampler's seed"
+}
+
 // allHealthyEqual reports whether there are several replicas, all healthy,
 // whose value of field is the same to the last bit.
 func allHealthyEqual(reps []rankReport, field func(rankReport) float64) bool {

@@ -35,15 +35,15 @@ type result struct {
 	Committed      float64     // the committed max_lr (the commit record's lr value); NaN when the run did not commit
 	// Multiplier marks Committed as a worker script's multiplier of its
 	// own rate (protocol 3: the record has script_peak_lr), not a max_lr.
-	Multiplier bool
-	CommitStep     int         // where the search pass ended
-	Unhealthy      int         // windows in which some rank was left out of the average (a rolled-back window counts too)
-	Stopped        bool        // the run stopped because every rank diverged (hdet's allUnhealthy)
-	FinalBase      float64     // the lr base of the last window, NaN without an lr explorer
-	FinalOffset    float64     // the lr offset u after the last window, NaN when no window has one
-	Cached         bool        // reused from an earlier hdetbench invocation, not run now
-	Checksum       string      // of the final parameters (end record)
-	Failed         string      // why the run failed, for a study that goes on without it
+	Multiplier  bool
+	CommitStep  int     // where the search pass ended
+	Unhealthy   int     // windows in which some rank was left out of the average (a rolled-back window counts too)
+	Stopped     bool    // the run stopped because every rank diverged (hdet's allUnhealthy)
+	FinalBase   float64 // the lr base of the last window, NaN without an lr explorer
+	FinalOffset float64 // the lr offset u after the last window, NaN when no window has one
+	Cached      bool    // reused from an earlier hdetbench invocation, not run now
+	Checksum    string  // of the final parameters (end record)
+	Failed      string  // why the run failed, for a study that goes on without it
 	// Chance is the loss of guessing uniformly (0: ln 10, among the MNIST
 	// models' 10 classes; the GPT: 8 bits, among 256 bytes).
 	Chance float64

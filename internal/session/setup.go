@@ -200,6 +200,9 @@ func (s *session) makeMNIST() error {
 func (s *session) checkReplica(context.Context) error {
 	shape := []float64{float64(s.replica.ParamCount()), float64(len(s.replica.SyncBuffer(true))), float64(s.steps)}
 	sharded := s.worker != nil && s.worker.Hello().Sharded
+	if err := s.agree(); err != nil {
+		return err
+	}
 	over := s.o.World
 	if sharded {
 		over = s.cross
@@ -207,11 +210,6 @@ func (s *session) checkReplica(context.Context) error {
 	lo, hi, err := spanOf(over, shape)
 	if err != nil {
 		return err
-	}
-	if s.worker != nil {
-		if err := bridge.Agree(s.o.World, s.worker); err != nil {
-			return usageIf(err)
-		}
 	}
 	switch {
 	case sharded && !slices.Equal(lo, hi):
@@ -225,6 +223,32 @@ func (s *session) checkReplica(context.Context) error {
 		if !slices.Contains(accepted, e.Name) {
 			return Usagef("explorers[%d].name: the workload does not accept %q (it accepts %s)", i, e.Name, strings.Join(accepted, ", "))
 		}
+	}
+	return nil
+}
+
+// agree checks that every rank's script agrees with rank 0's. Every rank
+// fails alike, with a usage error, when any rank's script differs: the one
+// that differs says how, the others that another rank differs (else the
+// first rank to exit, which sets mpirun's exit code, could be one that
+// failed later for another reason).
+func (s *session) agree() error {
+	if s.worker == nil {
+		return nil
+	}
+	mine := bridge.Agree(s.o.World, s.worker)
+	differs := 0.0
+	if mine != nil {
+		differs = 1
+	}
+	_, hi, err := spanOf(s.o.World, []float64{differs})
+	switch {
+	case mine != nil:
+		return usageIf(mine)
+	case err != nil:
+		return err
+	case hi[0] > 0:
+		return &UsageError{Err: fmt.Errorf("%w: another rank's script differs from rank 0's (its message says how); every rank must build the same model and call hdet.attach with the same arguments", bridge.ErrConflict)}
 	}
 	return nil
 }

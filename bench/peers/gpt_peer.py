@@ -41,14 +41,10 @@ import torch.nn as nn
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "examples", "pytorch"))
 import gpt  # (examples/pytorch/gpt.py: model, corpus, loss, evaluation)
+import lrfind  # (bench/peers/lrfind.py: the range test both peers run)
 
 
 def range_test(model, opt, train_windows, batch, seed):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from torch_lr_finder import LRFinder
-
     g = torch.Generator().manual_seed(10_000 + seed)
     w = train_windows[torch.randint(len(train_windows), (100 * batch,), generator=g)].long()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(w[:, :-1], w[:, 1:]), batch_size=batch)
@@ -56,13 +52,7 @@ def range_test(model, opt, train_windows, batch, seed):
     def criterion(logits, targets):
         return nn.functional.cross_entropy(logits.reshape(-1, gpt.VOCAB), targets.reshape(-1))
 
-    finder = LRFinder(model, opt, criterion, device="cpu")
-    finder.range_test(loader, start_lr=1e-7, end_lr=10, num_iter=100, step_mode="exp")
-    steps = len(finder.history["lr"])
-    _, suggestion = finder.plot(suggest_lr=True)
-    plt.close("all")
-    finder.reset()
-    return suggestion, steps
+    return lrfind.suggest(model, opt, criterion, loader)
 
 
 def main():

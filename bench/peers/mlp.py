@@ -53,6 +53,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import OneCycleLR
 
+import lrfind  # (bench/peers/lrfind.py: the range test both peers run)
+
 MEAN, STD = 0.1307, 0.3081
 BATCH = 64
 
@@ -115,22 +117,10 @@ def base_optimizer(kind, params, lr):
 
 
 def range_test(model, opt, x, y, seed):
-    """torch-lr-finder's range test and its steepest-descent suggestion; the
-    model and optimizer come back in their initial state."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from torch_lr_finder import LRFinder
-
+    """torch-lr-finder's suggestion on shuffled training batches (lrfind.py)."""
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=BATCH, shuffle=True,
                                          generator=torch.Generator().manual_seed(seed))
-    finder = LRFinder(model, opt, nn.CrossEntropyLoss(), device="cpu")
-    finder.range_test(loader, start_lr=1e-7, end_lr=10, num_iter=100, step_mode="exp")
-    steps = len(finder.history["lr"])
-    _, suggestion = finder.plot(suggest_lr=True)
-    plt.close("all")
-    finder.reset()
-    return suggestion, steps
+    return lrfind.suggest(model, opt, nn.CrossEntropyLoss(), loader)
 
 
 def main():

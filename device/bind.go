@@ -140,6 +140,29 @@ func Bind(inv Inventory, vis Visible, req BindRequest) (Binding, error) {
 	}, nil
 }
 
+// GroupVisible is the CUDA_VISIBLE_DEVICES of n ranks of one node that form
+// one torch world, with node-local ranks first ... first+n-1: their GPUs by
+// UUID in that order, so that each finds its own at cuda:(local rank -
+// first), as a torchrun worker does at cuda:LOCAL_RANK. It is "" where they
+// cannot all be listed: ranks that share a GPU, MIG instances (CUDA
+// enumerates one a process), or a Slurm task that sees only its own GPU.
+func GroupVisible(inv Inventory, vis Visible, req BindRequest, first, n int) (string, error) {
+	ids := make([]string, n)
+	for p := range ids {
+		r := req
+		r.LocalRank = first + p
+		b, err := Bind(inv, vis, r)
+		if err != nil {
+			return "", err
+		}
+		if b.Shared || b.MIG != "" || slices.Contains(ids[:p], b.UUID) {
+			return "", nil
+		}
+		ids[p] = b.UUID
+	}
+	return strings.Join(ids, ","), nil
+}
+
 // visibleGPUs lists the GPUs this process may use, in CUDA ordinal order.
 func visibleGPUs(inv Inventory, vis Visible) ([]candidate, string, error) {
 	var cands []candidate

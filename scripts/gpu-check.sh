@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh [NP]: the GPU checks CI cannot run, for a machine with an
 # NVIDIA GPU and driver. Builds hdet, lists the GPUs, runs the GPU tests
-# (NVML, CUDA driver, and the end-to-end TestGPU under mpirun), then
+# (NVML, CUDA driver, the end-to-end TestGPU under mpirun, and a PyTorch
+# --worker script as 2 replicas of 2 ranks on the GPUs: TestGPUWorkerGroups), then
 # `hdet bench allreduce` with NP ranks (default: one per GPU, at least 2) on
 # device buffers (staged, and direct when the MPI is CUDA-aware) and on host
 # buffers for comparison. Everything is kept in $OUT (default ./gpu-check-out);
@@ -28,7 +29,14 @@ step nvidia-smi nvidia-smi
 step devices "$bin" devices
 "$bin" devices --json >"$out/devices.json"
 gpus=$(grep -c '"uuid": "GPU-' "$out/devices.json")
-step gpu-tests go test -count=1 -v -run 'TestGPU|TestDiscover|TestSystemDriver' ./device/... ./tests
+step gpu-tests go test -count=1 -v -run 'TestGPU$|TestDiscover|TestSystemDriver' ./device/... ./tests
+# A --worker script on the GPUs (replica groups, DDP over NCCL inside a
+# replica): PyTorch from the project's venv, made here where PyPI is
+# reachable, else a python3 that has torch.
+if [ -z "${HDET_PYTHON:-}" ] && ! scripts/deps.sh venv >"$out/venv.txt" 2>&1; then
+	export HDET_PYTHON=$(command -v python3)
+fi
+step gpu-worker go test -count=1 -v -run 'TestGPUWorkerGroups' ./tests
 
 np=${1:-$((gpus > 2 ? gpus : 2))}
 share=()

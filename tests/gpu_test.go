@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hdet-dev/hdet/device"
+	"github.com/hdet-dev/hdet/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -72,6 +73,39 @@ func TestGPU(t *testing.T) {
 	require.NoError(t, err, "device: stderr:\n%s", stderr)
 	t.Logf("device (direct), %d ranks:\n%s", ranks, stdout)
 	assert.Contains(t, stdout, "allreduce path device")
+}
+
+// TestGPUWorkerGroups is the worker path on GPUs: 4 ranks as 2 replicas of
+// 2, each rank's script on cuda:LOCAL_RANK as torchrun scripts pick it, DDP
+// inside each replica over NCCL where the node has a GPU a rank (gloo on
+// shared GPUs otherwise: NCCL refuses two ranks on one GPU). It skips where
+// no GPU is present, as TestGPU does.
+func TestGPUWorkerGroups(t *testing.T) {
+	inv, err := device.Discover(device.SystemNVML())
+	if device.CPUMode(err) {
+		t.Skipf("needs an NVIDIA GPU and driver, and this machine has none (%v); CI has no GPU", err)
+	}
+	require.NoError(t, err)
+	testenv.NeedTorch(t)
+	gpus := visibleCount(t, inv, device.VisibleFromEnv(os.LookupEnv))
+	var flags []string
+	if gpus < 4 {
+		flags = []string{"--share-gpus"}
+	}
+	r := runWorkerFlags(t, 4, "train: {replica_size: 2}\n", flags, nil, testenv.Python, workerScript(t),
+		"--steps", "24", "--window", "4", "--explore", "lr", "--ddp", "--cuda")
+	t.Logf("%d GPU(s), flags %v:\n%s", gpus, flags, r.stdout)
+	assertReplicaGroupsDDP(t, r)
+	lines := regexp.MustCompile(`worker\.py: rank (\d) on cuda:(\d+), backend (\w+)`).FindAllStringSubmatch(r.stdout, -1)
+	require.Len(t, lines, 4, "every rank's script says where it trains")
+	for _, m := range lines {
+		if gpus >= 4 {
+			assert.Equal(t, m[1], m[2], "position %s trains on cuda:LOCAL_RANK, its own GPU", m[1])
+			assert.Equal(t, "nccl", m[3])
+		} else {
+			assert.Equal(t, "0", m[2], "a rank sharing a GPU sees it alone, as cuda:0")
+		}
+	}
 }
 
 func visibleCount(t *testing.T, inv device.Inventory, vis device.Visible) int {

@@ -44,6 +44,12 @@ func runWorker(t testing.TB, n int, cfg string, started func(traceDir string, cm
 // runWorkerWith is runWorker with the interpreter python.
 func runWorkerWith(t testing.TB, n int, cfg string, started func(traceDir string, cmd *exec.Cmd), python, script string, args ...string) hdetRun {
 	t.Helper()
+	return runWorkerFlags(t, n, cfg, nil, started, python, script, args...)
+}
+
+// runWorkerFlags is runWorkerWith with hdet run's flags.
+func runWorkerFlags(t testing.TB, n int, cfg string, flags []string, started func(traceDir string, cmd *exec.Cmd), python, script string, args ...string) hdetRun {
+	t.Helper()
 	hdet, plugins := hdetBinaries(t)
 	dir := t.TempDir()
 	runDir, traceDir := filepath.Join(dir, "run"), filepath.Join(dir, "trace")
@@ -54,7 +60,7 @@ func runWorkerWith(t testing.TB, n int, cfg string, started func(traceDir string
 		require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 		full = append(full, path)
 	}
-	full = append(append(full, "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none", "--worker", "--", python, script), args...)
+	full = append(append(append(full, flags...), "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none", "--worker", "--", python, script), args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	before := shmEntries(t)

@@ -22,6 +22,14 @@ import (
 func TestWorkerReplicaGroupsDDP(t *testing.T) {
 	r := runWorker(t, 4, "train: {replica_size: 2}\n", nil, workerScript(t),
 		"--steps", "24", "--window", "4", "--explore", "lr", "--ddp")
+	assertReplicaGroupsDDP(t, r)
+}
+
+// assertReplicaGroupsDDP checks a run of 4 ranks as 2 replicas of 2 under
+// DDP: it ended well, the ranks of a replica apply its values and hold the
+// same parameters, every rank loads the average, the replicas' rates differ.
+func assertReplicaGroupsDDP(t *testing.T, r hdetRun) {
+	t.Helper()
 	require.NoError(t, r.err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	assert.Contains(t, r.stdout, "committed after a search pass")
 	traces := make([][]traceRecord, 4)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -103,6 +105,9 @@ func (w *Worker) checkHello(m *message) error {
 	if err := w.checkReplicaWorld(h); err != nil {
 		return err
 	}
+	if err := w.checkDevice(h.Device); err != nil {
+		return err
+	}
 	if err := checkMode(w.opts.SyncMode, h.SyncMode, w.opts.WorldSize); err != nil {
 		return err
 	}
@@ -124,6 +129,22 @@ func (w *Worker) checkReplicaWorld(h Hello) error {
 		return fmt.Errorf("%w: the script's parameters are sharded over its torch world of %d ranks (FSDP2 fully_shard), which is the whole run: hdet averages shards across replicas of the same sharding, so set train.replica_size to the ranks that shard one model (each replica is then its own torch world)", ErrConflict, h.DistWorldSize)
 	}
 	return nil
+}
+
+// checkDevice refuses parameters on another rank's GPU: the script sees its
+// torch world's GPUs on the node, as under torchrun, and must pick its own
+// (cuda:LOCAL_RANK); on cuda:0 every rank of the node would share one GPU.
+func (w *Worker) checkDevice(dev string) error {
+	want := w.opts.GPUIndex
+	idx, ok := strings.CutPrefix(dev, "cuda:")
+	if w.opts.GPU == "" || want < 0 || !ok || idx == strconv.Itoa(want) {
+		return nil
+	}
+	pick := fmt.Sprintf("it sees its torch world's GPUs on this node, as under torchrun: put the model on torch.device(\"cuda\", int(os.environ[\"LOCAL_RANK\"])) (LOCAL_RANK=%d)", w.opts.TorchLocalRank())
+	if want != w.opts.TorchLocalRank() {
+		pick = "it sees its own GPU only (shared GPUs, a MIG instance or one GPU a Slurm task): put the model on torch.device(\"cuda\", 0)"
+	}
+	return fmt.Errorf("%w: the script's parameters are on %s, but this rank's GPU is cuda:%d; %s", ErrSetting, dev, want, pick)
 }
 
 // checkMode compares the configured sync mode with what the script does.

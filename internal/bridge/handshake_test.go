@@ -36,3 +36,33 @@ func TestCheckReplicaWorld(t *testing.T) {
 		})
 	}
 }
+
+// Parameters on another rank's GPU are refused (exit 2), with the device to
+// use: cuda:LOCAL_RANK where the script sees its torch world's GPUs, cuda:0
+// where it sees its own only.
+func TestCheckDevice(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		o       Options
+		dev     string
+		message string
+	}{
+		{"its own GPU", Options{GPU: "a,b,c", GPUIndex: 2, LocalRank: 2}, "cuda:2", ""},
+		{"on the CPU", Options{GPU: "a,b,c", GPUIndex: 2, LocalRank: 2}, "cpu", ""},
+		{"CPU mode", Options{GPUIndex: -1}, "cuda:3", ""},
+		{"cuda:0 on local rank 2", Options{GPU: "a,b,c", GPUIndex: 2, LocalRank: 2}, "cuda:0",
+			`the script's parameters are on cuda:0, but this rank's GPU is cuda:2; it sees its torch world's GPUs on this node, as under torchrun: put the model on torch.device("cuda", int(os.environ["LOCAL_RANK"])) (LOCAL_RANK=2)`},
+		{"position 1 of a replica", Options{GPU: "a,b", GPUIndex: 1, LocalRank: 5, ReplicaSize: 2, ReplicaRank: 1}, "cuda:0", "(LOCAL_RANK=1)"},
+		{"its own GPU only", Options{GPU: "a", GPUIndex: 0, LocalRank: 3}, "cuda:3", `it sees its own GPU only (shared GPUs, a MIG instance or one GPU a Slurm task): put the model on torch.device("cuda", 0)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := (&Worker{opts: c.o}).checkDevice(c.dev)
+			if c.message == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrSetting)
+			assert.Contains(t, err.Error(), c.message)
+		})
+	}
+}

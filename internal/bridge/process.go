@@ -68,10 +68,6 @@ func (w *Worker) start(ctx context.Context) error {
 // DistributedSampler and init_process_group work unchanged), and the
 // embedded hdet package first on PYTHONPATH.
 func (o *Options) environ(sock, pkg string) []string {
-	localRank := o.LocalRank
-	if o.ReplicaSize > 1 {
-		localRank = o.ReplicaRank // a replica sits on one host
-	}
 	set := map[string]string{
 		"HDET_SOCKET":       sock,
 		"HDET_BUFFER_FD":    strconv.Itoa(bufferFD),
@@ -82,7 +78,8 @@ func (o *Options) environ(sock, pkg string) []string {
 		"HDET_REPLICA_SIZE": strconv.Itoa(max(1, o.ReplicaSize)),
 		"RANK":              strconv.Itoa(o.torchRank()),
 		"WORLD_SIZE":        strconv.Itoa(o.torchSize()),
-		"LOCAL_RANK":        strconv.Itoa(localRank),
+		"LOCAL_RANK":        strconv.Itoa(o.TorchLocalRank()),
+		"LOCAL_WORLD_SIZE":  strconv.Itoa(o.torchLocalSize()),
 		"MASTER_ADDR":       o.MasterAddr,
 		"MASTER_PORT":       strconv.Itoa(o.MasterPort),
 		"PYTHONPATH":        pkg,

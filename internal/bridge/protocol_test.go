@@ -49,7 +49,7 @@ func fakeWorker(mode string) {
 	case "env":
 		// Report the environment in the error message, for TestEnvironment.
 		var env []string
-		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "EXTRA"} {
+		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "EXTRA"} {
 			if v, ok := os.LookupEnv(k); ok {
 				env = append(env, k+"="+v)
 			}
@@ -122,7 +122,7 @@ func TestEnvironment(t *testing.T) {
 		MasterPort: 29555, GPU: "1", Env: []string{"EXTRA=x"}})
 	require.ErrorIs(t, err, ErrWorker)
 	for _, kv := range []string{"HDET_RANK=1", "HDET_WORLD_SIZE=3", "HDET_LOCAL_RANK=1", "HDET_SYNC_MODE=gradients",
-		"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "CUDA_VISIBLE_DEVICES=1", "OMP_NUM_THREADS=1", "EXTRA=x"} {
+		"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "CUDA_VISIBLE_DEVICES=1", "OMP_NUM_THREADS=1", "EXTRA=x"} {
 		assert.Contains(t, err.Error(), kv)
 	}
 

@@ -83,6 +83,9 @@ type Options struct {
 	MasterPort int
 
 	GPU string // CUDA_VISIBLE_DEVICES for the worker; "" leaves it as inherited
+	// GPUIndex is the worker's own GPU in GPU's list (cuda:GPUIndex): a
+	// script whose parameters are on another GPU is refused. -1: not checked.
+	GPUIndex int
 	// SyncMode is the configured mode; "" takes the script's. A script
 	// that does otherwise than a configured mode is an ErrConflict.
 	SyncMode string
@@ -108,6 +111,23 @@ func (o *Options) torchSize() int {
 		return o.ReplicaSize
 	}
 	return o.WorldSize
+}
+
+// TorchLocalRank is the script's LOCAL_RANK: its position in its replica
+// with G > 1 (a replica sits on one host), else its node-local rank.
+func (o *Options) TorchLocalRank() int {
+	if o.ReplicaSize > 1 {
+		return o.ReplicaRank
+	}
+	return o.LocalRank
+}
+
+// torchLocalSize is the script's LOCAL_WORLD_SIZE.
+func (o *Options) torchLocalSize() int {
+	if o.ReplicaSize > 1 {
+		return o.ReplicaSize
+	}
+	return o.LocalSize
 }
 
 func (o *Options) torchRank() int {

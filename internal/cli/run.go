@@ -48,6 +48,7 @@ type runFlags struct {
 	selfCheck   bool
 	noRequeue   bool
 	worker      bool
+	shareGPUs   bool
 	path        string
 	command     []string // after --, with --worker
 	data        []byte   // the config
@@ -67,6 +68,7 @@ func parseRun(s Streams, args []string) (runFlags, error) {
 	fs.BoolVar(&f.debugColl, "debug-collectives", false, "log every collective of the window loop with its duration, on every rank")
 	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
 	fs.BoolVar(&f.worker, "worker", false, "train an external process instead of the built-in workload: hdet run [CONFIG] --worker -- CMD ARGS...")
+	fs.BoolVar(&f.shareGPUs, "share-gpus", false, "let several ranks share a GPU when a node has more ranks than GPUs (a --worker script then sees its one GPU as cuda:0)")
 	fs.StringVar(&f.path, "allreduce-path", "auto", "how the converge allreduce reaches MPI: auto, device, staged or host")
 	fs.BoolVar(&f.noRequeue, "no-requeue", false, "under Slurm, do not requeue the job after a signal made the run checkpoint and stop")
 	fs.Usage = func() { fmt.Fprint(s.Err, runHelp); fs.PrintDefaults() }
@@ -133,7 +135,7 @@ func runRun(s Streams, args []string) Outcome {
 	}
 	out, err := session.Run(ctx, session.Options{
 		World: w, Out: s.Out, Log: log, Config: f.data, Source: f.source, Sets: f.sets, PluginDir: f.pluginDir,
-		Worker: f.command, AllreducePath: f.path, CUDAAware: mpi.CUDAAware(), DebugCollectives: f.debugColl,
+		Worker: f.command, ShareGPUs: f.shareGPUs, AllreducePath: f.path, CUDAAware: mpi.CUDAAware(), DebugCollectives: f.debugColl,
 		NoRequeue: f.noRequeue, Host: mpi.ProcessorName, Abort: mpi.Abort,
 		Stop:  func() bool { return signals.Received() || interrupted.Load() },
 		Split: func(color, key int) (session.World, error) { return splitWorld(w, color, key) },

@@ -42,6 +42,7 @@ type Options struct {
 	Sets      []string // --set overrides
 	PluginDir string
 	Worker    []string // --worker's command; empty: the built-in workload
+	ShareGPUs bool     // --share-gpus: ranks may share a node's GPUs
 	// AllreducePath is --allreduce-path; CUDAAware whether MPI takes device
 	// pointers.
 	AllreducePath    string
@@ -107,6 +108,7 @@ type session struct {
 	worker     *bridge.Worker  // --worker mode
 	model      *mnist.Replica  // the built-in workload, unwrapped
 	gpu        *device.Binding // nil in CPU mode
+	worldGPUs  string          // a worker's CUDA_VISIBLE_DEVICES: its torch world's GPUs on this node, "" for its own only
 	converge   device.Allreducer
 	lay        engine.Layout // replica groups (G = 1: a rank per replica)
 	inside     World         // G > 1: this rank's replica

@@ -118,11 +118,27 @@ func (s *session) bindDevice(context.Context) error {
 	case err != nil:
 		return fmt.Errorf("GPU discovery: %w", err)
 	default:
-		b, err := device.Bind(inv, device.VisibleFromEnv(os.LookupEnv), device.BindRequest{Rank: w.Rank(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize()})
-		if err != nil {
+		vis := device.VisibleFromEnv(os.LookupEnv)
+		req := device.BindRequest{Rank: w.Rank(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize(), AllowShare: s.o.ShareGPUs}
+		b, err := device.Bind(inv, vis, req)
+		switch {
+		case errors.Is(err, device.ErrTooManyRanks):
+			return Usagef("GPU binding: %v (hdet run --share-gpus)", err)
+		case err != nil:
 			return Usagef("GPU binding: %v", err)
 		}
 		s.gpu = &b
+		if len(s.o.Worker) > 0 {
+			// The script's torch world on this node: the node's ranks, or
+			// with replica groups this rank's replica (on one node).
+			first, n := 0, w.LocalSize()
+			if s.lay.Size > 1 {
+				first, n = w.LocalRank()-s.lay.Position(w.Rank()), s.lay.Size
+			}
+			if s.worldGPUs, err = device.GroupVisible(inv, vis, req, first, n); err != nil {
+				return Usagef("GPU binding: %v", err)
+			}
+		}
 		// Every rank says which GPU it took, whatever the log level.
 		log.Log().Int("local_rank", b.LocalRank).Str("gpu_uuid", b.UUID).Int("numa_node", b.NUMANode).Int("cuda_device", b.CUDAOrdinal).Msg(b.String())
 	}

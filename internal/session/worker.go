@@ -12,16 +12,21 @@ import (
 	"github.com/hdet-dev/hdet/internal/engine"
 )
 
-// workerGPU is what the worker sees as CUDA_VISIBLE_DEVICES: this rank's GPU
-// by UUID, or what the rank inherited in CPU mode.
-func (s *session) workerGPU() string {
-	if s.gpu == nil {
-		return os.Getenv("CUDA_VISIBLE_DEVICES")
+// workerGPU is what the worker sees as CUDA_VISIBLE_DEVICES, and where its
+// own GPU is in it (cuda:index): in GPU mode its torch world's GPUs on this
+// node in LOCAL_RANK order, as torchrun leaves them (scripts pick
+// cuda:LOCAL_RANK), or where they cannot all be listed its own GPU alone; in
+// CPU mode what the rank inherited.
+func (s *session) workerGPU(localRank int) (string, int) {
+	switch {
+	case s.gpu == nil:
+		return os.Getenv("CUDA_VISIBLE_DEVICES"), -1
+	case s.worldGPUs != "":
+		return s.worldGPUs, localRank
+	case s.gpu.MIG != "":
+		return s.gpu.MIG, 0
 	}
-	if s.gpu.MIG != "" {
-		return s.gpu.MIG
-	}
-	return s.gpu.UUID
+	return s.gpu.UUID, 0
 }
 
 // torchWorld is the communicator of the ranks whose scripts form one
@@ -71,11 +76,13 @@ func (s *session) startWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	wk, err := bridge.Start(ctx, bridge.Options{
+	o := bridge.Options{
 		Command: s.o.Worker, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize(),
 		ReplicaSize: s.lay.Size, ReplicaRank: s.lay.Position(w.Rank()),
-		MasterAddr: host, MasterPort: port, GPU: s.workerGPU(), SyncMode: string(s.sync),
-	})
+		MasterAddr: host, MasterPort: port, SyncMode: string(s.sync),
+	}
+	o.GPU, o.GPUIndex = s.workerGPU(o.TorchLocalRank())
+	wk, err := bridge.Start(ctx, o)
 	if err != nil {
 		return usageIf(err)
 	}

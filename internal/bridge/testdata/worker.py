@@ -32,12 +32,18 @@ ap.add_argument("--auto", type=json.loads, help="attach's auto, as JSON")
 ap.add_argument("--sleep", type=float, default=0, help="seconds per step")
 ap.add_argument("--ddp", action="store_true", help="set up torch.distributed (gradients mode)")
 ap.add_argument("--probe", action="store_true", help="give hdet a probe function")
+ap.add_argument("--cuda", action="store_true",
+                help="train on cuda:LOCAL_RANK as torchrun scripts do (modulo the GPUs it sees: shared GPUs)")
 args = ap.parse_args()
 if args.fail_rank >= 0 and args.fail_rank != hdet.rank():
     args.die_at_step = args.hang_at_step = args.fail_at_step = args.end_at_step = -1
 
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+dev = torch.device("cpu")
+if args.cuda:
+    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1)).to(dev)
 groups = [
     {"name": "body", "params": model[0].parameters(), "weight_decay": 1e-3},
     {"name": "head", "params": model[2].parameters(), "weight_decay": 0.0},
@@ -47,7 +53,11 @@ if args.optimizer == "adamw":
 else:
     opt = torch.optim.SGD(groups, lr=0.05, momentum=0.9)
 if args.ddp:
-    torch.distributed.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from hdet
+    # MASTER_ADDR/PORT, RANK, WORLD_SIZE from hdet; NCCL needs a GPU a rank
+    nccl = args.cuda and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
+    torch.distributed.init_process_group("nccl" if nccl else "gloo")
+    print("worker.py: rank %s on %s, backend %s" % (os.environ["RANK"], dev, torch.distributed.get_backend()),
+          flush=True)
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 temperature = [1.0]
@@ -61,7 +71,7 @@ def evaluate():
         return float(sum(p.sum() for p in model.parameters())), state
 
 
-probe_x = torch.randn(64, 8, generator=torch.Generator().manual_seed(99))
+probe_x = torch.randn(64, 8, generator=torch.Generator().manual_seed(99)).to(dev)
 if args.probe:
     hdet.probe(lambda: float((model(probe_x) ** 2).mean()))
 hdet_args = dict(callbacks={"temperature": lambda v: temperature.__setitem__(0, v)},
@@ -75,7 +85,7 @@ else:
     hdet.attach(opt, args.steps, window=args.window, alpha=args.alpha, spread=args.spread, auto=args.auto,
                 **hdet_args)
 gen = torch.Generator().manual_seed(1 + hdet.rank())
-w_true = torch.arange(8, dtype=torch.float32) / 8
+w_true = torch.arange(8, dtype=torch.float32, device=dev) / 8
 for step in range(args.steps):
     if step == args.die_at_step:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -86,7 +96,7 @@ for step in range(args.steps):
         break
     if step == args.fail_at_step:
         raise RuntimeError("worker.py failing on purpose at step %d" % step)
-    x = torch.randn(32, 8, generator=gen)
+    x = torch.randn(32, 8, generator=gen).to(dev)
     y = (x @ w_true).unsqueeze(1)
     loss = torch.nn.functional.mse_loss(model(x) / temperature[0], y)
     opt.zero_grad()

@@ -21,7 +21,7 @@ import (
 
 // hdet.attach end to end (issue 38): tests/testdata/attach_loop.py is a
 // training loop written as users write them, with hdet's one line; these
-// run it under `hdet run --worker` on 4 ranks with each schedule and
+// run it under `hdet run --worker` on 2 ranks (attachRanks) with each schedule and
 // optimizer form people use, and check what every rank's optimizer used.
 
 // attachLoop is the user-style script.
@@ -31,10 +31,13 @@ func attachLoop(t testing.TB) string {
 
 // attachSteps and attachWindow: 40 optimizer steps in windows of 5, so the
 // search pass (a quarter of a schedule hdet does not know) is 2 windows and
-// the main pass 8.
+// the main pass 8. attachRanks: 2 replicas, whose rates differ (x e^-a and
+// x e^a) as 4 would; each rank starts Python and torch twice, which on CI's
+// 2 cores is most of a run.
 const (
 	attachSteps  = 40
 	attachWindow = 5
+	attachRanks  = 2
 )
 
 // lrStep is one optimizer step call as attach_loop.py's own step pre-hook
@@ -67,14 +70,14 @@ func readLRSteps(t *testing.T, dir string, rank int, pass string) (steps []lrSte
 	return steps, skipped
 }
 
-// attachRun runs attach_loop.py on 4 ranks with args (after the common
+// attachRun runs attach_loop.py on attachRanks ranks with args (after the common
 // ones); it returns the run, its trace folder and its record folder.
 func attachRun(t *testing.T, cfg string, args ...string) (r hdetRun, traceDir, recDir string) {
 	t.Helper()
 	recDir = t.TempDir()
 	args = append([]string{"--steps", fmt.Sprint(attachSteps), "--window", fmt.Sprint(attachWindow), "--record", recDir}, args...)
 	start := time.Now()
-	r = runWorker(t, 4, cfg, func(d string, _ *exec.Cmd) { traceDir = d }, attachLoop(t), args...)
+	r = runWorker(t, attachRanks, cfg, func(d string, _ *exec.Cmd) { traceDir = d }, attachLoop(t), args...)
 	t.Logf("attach_loop.py %s: %.1f s", strings.Join(args[6:], " "), time.Since(start).Seconds())
 	return r, traceDir, recDir
 }
@@ -90,13 +93,13 @@ func attachRun(t *testing.T, cfg string, args ...string) (r hdetRun, traceDir, r
 // explored names each group's multiplier (one entry: every group's).
 func checkAttachRun(t *testing.T, r hdetRun, traceDir, recDir string, explored []string, skips int) {
 	t.Helper()
-	checkWorkerRun(t, r, 4, attachSteps/attachWindow, traceDir)
+	checkWorkerRun(t, r, attachRanks, attachSteps/attachWindow, traceDir)
 	assert.Regexp(t, `committed after a search pass of \d+ steps: lr`, r.stdout)
 	commits := typed(r.records(t), metrics.TypeCommit)
 	require.Len(t, commits, 1)
 
 	firstSearch := map[string][]float64{} // per explored name, each rank's multiplier at the first step
-	for rank := range 4 {
+	for rank := range attachRanks {
 		procs := workerProcesses(readTrace(t, traceDir, rank))
 		require.Len(t, procs, 2)
 		for p, pass := range []string{"search", "main"} {
@@ -135,7 +138,7 @@ func checkAttachRun(t *testing.T, r hdetRun, traceDir, recDir string, explored [
 	}
 	for _, name := range explored {
 		distinct := slices.Compact(slices.Sorted(slices.Values(firstSearch[name])))
-		assert.Len(t, distinct, 4, "%s: the ranks' multipliers differ in the search pass's first window: %v", name, firstSearch[name])
+		assert.Len(t, distinct, attachRanks, "%s: the ranks' multipliers differ in the search pass's first window: %v", name, firstSearch[name])
 	}
 }
 
@@ -187,7 +190,7 @@ func TestAttachManualLoop(t *testing.T) {
 		for _, l := range rec.Losses {
 			distinct[l] = true
 		}
-		assert.Len(t, distinct, 4, "search window %d: each replica's loss is its own: %v", rec.Window, rec.Losses)
+		assert.Len(t, distinct, attachRanks, "search window %d: each replica's loss is its own: %v", rec.Window, rec.Losses)
 	}
 	assert.True(t, sameData, "hdet noticed the replicas draw the same batches")
 }

@@ -153,12 +153,18 @@ func rankPIDs(t *testing.T, runDir string) map[int]int {
 	return pids
 }
 
-// requireNoRankLeft checks that no process of the run is left, hdet or
-// explorer, waiting up to 10 s.
+// requireNoRankLeft checks that no process of the run of 4 ranks is left,
+// hdet or explorer, waiting up to 10 s.
 func requireNoRankLeft(t *testing.T, runDir string) {
 	t.Helper()
+	requireNoneLeft(t, runDir, 4)
+}
+
+// requireNoneLeft is requireNoRankLeft for a run of n ranks.
+func requireNoneLeft(t *testing.T, runDir string, n int) {
+	t.Helper()
 	pids := rankPIDs(t, runDir)
-	require.Len(t, pids, 4, "every rank wrote a heartbeat")
+	require.Len(t, pids, n, "every rank wrote a heartbeat")
 	hdet, _ := hdetBinaries(t)
 	var list []int
 	for _, p := range pids {

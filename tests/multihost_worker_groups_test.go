@@ -17,7 +17,8 @@ import (
 // replicas of 2 ranks on the test bed's 3 hosts (mpirun --hostfile, 2 slots
 // a host, so each replica fills a host and its torch world rendezvouses
 // there): inside a replica the ranks hold identical parameters, after every
-// converge all six hold the average, the replicas' rates differ, exit 0.
+// converge all six hold the average, the replicas' rates differ, exit 0;
+// then a rank killed on the second host ends the run, nothing left behind.
 func TestMultiHostWorkerReplicaGroups(t *testing.T) {
 	testenv.NeedTorch(t)
 	tb := startTestbed(t, 3, false)
@@ -54,4 +55,28 @@ func TestMultiHostWorkerReplicaGroups(t *testing.T) {
 		assert.Equal(t, loads(traces[0]), loads(traces[rank]), "rank %d holds the average after every converge", rank)
 	}
 	assert.True(t, differ, "the replicas' learning-rate multipliers differ in the search pass")
+
+	// A rank's Python killed on the second host (world rank 3, position 1
+	// of replica 1) ends the run naming it: its replica's other rank is
+	// blocked in a DDP collective with it, and nothing is left on any host.
+	runDir = filepath.Join(dir, "killed")
+	start := time.Now()
+	r = runOn(tb.mpirun(ctx, t, 3, 2, "-x", "HDET_TRACE_DIR="+traceDir,
+		hdet, "run", conf, "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none",
+		"--worker", "--", testenv.Python, workerScript(t), "--steps", "24", "--window", "4", "--explore", "lr", "--ddp",
+		"--die-at-step", "10", "--fail-rank", "3"), runDir)
+	t.Logf("the run with a killed rank ended after %.1f s", time.Since(start).Seconds())
+	require.Error(t, r.err)
+	assert.NotEqual(t, 2, exitCode(r.err), "a fault, not a usage error")
+	assert.Regexp(t, `rank 3: worker \(pid \d+\) training window \d+ \(steps \d+-\d+\): worker process exited \(killed by signal 9`, r.stdout+r.stderr)
+	requireNoneLeft(t, runDir, 6)
+	var pids []int
+	for rank := range 6 {
+		for _, rec := range readTrace(t, traceDir, rank) {
+			if rec.PID > 0 {
+				pids = append(pids, rec.PID)
+			}
+		}
+	}
+	requireGone(t, filepath.Dir(hdet), pids...)
 }

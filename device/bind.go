@@ -140,17 +140,17 @@ func Bind(inv Inventory, vis Visible, req BindRequest) (Binding, error) {
 	}, nil
 }
 
-// GroupVisible is the CUDA_VISIBLE_DEVICES of n ranks of one node that form
-// one torch world, with node-local ranks first ... first+n-1: their GPUs by
-// UUID in that order, so that each finds its own at cuda:(local rank -
-// first), as a torchrun worker does at cuda:LOCAL_RANK. It is "" where they
-// cannot all be listed: ranks that share a GPU, MIG instances (CUDA
-// enumerates one a process), or a Slurm task that sees only its own GPU.
-func GroupVisible(inv Inventory, vis Visible, req BindRequest, first, n int) (string, error) {
-	ids := make([]string, n)
-	for p := range ids {
+// GroupVisible is the CUDA_VISIBLE_DEVICES of the ranks of one node that
+// form one torch world, whose node-local ranks are locals in LOCAL_RANK
+// order: their GPUs by UUID in that order, so that each finds its own at
+// cuda:LOCAL_RANK, as a torchrun worker does. It is "" where they cannot
+// all be listed: ranks that share a GPU, MIG instances (CUDA enumerates one
+// a process), or a Slurm task that sees only its own GPU.
+func GroupVisible(inv Inventory, vis Visible, req BindRequest, locals []int) (string, error) {
+	ids := make([]string, len(locals))
+	for p, l := range locals {
 		r := req
-		r.LocalRank = first + p
+		r.LocalRank = l
 		b, err := Bind(inv, vis, r)
 		if err != nil {
 			return "", err

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,43 +140,44 @@ func TestGroupVisible(t *testing.T) {
 		return strings.Join(ids, ",")
 	}
 	cases := []struct {
-		name               string
-		env                map[string]string
-		local, size, first int
-		n                  int
-		want               string
+		name        string
+		env         map[string]string
+		local, size int
+		locals      []int
+		want        string
 	}{
-		{"the whole node, one world", nil, 5, 8, 0, 8, u(0, 1, 2, 3, 4, 5, 6, 7)},
-		{"the second replica of 4", nil, 5, 8, 4, 4, u(4, 5, 6, 7)},
-		{"a replica of 2 under CUDA_VISIBLE_DEVICES", map[string]string{"CUDA_VISIBLE_DEVICES": "6,2,7,3"}, 2, 4, 2, 2, u(7, 3)},
-		{"Slurm, CUDA relative", map[string]string{"SLURM_STEP_GPUS": "4,5,6,7", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 1, 4, 0, 2, u(4, 5)},
-		{"Slurm gpus-per-task: each task sees its own only", map[string]string{"SLURM_STEP_GPUS": "4,5,6,7", "CUDA_VISIBLE_DEVICES": "6"}, 2, 4, 2, 2, ""},
+		{"the whole node, one world", nil, 5, 8, []int{0, 1, 2, 3, 4, 5, 6, 7}, u(0, 1, 2, 3, 4, 5, 6, 7)},
+		{"the second replica of 4", nil, 5, 8, []int{4, 5, 6, 7}, u(4, 5, 6, 7)},
+		{"a replica placed cyclically", nil, 5, 8, []int{1, 3, 5, 7}, u(1, 3, 5, 7)},
+		{"a replica of 2 under CUDA_VISIBLE_DEVICES", map[string]string{"CUDA_VISIBLE_DEVICES": "6,2,7,3"}, 2, 4, []int{2, 3}, u(7, 3)},
+		{"Slurm, CUDA relative", map[string]string{"SLURM_STEP_GPUS": "4,5,6,7", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 1, 4, []int{0, 1}, u(4, 5)},
+		{"Slurm gpus-per-task: each task sees its own only", map[string]string{"SLURM_STEP_GPUS": "4,5,6,7", "CUDA_VISIBLE_DEVICES": "6"}, 2, 4, []int{2, 3}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := GroupVisible(inv, VisibleFromEnv(env(c.env)), BindRequest{LocalRank: c.local, LocalSize: c.size}, c.first, c.n)
+			got, err := GroupVisible(inv, VisibleFromEnv(env(c.env)), BindRequest{LocalRank: c.local, LocalSize: c.size}, c.locals)
 			require.NoError(t, err)
 			assert.Equal(t, c.want, got)
 			if got != "" {
 				b, err := Bind(inv, VisibleFromEnv(env(c.env)), BindRequest{LocalRank: c.local, LocalSize: c.size})
 				require.NoError(t, err)
-				assert.Equal(t, b.UUID, strings.Split(got, ",")[c.local-c.first], "the rank's own GPU is at its index")
+				assert.Equal(t, b.UUID, strings.Split(got, ",")[slices.Index(c.locals, c.local)], "the rank's own GPU is at its index")
 			}
 		})
 	}
 
 	shared := VisibleFromEnv(env(map[string]string{"CUDA_VISIBLE_DEVICES": "0"}))
-	got, err := GroupVisible(inv, shared, BindRequest{LocalRank: 1, LocalSize: 2, AllowShare: true}, 0, 2)
+	got, err := GroupVisible(inv, shared, BindRequest{LocalRank: 1, LocalSize: 2, AllowShare: true}, []int{0, 1})
 	require.NoError(t, err)
 	assert.Empty(t, got, "ranks sharing a GPU keep their one GPU")
 
 	mig := "MIG-11111111-2222-3333-4444-555555555555"
 	inv.GPUs[3].MIG = []MIGDevice{{Index: 0, UUID: mig}}
-	got, err = GroupVisible(inv, VisibleFromEnv(env(map[string]string{"CUDA_VISIBLE_DEVICES": mig})), BindRequest{LocalSize: 1}, 0, 1)
+	got, err = GroupVisible(inv, VisibleFromEnv(env(map[string]string{"CUDA_VISIBLE_DEVICES": mig})), BindRequest{LocalSize: 1}, []int{0})
 	require.NoError(t, err)
 	assert.Empty(t, got, "CUDA enumerates one MIG instance a process")
 
-	_, err = GroupVisible(inv, VisibleFromEnv(env(map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"})), BindRequest{LocalRank: 0, LocalSize: 3}, 0, 3)
+	_, err = GroupVisible(inv, VisibleFromEnv(env(map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"})), BindRequest{LocalRank: 0, LocalSize: 3}, []int{0, 1, 2})
 	require.ErrorIs(t, err, ErrTooManyRanks)
 }
 

@@ -140,8 +140,8 @@ func (w *Worker) checkDevice(dev string) error {
 	if w.opts.GPU == "" || want < 0 || !ok || idx == strconv.Itoa(want) {
 		return nil
 	}
-	pick := fmt.Sprintf("it sees its torch world's GPUs on this node, as under torchrun: put the model on torch.device(\"cuda\", int(os.environ[\"LOCAL_RANK\"])) (LOCAL_RANK=%d)", w.opts.TorchLocalRank())
-	if want != w.opts.TorchLocalRank() {
+	pick := fmt.Sprintf("it sees its torch world's GPUs on this node, as under torchrun: put the model on torch.device(\"cuda\", int(os.environ[\"LOCAL_RANK\"])) (LOCAL_RANK=%d)", w.opts.torchLocalRank())
+	if want != w.opts.torchLocalRank() {
 		pick = "it sees its own GPU only (shared GPUs, a MIG instance or one GPU a Slurm task): put the model on torch.device(\"cuda\", 0)"
 	}
 	return fmt.Errorf("%w: the script's parameters are on %s, but this rank's GPU is cuda:%d; %s", ErrSetting, dev, want, pick)

@@ -52,7 +52,7 @@ func TestCheckDevice(t *testing.T) {
 		{"CPU mode", Options{GPUIndex: -1}, "cuda:3", ""},
 		{"cuda:0 on local rank 2", Options{GPU: "a,b,c", GPUIndex: 2, LocalRank: 2}, "cuda:0",
 			`the script's parameters are on cuda:0, but this rank's GPU is cuda:2; it sees its torch world's GPUs on this node, as under torchrun: put the model on torch.device("cuda", int(os.environ["LOCAL_RANK"])) (LOCAL_RANK=2)`},
-		{"position 1 of a replica", Options{GPU: "a,b", GPUIndex: 1, LocalRank: 5, ReplicaSize: 2, ReplicaRank: 1}, "cuda:0", "(LOCAL_RANK=1)"},
+		{"position 1 of a replica", Options{GPU: "a,b", GPUIndex: 1, LocalRank: 5, ReplicaSize: 2, ReplicaRank: 1, ReplicaLocalRank: 1, ReplicaLocalSize: 2}, "cuda:0", "(LOCAL_RANK=1)"},
 		{"its own GPU only", Options{GPU: "a", GPUIndex: 0, LocalRank: 3}, "cuda:3", `it sees its own GPU only (shared GPUs, a MIG instance or one GPU a Slurm task): put the model on torch.device("cuda", 0)`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

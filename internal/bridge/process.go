@@ -78,7 +78,7 @@ func (o *Options) environ(sock, pkg string) []string {
 		"HDET_REPLICA_SIZE": strconv.Itoa(max(1, o.ReplicaSize)),
 		"RANK":              strconv.Itoa(o.torchRank()),
 		"WORLD_SIZE":        strconv.Itoa(o.torchSize()),
-		"LOCAL_RANK":        strconv.Itoa(o.TorchLocalRank()),
+		"LOCAL_RANK":        strconv.Itoa(o.torchLocalRank()),
 		"LOCAL_WORLD_SIZE":  strconv.Itoa(o.torchLocalSize()),
 		"MASTER_ADDR":       o.MasterAddr,
 		"MASTER_PORT":       strconv.Itoa(o.MasterPort),

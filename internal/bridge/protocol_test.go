@@ -135,6 +135,13 @@ func TestEnvironment(t *testing.T) {
 	for _, kv := range []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29556"} {
 		assert.Contains(t, err.Error(), kv, "torchrun's variables in every mode")
 	}
+	// A replica of 4 over two hosts of 2 ranks: torchrun's view on this host.
+	_, err = startFake(t, "env", Options{Rank: 6, WorldSize: 8, LocalRank: 0, LocalSize: 2, ReplicaSize: 4, ReplicaRank: 2,
+		ReplicaLocalRank: 0, ReplicaLocalSize: 2, MasterPort: 29558})
+	require.ErrorIs(t, err, ErrWorker)
+	for _, kv := range []string{"RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "HDET_RANK=6"} {
+		assert.Contains(t, strings.Fields(err.Error()), kv)
+	}
 	t.Setenv("OMP_NUM_THREADS", "4")
 	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, LocalSize: 2, MasterPort: 29557})
 	require.ErrorIs(t, err, ErrWorker)
@@ -149,6 +156,8 @@ func TestOptionsValidation(t *testing.T) {
 		"no port":      {Command: []string{"x"}, WorldSize: 2, SyncMode: SyncGradients},
 		"bad timeout":  {Command: []string{"x"}, WorldSize: 1, SyncMode: SyncLocal, Timeout: -1},
 		"neg local rk": {Command: []string{"x"}, WorldSize: 1, SyncMode: SyncLocal, LocalRank: -1},
+		"replica's local rank": {Command: []string{"x"}, WorldSize: 4, MasterPort: 1, ReplicaSize: 2, ReplicaRank: 1,
+			ReplicaLocalRank: 2, ReplicaLocalSize: 2},
 	} {
 		_, err := Start(context.Background(), o)
 		assert.ErrorIs(t, err, ErrOptions, name)

@@ -74,6 +74,11 @@ type Options struct {
 	// ReplicaRank (its position), WORLD_SIZE is G, and MasterAddr/Port are
 	// the replica's rendezvous.
 	ReplicaSize, ReplicaRank int
+	// ReplicaLocalRank and ReplicaLocalSize (G > 1) are the script's
+	// LOCAL_RANK and LOCAL_WORLD_SIZE, as a torchrun on its host would
+	// start the replica's ranks there: its index among them and their
+	// number (a replica on one host: its position, and G).
+	ReplicaLocalRank, ReplicaLocalSize int
 
 	// MasterAddr and MasterPort are torch.distributed's rendezvous
 	// (MASTER_ADDR/MASTER_PORT, with RANK, WORLD_SIZE, LOCAL_RANK, as
@@ -113,11 +118,11 @@ func (o *Options) torchSize() int {
 	return o.WorldSize
 }
 
-// TorchLocalRank is the script's LOCAL_RANK: its position in its replica
-// with G > 1 (a replica sits on one host), else its node-local rank.
-func (o *Options) TorchLocalRank() int {
+// torchLocalRank is the script's LOCAL_RANK: with G > 1 its index among
+// its replica's ranks on its host, else its node-local rank.
+func (o *Options) torchLocalRank() int {
 	if o.ReplicaSize > 1 {
-		return o.ReplicaRank
+		return o.ReplicaLocalRank
 	}
 	return o.LocalRank
 }
@@ -125,7 +130,7 @@ func (o *Options) TorchLocalRank() int {
 // torchLocalSize is the script's LOCAL_WORLD_SIZE.
 func (o *Options) torchLocalSize() int {
 	if o.ReplicaSize > 1 {
-		return o.ReplicaSize
+		return o.ReplicaLocalSize
 	}
 	return o.LocalSize
 }
@@ -210,6 +215,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: sync mode %q (allowed: %s, %s, or empty for the script's)", ErrOptions, o.SyncMode, SyncGradients, SyncLocal)
 	case o.ReplicaSize > 1 && (o.ReplicaRank < 0 || o.ReplicaRank >= o.ReplicaSize || o.WorldSize%o.ReplicaSize != 0):
 		return fmt.Errorf("%w: position %d in a replica of %d ranks, world size %d", ErrOptions, o.ReplicaRank, o.ReplicaSize, o.WorldSize)
+	case o.ReplicaSize > 1 && (o.ReplicaLocalSize < 1 || o.ReplicaLocalRank < 0 || o.ReplicaLocalRank >= o.ReplicaLocalSize):
+		return fmt.Errorf("%w: local rank %d of the replica's %d ranks on this host", ErrOptions, o.ReplicaLocalRank, o.ReplicaLocalSize)
 	case o.torchSize() > 1 && (o.MasterPort <= 0 || o.MasterPort > 65535):
 		return fmt.Errorf("%w: %d ranks need MasterPort in 1..65535, got %d", ErrOptions, o.torchSize(), o.MasterPort)
 	case o.Timeout < 0 || o.StartTimeout < 0:

@@ -97,36 +97,61 @@ func (s *session) convergeComm() World {
 	return s.o.World
 }
 
-// checkPlacement logs every rank's host, replica and position (debug) and
-// has rank 0 warn when replicas and hosts interleave: a replica spread over
-// hosts while a host holds ranks of several replicas (mpirun --map-by node,
-// Slurm's cyclic distribution), where the per-step gradient traffic crosses
-// the network that a block layout would keep on the node. A replica over
-// whole nodes (G a multiple of the ranks per node) is not warned about.
+// checkPlacement logs every rank's host, replica and position (debug),
+// keeps which ranks of this rank's replica share its host (a script's
+// LOCAL_RANK and its GPUs), and has rank 0 warn when replicas and hosts
+// interleave: a replica spread over hosts while a host holds ranks of
+// several replicas (mpirun --map-by node, Slurm's cyclic distribution),
+// where the per-step gradient traffic crosses the network that a block
+// layout would keep on the node. A replica over whole nodes (G a multiple
+// of the ranks per node) is not warned about. Without Host every rank
+// counts as on one host.
 func (s *session) checkPlacement() error {
-	if s.o.Host == nil {
-		return nil
+	host := ""
+	if s.o.Host != nil {
+		h, err := s.o.Host()
+		if err != nil {
+			h = fmt.Sprintf("rank-%d", s.rank) // unknown: counted as a host of its own
+		}
+		host = h
 	}
-	host, err := s.o.Host()
-	if err != nil {
-		host = fmt.Sprintf("rank-%d", s.rank) // unknown: counted as a host of its own
-	}
-	rank, lay := s.o.World.Rank(), s.lay
+	w, lay := s.o.World, s.lay
+	rank := w.Rank()
 	s.o.Log.Debug().Int("world_rank", rank).Int("replica", lay.Replica(rank)).Int("position", lay.Position(rank)).Str("host", host).Msg("replica group member")
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(host))
-	all := make([]float64, lay.World)
-	if err := s.o.World.AllgatherFloat64([]float64{float64(h.Sum64() & (1<<52 - 1))}, all); err != nil {
+	all := make([]float64, 2*lay.World)
+	if err := w.AllgatherFloat64([]float64{float64(h.Sum64() & (1<<52 - 1)), float64(w.LocalRank())}, all); err != nil {
 		return fmt.Errorf("replica groups: gathering the ranks' hosts: %w", err)
 	}
-	if rank != 0 {
+	hosts, locals := make([]float64, lay.World), make([]int, lay.World)
+	for r := range hosts {
+		hosts[r], locals[r] = all[2*r], int(all[2*r+1])
+	}
+	s.hostPeers = onHost(hosts, locals, lay, rank)
+	if rank != 0 || s.o.Host == nil {
 		return nil
 	}
-	if spans := interleaved(all, lay); len(spans) > 0 {
+	if spans := interleaved(hosts, lay); len(spans) > 0 {
 		s.o.Log.Warn().Msgf("replica groups: %s span several hosts while hosts hold ranks of several replicas, so the per-step traffic crosses the network; "+
 			"place consecutive ranks together (mpirun --map-by slot or ppr:K:node, Slurm --distribution=block; hdet sbatch --replica-size writes it)", strings.Join(spans, ", "))
 	}
 	return nil
+}
+
+// onHost lists the node-local ranks of rank's replica's ranks on rank's
+// host, in position order (hosts[r] and locals[r]: rank r's host and
+// node-local rank): what a torchrun on that host would have started for
+// the replica, LOCAL_RANK being the index of rank in it.
+func onHost(hosts []float64, locals []int, lay engine.Layout, rank int) []int {
+	var out []int
+	first := lay.FirstRank(lay.Replica(rank))
+	for r := first; r < first+lay.Size; r++ {
+		if hosts[r] == hosts[rank] {
+			out = append(out, locals[r])
+		}
+	}
+	return out
 }
 
 // interleaved names the replicas (at most 4, then a count) that span hosts

@@ -60,3 +60,18 @@ func TestSplitGroups(t *testing.T) {
 	_, _, err = SplitGroups(lay, 3, func(int, int) (member, error) { return member{}, errors.New("refused") })
 	assert.ErrorContains(t, err, "the communicator of replica 1: refused")
 }
+
+// A script's LOCAL_RANK and GPUs under replica groups come from the node-local
+// ranks of its replica's ranks on its host, as a torchrun there would start
+// them: the whole replica on one host, half of it on each of two hosts, or
+// a cyclic placement that interleaves replicas.
+func TestOnHost(t *testing.T) {
+	g2, err := engine.NewLayout(4, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []int{2, 3}, onHost([]float64{1, 1, 1, 1}, []int{0, 1, 2, 3}, g2, 3), "two replicas on one host")
+	assert.Equal(t, []int{0}, onHost([]float64{1, 2, 1, 2}, []int{0, 0, 1, 1}, g2, 1), "--map-by node: one rank of the replica a host")
+	g4, err := engine.NewLayout(8, 4)
+	require.NoError(t, err)
+	hosts, locals := []float64{1, 1, 2, 2, 3, 3, 4, 4}, []int{0, 1, 0, 1, 0, 1, 0, 1}
+	assert.Equal(t, []int{0, 1}, onHost(hosts, locals, g4, 6), "a replica over two hosts of 2 ranks")
+}

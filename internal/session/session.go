@@ -112,6 +112,7 @@ type session struct {
 	converge   device.Allreducer
 	lay        engine.Layout // replica groups (G = 1: a rank per replica)
 	inside     World         // G > 1: this rank's replica
+	hostPeers  []int         // G > 1: the node-local ranks of its replica's ranks on its host, in position order
 	cross      World         // G > 1: the same position in every replica
 	steps      int
 	ctrl       *controller.Controller // rank 0

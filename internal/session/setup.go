@@ -129,13 +129,7 @@ func (s *session) bindDevice(context.Context) error {
 		}
 		s.gpu = &b
 		if len(s.o.Worker) > 0 {
-			// The script's torch world on this node: the node's ranks, or
-			// with replica groups this rank's replica (on one node).
-			first, n := 0, w.LocalSize()
-			if s.lay.Size > 1 {
-				first, n = w.LocalRank()-s.lay.Position(w.Rank()), s.lay.Size
-			}
-			if s.worldGPUs, err = device.GroupVisible(inv, vis, req, first, n); err != nil {
+			if s.worldGPUs, err = device.GroupVisible(inv, vis, req, s.torchPeers()); err != nil {
 				return Usagef("GPU binding: %v", err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/hdet-dev/hdet/internal/bridge"
@@ -27,6 +28,20 @@ func (s *session) workerGPU(localRank int) (string, int) {
 		return s.gpu.MIG, 0
 	}
 	return s.gpu.UUID, 0
+}
+
+// torchPeers are the node-local ranks of the script's torch world on this
+// node, in LOCAL_RANK order: the node's ranks, or with replica groups its
+// replica's ranks on this node.
+func (s *session) torchPeers() []int {
+	if s.lay.Size > 1 {
+		return s.hostPeers
+	}
+	peers := make([]int, s.o.World.LocalSize())
+	for i := range peers {
+		peers[i] = i
+	}
+	return peers
 }
 
 // torchWorld is the communicator of the ranks whose scripts form one
@@ -76,12 +91,15 @@ func (s *session) startWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	peers := s.torchPeers()
+	local := slices.Index(peers, w.LocalRank()) // LOCAL_RANK
 	o := bridge.Options{
 		Command: s.o.Worker, Rank: w.Rank(), WorldSize: w.Size(), LocalRank: w.LocalRank(), LocalSize: w.LocalSize(),
 		ReplicaSize: s.lay.Size, ReplicaRank: s.lay.Position(w.Rank()),
+		ReplicaLocalRank: local, ReplicaLocalSize: len(peers),
 		MasterAddr: host, MasterPort: port, SyncMode: string(s.sync),
 	}
-	o.GPU, o.GPUIndex = s.workerGPU(o.TorchLocalRank())
+	o.GPU, o.GPUIndex = s.workerGPU(local)
 	wk, err := bridge.Start(ctx, o)
 	if err != nil {
 		return usageIf(err)

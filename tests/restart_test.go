@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -166,4 +167,41 @@ func spreadOf(v []metrics.Float) float64 {
 		lo, hi = min(lo, x), max(hi, x)
 	}
 	return float64(hi - lo)
+}
+
+// rollbackRestart diverges in its main pass (SGD at a max_lr of 5): two
+// rollbacks there halve its learning rates twice.
+const rollbackRestart = `
+workload: {hidden: [32], batch_size: 32, optimizer: sgd, momentum: 0.9}
+train: {steps: 60, window: 10, seed: 11, sync: local, eval_every: 2}
+run: {progress: none, checkpoint_every: 1, keep: 100}
+explorers:
+  - name: lr
+    plugin: hdet-explorer-lr
+    config: {schedule: {kind: onecycle, max_lr: 5}, spread: {alpha: 0.5}, auto: {until: 0.3}}
+`
+
+// A resume keeps the rollbacks' halving (the checkpoint carries their
+// count): resumed after them, the run ends bit for bit where the run left
+// alone did, instead of training on at the unhalved rate. The closing line
+// gives the rate the main pass trained at, halving included.
+func TestResumeKeepsRollbackHalving(t *testing.T) {
+	r := runHDET(t, 4, rollbackRestart)
+	require.NoError(t, r.err, r.stderr)
+	want := r.end(t).Checksum
+	var rollbacks int
+	for _, rec := range typed(r.records(t), metrics.TypeWindow) {
+		for _, e := range rec.Events {
+			if e.Kind == metrics.EventRollback && rec.Pass == 1 {
+				rollbacks++
+			}
+		}
+	}
+	require.Equal(t, 2, rollbacks, "the config's main pass rolls back twice")
+	commit := typed(r.records(t), metrics.TypeCommit)
+	require.Len(t, commit, 1)
+	lr := float64(commit[0].Committed["lr"].Value) / 4 // the two main-pass halvings
+	assert.Contains(t, r.stdout, fmt.Sprintf("committed after a search pass of 20 steps: lr %.3g ", lr))
+	files := checkpointFiles(t, r)
+	assert.Equal(t, want, resumeFromFile(t, r, files, "ckpt-main-000000000040.hdet"), "resumed after the rollbacks")
 }

@@ -29,10 +29,12 @@ var ErrCorrupt = errors.New("corrupt checkpoint")
 // ErrNone: the directory holds no valid checkpoint.
 var ErrNone = errors.New("no checkpoint")
 
-// magic starts every checkpoint; version 2 added the pass. Version 1
-// files (one-pass runs before revision 3) still read, as pass 0.
+// magic starts every checkpoint; version 2 added the pass, version 3 the
+// rollbacks. Older files still read: version 2 with no rollbacks, version 1
+// (one-pass runs before revision 3) also as pass 0.
 const (
-	magic   = "HDETCKP2"
+	magic   = "HDETCKP3"
+	magicV2 = "HDETCKP2"
 	magicV1 = "HDETCKP1"
 )
 
@@ -44,6 +46,7 @@ const maxCount = 1 << 40
 type State struct {
 	Config     []byte    // the resolved config.yaml of the run that wrote it
 	Pass       int       // plan.PassSearch or PassMain (revision 3's two passes)
+	Rollbacks  int       // rollbacks so far: the learning rates train at 0.5^Rollbacks, in the main pass too
 	Step       int       // steps done in the pass
 	Window     int       // windows done in the pass
 	Ranks      int       // N when written
@@ -57,7 +60,7 @@ func Encode(s *State) []byte {
 	b := make([]byte, 0, len(magic)+len(s.Config)+len(s.Controller)+4*len(s.Buffer)+96)
 	b = append(b, magic...)
 	b = appendBytes(b, s.Config)
-	for _, v := range []int{s.Pass, s.Step, s.Window, s.Ranks, s.ParamCount, len(s.Buffer)} {
+	for _, v := range []int{s.Pass, s.Rollbacks, s.Step, s.Window, s.Ranks, s.ParamCount, len(s.Buffer)} {
 		b = binary.AppendUvarint(b, uint64(v))
 	}
 	for _, f := range s.Buffer {
@@ -76,7 +79,11 @@ func appendBytes(b, v []byte) []byte {
 // Decode parses a checkpoint, checking its checksum first. It never panics
 // on garbage.
 func Decode(data []byte) (*State, error) {
-	if len(data) < len(magic)+sha256.Size || (string(data[:len(magic)]) != magic && string(data[:len(magic)]) != magicV1) {
+	head := ""
+	if len(data) >= len(magic)+sha256.Size {
+		head = string(data[:len(magic)])
+	}
+	if head != magic && head != magicV2 && head != magicV1 {
 		return nil, fmt.Errorf("%w: not an hdet checkpoint (bad header)", ErrCorrupt)
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
@@ -85,8 +92,11 @@ func Decode(data []byte) (*State, error) {
 	}
 	r := binread.New(body[len(magic):], ErrCorrupt)
 	s := &State{Config: r.Bytes("config")}
-	if string(data[:len(magic)]) == magic {
+	if head != magicV1 {
 		s.Pass = r.Int("pass", 1)
+	}
+	if head == magic {
+		s.Rollbacks = r.Int("rollbacks", maxCount)
 	}
 	s.Step, s.Window, s.Ranks = r.Int("step", maxCount), r.Int("window", maxCount), r.Int("ranks", maxCount)
 	s.ParamCount = r.Int("parameter count", maxCount)

@@ -81,14 +81,29 @@ func TestMainPassCheckpointsComeLast(t *testing.T) {
 
 	v1 := sample(30)
 	b := Encode(v1)
-	// Version 1 had no pass field: drop its varint (0, one byte after the
-	// config) and seal the file again.
+	// Version 1 had no pass field and version 2 no rollbacks: drop their
+	// varints (0, a byte each after the config) and seal the file again.
 	at := len(magic) + 1 + len(v1.Config)
-	body := append(append([]byte(magicV1), b[len(magic):at]...), b[at+1:len(b)-32]...)
-	sum := sha256.Sum256(body)
-	got, err := Decode(append(body, sum[:]...))
+	for _, c := range []struct {
+		magic string
+		keep  int // where the kept head ends: before the pass, or after it
+	}{{magicV1, at}, {magicV2, at + 1}} {
+		body := append(append([]byte(c.magic), b[len(magic):c.keep]...), b[at+2:len(b)-32]...)
+		sum := sha256.Sum256(body)
+		got, err := Decode(append(body, sum[:]...))
+		require.NoError(t, err, c.magic)
+		assert.Equal(t, v1, got, c.magic)
+	}
+}
+
+// The rollbacks' count survives the file, so a resumed run keeps its
+// learning rates' halving.
+func TestRollbacksRoundTrip(t *testing.T) {
+	s := sample(40)
+	s.Pass, s.Rollbacks = 1, 2
+	got, err := Decode(Encode(s))
 	require.NoError(t, err)
-	assert.Equal(t, v1, got)
+	assert.Equal(t, s, got)
 }
 
 func TestModelRoundTripAndSizeCheck(t *testing.T) {

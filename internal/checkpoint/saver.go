@@ -40,11 +40,11 @@ type Saver struct {
 // learning rate that diverges in the first window rolls back to the start
 // (halved) instead of stopping the run. A failed write only warns; the
 // first converge's checkpoint stays due.
-func (s *Saver) AtStart(ctx context.Context, pass int) {
+func (s *Saver) AtStart(ctx context.Context, pass, rollbacks int) {
 	if s.Rank != 0 || s.StartsApart {
 		return
 	}
-	path, err := s.write(ctx, pass, -1, 0)
+	path, err := s.write(ctx, pass, -1, 0, rollbacks)
 	if err != nil {
 		s.Log.Warn().Err(err).Msg("the step-0 checkpoint failed: a run that diverges in its first window will stop")
 		return
@@ -60,7 +60,7 @@ func (s *Saver) AtStart(ctx context.Context, pass int) {
 // session's first converge is always due: a run that diverges before its
 // first cadence (a learning rate too high in the warm-up) then has a
 // checkpoint to roll back to instead of stopping.
-func (s *Saver) AfterConverge(ctx context.Context, pass, window, step int, force bool) error {
+func (s *Saver) AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error {
 	if s.Rank != 0 {
 		return nil
 	}
@@ -72,7 +72,7 @@ func (s *Saver) AfterConverge(ctx context.Context, pass, window, step int, force
 	if !due {
 		return nil
 	}
-	path, err := s.write(ctx, pass, window, step)
+	path, err := s.write(ctx, pass, window, step, rollbacks)
 	if err == nil {
 		s.last, s.failingAt = time.Now(), time.Time{}
 		s.Log.Info().Int("step", step).Str("path", path).Msg("checkpoint written")
@@ -89,7 +89,7 @@ func (s *Saver) AfterConverge(ctx context.Context, pass, window, step int, force
 	return nil
 }
 
-func (s *Saver) write(ctx context.Context, pass, window, step int) (string, error) {
+func (s *Saver) write(ctx context.Context, pass, window, step, rollbacks int) (string, error) {
 	if s.BeforeWrite != nil {
 		if err := s.BeforeWrite(); err != nil {
 			return "", err
@@ -99,6 +99,6 @@ func (s *Saver) write(ctx context.Context, pass, window, step int) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("controller state: %w", err)
 	}
-	return Write(s.Dir, &State{Config: s.Config, Pass: pass, Step: step, Window: window + 1, Ranks: s.Ranks,
+	return Write(s.Dir, &State{Config: s.Config, Pass: pass, Rollbacks: rollbacks, Step: step, Window: window + 1, Ranks: s.Ranks,
 		ParamCount: s.ParamCount, Buffer: s.Buffer(), Controller: ctrl}, s.Keep)
 }

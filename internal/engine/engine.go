@@ -8,10 +8,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"unsafe"
 
 	"github.com/rs/zerolog"
 
+	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
@@ -50,8 +52,8 @@ type Progress interface {
 // plan.PassSearch or PassMain). The engine calls it on every rank;
 // implementations write from rank 0 only.
 type Checkpointer interface {
-	AtStart(ctx context.Context, pass int)
-	AfterConverge(ctx context.Context, pass, window, step int, force bool) error
+	AtStart(ctx context.Context, pass, rollbacks int)
+	AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error
 }
 
 // Options configure a run of the window loop.
@@ -69,12 +71,15 @@ type Options struct {
 	Steps      int                    // S
 	Window     int                    // T
 	Sync       SyncMode
-	EvalEvery  int             // windows between evaluations; 0: at the end only
-	StartStep  int             // > 0 when resuming
-	StartPass  int             // plan.PassMain when resuming in the main pass
-	Metrics    *metrics.Writer // rank 0 only
-	Progress   Progress        // rank 0 only; may be nil
-	Checkpoint Checkpointer    // may be nil
+	EvalEvery  int // windows between evaluations; 0: at the end only
+	StartStep  int // > 0 when resuming
+	StartPass  int // plan.PassMain when resuming in the main pass
+	// StartRollbacks is the rollbacks of the run resumed from (its
+	// checkpoint's): its learning rates keep their halving 0.5^n.
+	StartRollbacks int
+	Metrics        *metrics.Writer // rank 0 only
+	Progress       Progress        // rank 0 only; may be nil
+	Checkpoint     Checkpointer    // may be nil
 	// Converge all-reduces the sync buffer; nil means Comm on the host slice.
 	Converge Converger
 	// Restart restores every rank's step-0 state (parameters, optimizer
@@ -116,6 +121,19 @@ type Result struct {
 	TestLoss     float64
 	TestAccuracy float64
 	Checksum     string
+	// LRScale is the rollbacks' halving of the learning rates at the end,
+	// which a committed learning rate carries (ScaleCommit).
+	LRScale float64
+}
+
+// ScaleCommit is a commitment as the main pass trains it: a learning rate
+// carries the rollbacks' halving lrScale.
+func ScaleCommit(c controller.ParamCommit, lrScale float64) controller.ParamCommit {
+	if hparam.IsLR(c.Name) {
+		c.Value *= lrScale
+		c.Offset += math.Log(lrScale)
+	}
+	return c
 }
 
 // Run executes the HDET window loop on every rank until step S (or a

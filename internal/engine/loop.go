@@ -77,7 +77,8 @@ func newLoop(o Options) (*loop, error) {
 		return nil, err
 	}
 	l := &loop{o: o, rank: o.Comm.Rank(), n: o.Comm.Size(), conv: o.Converge, watch: watchOrNop(o.Watch),
-		accepted: map[string]bool{}, pending: frozenEvents(o.Events), lay: groupOf(o), pass: o.StartPass}
+		accepted: map[string]bool{}, pending: frozenEvents(o.Events), lay: groupOf(o), pass: o.StartPass,
+		rollbacks: o.StartRollbacks}
 	if err := checkGroups(o, l.lay); err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	start := time.Now()
 	if l.o.StartStep == 0 && l.o.Checkpoint != nil && l.canRollBack() {
 		l.watch.Enter(0, 0, PhaseCheckpoint)
-		l.o.Checkpoint.AtStart(ctx, l.pass)
+		l.o.Checkpoint.AtStart(ctx, l.pass, l.rollbacks)
 	}
 	for step := l.o.StartStep; step < l.o.Steps; {
 		next, err := l.window(ctx, step)
@@ -120,7 +121,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 		l.o.Progress.Done()
 	}
 	l.res.Pass, l.res.Steps = l.pass, l.o.Steps
-	l.res.Checksum = Checksum(l.params)
+	l.res.Checksum, l.res.LRScale = Checksum(l.params), math.Pow(0.5, float64(l.rollbacks))
 	l.o.Log.Info().Dur("wall", time.Since(start)).Str("checksum", l.res.Checksum).Msg("run finished")
 	return l.res, nil
 }
@@ -226,7 +227,7 @@ func (l *loop) restart(ctx context.Context, w *window) error {
 	l.o.Log.Info().Msg("search pass over: the main pass trains from step 0 at the committed values, without spread")
 	if l.o.Checkpoint != nil && l.canRollBack() {
 		l.watch.Enter(0, 0, PhaseCheckpoint)
-		l.o.Checkpoint.AtStart(ctx, l.pass)
+		l.o.Checkpoint.AtStart(ctx, l.pass, l.rollbacks)
 	}
 	return nil
 }
@@ -440,10 +441,7 @@ func (l *loop) recordCommit(end int, lrScale float64) {
 	rec := metrics.Record{Type: metrics.TypeCommit, Time: now(), Step: end, Committed: map[string]metrics.Commit{}}
 	e := l.o.Log.Info().Int("search_steps", end)
 	for _, c := range l.o.Controller.Commitments() {
-		if hparam.IsLR(c.Name) {
-			c.Value *= lrScale
-			c.Offset += math.Log(lrScale)
-		}
+		c = ScaleCommit(c, lrScale)
 		cm := metrics.Commit{Offset: metrics.Float(c.Offset), Value: metrics.Float(c.Value), Frozen: c.Frozen}
 		e = e.Float64(c.Name, c.Value)
 		if peak := l.scriptPeakLR(); hparam.IsLR(c.Name) && peak > 0 {
@@ -483,5 +481,5 @@ func (l *loop) checkpoint(ctx context.Context, w *window) error {
 		return nil
 	}
 	l.watch.Enter(w.index, w.end(), PhaseCheckpoint)
-	return l.o.Checkpoint.AfterConverge(ctx, l.pass, w.index, w.end(), w.stop || w.end() == l.o.Steps)
+	return l.o.Checkpoint.AfterConverge(ctx, l.pass, w.index, w.end(), l.rollbacks, w.stop || w.end() == l.o.Steps)
 }

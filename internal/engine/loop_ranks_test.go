@@ -44,7 +44,7 @@ func TestRanksGatherAndConvergeToTheMean(t *testing.T) {
 	assert.NotEqual(t, recs[0].Values["lr"][0], recs[0].Values["lr"][1], "the ranks explore apart")
 	final := converged(r.afterCall(5)...)
 	for rank, res := range r.res {
-		assert.Equal(t, Result{Steps: 12, Checksum: Checksum(final[:toyParams]), TestLoss: float64(final[0]) * 10 / 40, TestAccuracy: 6.0 / 40}, res, "rank %d", rank)
+		assert.Equal(t, Result{Steps: 12, Checksum: Checksum(final[:toyParams]), TestLoss: float64(final[0]) * 10 / 40, TestAccuracy: 6.0 / 40, LRScale: 1}, res, "rank %d", rank)
 	}
 	assert.Equal(t, 6, r.w.World.Count(enginetest.AllgatherFloat64), "one gather per window")
 
@@ -287,11 +287,11 @@ type ckptCall struct {
 // recCheckpointer records the engine's checkpoint calls.
 type recCheckpointer struct{ calls []ckptCall }
 
-func (c *recCheckpointer) AtStart(_ context.Context, pass int) {
+func (c *recCheckpointer) AtStart(_ context.Context, pass, _ int) {
 	c.calls = append(c.calls, ckptCall{atStart: true, pass: pass})
 }
 
-func (c *recCheckpointer) AfterConverge(_ context.Context, pass, window, step int, force bool) error {
+func (c *recCheckpointer) AfterConverge(_ context.Context, pass, window, step, _ int, force bool) error {
 	c.calls = append(c.calls, ckptCall{pass: pass, window: window, step: step, force: force})
 	return nil
 }

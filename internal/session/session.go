@@ -99,27 +99,28 @@ func (e agreedError) Unwrap() error { return e.error }
 
 // session is one rank's run, built up by the setup phases.
 type session struct {
-	o          Options
-	rank       int
-	cfg        *config.Config
-	slurm      slurm.Env
-	sync       engine.SyncMode
-	replica    engine.Replica
-	worker     *bridge.Worker  // --worker mode
-	model      *mnist.Replica  // the built-in workload, unwrapped
-	gpu        *device.Binding // nil in CPU mode
-	worldGPUs  string          // a worker's CUDA_VISIBLE_DEVICES: its torch world's GPUs on this node, "" for its own only
-	converge   device.Allreducer
-	lay        engine.Layout // replica groups (G = 1: a rank per replica)
-	inside     World         // G > 1: this rank's replica
-	hostPeers  []int         // G > 1: the node-local ranks of its replica's ranks on its host, in position order
-	cross      World         // G > 1: the same position in every replica
-	steps      int
-	ctrl       *controller.Controller // rank 0
-	mw         *metrics.Writer        // rank 0
-	resumeAt   int                    // the step a resume starts from; 0 for a fresh run
-	resumePass int                    // the pass it is in (plan.PassMain after a commit)
-	resumed    bool                   // a checkpoint was loaded (resumeAt 0: the step-0 one)
+	o               Options
+	rank            int
+	cfg             *config.Config
+	slurm           slurm.Env
+	sync            engine.SyncMode
+	replica         engine.Replica
+	worker          *bridge.Worker  // --worker mode
+	model           *mnist.Replica  // the built-in workload, unwrapped
+	gpu             *device.Binding // nil in CPU mode
+	worldGPUs       string          // a worker's CUDA_VISIBLE_DEVICES: its torch world's GPUs on this node, "" for its own only
+	converge        device.Allreducer
+	lay             engine.Layout // replica groups (G = 1: a rank per replica)
+	inside          World         // G > 1: this rank's replica
+	hostPeers       []int         // G > 1: the node-local ranks of its replica's ranks on its host, in position order
+	cross           World         // G > 1: the same position in every replica
+	steps           int
+	ctrl            *controller.Controller // rank 0
+	mw              *metrics.Writer        // rank 0
+	resumeAt        int                    // the step a resume starts from; 0 for a fresh run
+	resumePass      int                    // the pass it is in (plan.PassMain after a commit)
+	resumeRollbacks int                    // its rollbacks: the learning rates keep their halving
+	resumed         bool                   // a checkpoint was loaded (resumeAt 0: the step-0 one)
 	// restarted: no checkpoint, but this run's own metrics.jsonl from a
 	// launch that ended before writing one; the run starts over.
 	restarted bool

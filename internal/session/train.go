@@ -74,7 +74,7 @@ func (s *session) engineOptions() (engine.Options, error) {
 	}
 	return engine.Options{
 		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl, Groups: s.groups(),
-		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt, StartPass: s.resumePass,
+		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt, StartPass: s.resumePass, StartRollbacks: s.resumeRollbacks,
 		Restart:  s.restoreStart,
 		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: saver, Stop: s.o.Stop,
 		Log: s.o.Log, Watch: s.wd, Events: s.events, ScriptPeakLR: scriptPeak,
@@ -149,7 +149,7 @@ func (s *session) finish(res engine.Result, params []float32, wall time.Duration
 	if err != nil {
 		return Outcome{Result: res}, s.unfinished(res.Pass, res.Steps, err)
 	}
-	s.printCommitted()
+	s.printCommitted(res.LRScale)
 	if math.IsNaN(res.TestAccuracy) { // a worker script that gave no evaluate function
 		fmt.Fprintf(s.o.Out, "finished %d steps on %d ranks\nrun directory: %s\n", res.Steps, s.o.World.Size(), dir)
 	} else {
@@ -170,8 +170,9 @@ func (s *session) finish(res engine.Result, params []float32, wall time.Duration
 }
 
 // printCommitted (rank 0) says what a run that committed trained its main
-// pass at: each value, and how far the search moved it from the config's.
-func (s *session) printCommitted() {
+// pass at: each value (a learning rate with the rollbacks' halving
+// lrScale), and how far the search moved it from the config's.
+func (s *session) printCommitted(lrScale float64) {
 	cs := s.ctrl.Commitments()
 	if cs == nil {
 		return
@@ -179,6 +180,7 @@ func (s *session) printCommitted() {
 	descs := s.ctrl.Descriptors()
 	parts := make([]string, len(cs))
 	for i, c := range cs {
+		c = engine.ScaleCommit(c, lrScale)
 		if s.worker != nil && hparam.IsLR(c.Name) && !c.Frozen {
 			// a multiplier of the script's own rate: what to write into it
 			peak := s.worker.PeakBaseLR()

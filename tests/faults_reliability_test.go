@@ -169,7 +169,7 @@ func TestFaultsLockAndSignals(t *testing.T) {
 		require.NotZero(t, pid)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		assert.NotEqual(t, 0, s.wait(t), "a job whose rank 0 died fails")
-		requireNoRankLeft(t, f.runDir)
+		requireNoRankLeft(t, f.runDir, 4, "")
 		r := f.run(t)
 		require.NoError(t, r.err, r.stderr)
 		assert.Contains(t, r.stderr, "taking over the run directory's lock")

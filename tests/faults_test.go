@@ -153,15 +153,10 @@ func rankPIDs(t *testing.T, runDir string) map[int]int {
 	return pids
 }
 
-// requireNoRankLeft checks that no process of the run of 4 ranks is left,
-// hdet or explorer, waiting up to 10 s.
-func requireNoRankLeft(t *testing.T, runDir string) {
-	t.Helper()
-	requireNoneLeft(t, runDir, 4)
-}
-
-// requireNoneLeft is requireNoRankLeft for a run of n ranks.
-func requireNoneLeft(t *testing.T, runDir string, n int) {
+// requireNoRankLeft checks that no process of the run of n ranks is left,
+// hdet or explorer, waiting up to 10 s; with a worker's traceDir, no
+// script's Python either.
+func requireNoRankLeft(t *testing.T, runDir string, n int, traceDir string) {
 	t.Helper()
 	pids := rankPIDs(t, runDir)
 	require.Len(t, pids, n, "every rank wrote a heartbeat")
@@ -169,6 +164,17 @@ func requireNoneLeft(t *testing.T, runDir string, n int) {
 	var list []int
 	for _, p := range pids {
 		list = append(list, p)
+	}
+	if traceDir != "" {
+		scripts := len(list)
+		for rank := range n {
+			for _, rec := range readTrace(t, traceDir, rank) {
+				if rec.PID > 0 {
+					list = append(list, rec.PID)
+				}
+			}
+		}
+		require.Greater(t, len(list), scripts, "the scripts traced their pids")
 	}
 	requireGone(t, filepath.Dir(hdet), list...)
 }
@@ -244,7 +250,7 @@ func TestFaults(t *testing.T) {
 		assert.Contains(t, r.stderr, `"late_ranks":[2]`)
 		assert.Regexp(t, `late: rank 2 \(pid \d+ on [^)]+\): (not responding|behind)`, r.stderr)
 		assert.Contains(t, r.stderr, "MPI_ABORT was invoked")
-		requireNoRankLeft(t, f.runDir)
+		requireNoRankLeft(t, f.runDir, 4, "")
 	})
 
 	fault(t, "rank killed (SIGKILL) -> job ends, relaunch resumes", func(t *testing.T) {
@@ -280,7 +286,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("mpirun still running a minute after rank 2 was killed:\n%s", stderr.String())
 		}
 		assert.Contains(t, stderr.String(), "exited on signal 9")
-		requireNoRankLeft(t, f.runDir)
+		requireNoRankLeft(t, f.runDir, 4, "")
 
 		r := f.run(t)
 		require.NoError(t, r.err, r.stderr)

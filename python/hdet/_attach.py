@@ -176,6 +176,7 @@ class Attachment:
         self._expected: list[float] | None = None
         self._in_step = False
         _loss.install()
+        _loss.watch(optimizer)
         original = optimizer.step  # bound, or a scheduler's wrapper of it
 
         def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
@@ -190,6 +191,7 @@ class Attachment:
     # -- the step ---------------------------------------------------------
 
     def _step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        _loss.stepped(self.optimizer)
         if self.session is None:
             self._connect()
         if self.stopped:

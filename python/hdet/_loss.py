@@ -6,8 +6,11 @@ torch.autograd.backward on one) is recorded; scheduler.step() takes the sum
 of what was recorded since the previous step. The sum is the step's
 objective under gradient accumulation (scripts divide each micro-batch loss
 by the number of micro-batches) and with several losses per step. A loss
-scaled by AMP's GradScaler is recorded unscaled. Values stay tensors (no
-device sync per step) until the window ends.
+scaled by AMP's GradScaler is recorded unscaled, and an iteration whose
+step GradScaler skips (inf/NaN gradients) records nothing: the scaler does
+not call an unfused optimizer's step then, so its loss would otherwise be
+added to the next step's. Values stay tensors (no device sync per step)
+until the window ends.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import torch
 _pending: list[torch.Tensor] = []
 _guard = threading.local()
 _installed = False
+_watched: set[int] = set()  # id() of the attached optimizers
+_stepped: set[int] = set()  # of those, the ones whose step() ran since a scaler's step began
 
 
 def _record(t):
@@ -66,6 +71,29 @@ def _wrap_scale(orig):
     return scale
 
 
+def watch(optimizer):
+    """Drop the loss of an iteration in which GradScaler skips optimizer."""
+    _watched.add(id(optimizer))
+
+
+def stepped(optimizer):
+    """Tell a GradScaler.step in progress that optimizer's step ran."""
+    _stepped.add(id(optimizer))
+
+
+def _wrap_scaler_step(orig):
+    def step(self, optimizer, *args, **kwargs):
+        _stepped.discard(id(optimizer))
+        out = orig(self, optimizer, *args, **kwargs)
+        if id(optimizer) in _watched and id(optimizer) not in _stepped:
+            take()  # skipped: this iteration's loss belongs to no step
+        _stepped.discard(id(optimizer))
+        return out
+
+    step.__wrapped__ = orig  # type: ignore[attr-defined]
+    return step
+
+
 def install():
     """Hook backward (once per process)."""
     global _installed
@@ -79,3 +107,5 @@ def install():
     for cls in {c for c in scalers if c is not None}:
         if "scale" in cls.__dict__:  # a subclass inherits its parent's wrapper
             cls.scale = _wrap_scale(cls.scale)
+        if "step" in cls.__dict__:
+            cls.step = _wrap_scaler_step(cls.step)

@@ -99,6 +99,13 @@ func checkAttachRun(t *testing.T, r hdetRun, traceDir, recDir string, explored [
 	require.Len(t, commits, 1)
 
 	firstSearch := map[string][]float64{} // per explored name, each rank's multiplier at the first step
+	annealed := map[int]bool{}            // search windows that annealed (the script has no probe)
+	for _, rec := range r.records(t) {
+		if rec.Type == metrics.TypeWindow && rec.Pass == 0 && rec.Anneal {
+			annealed[rec.Window] = true
+		}
+	}
+	require.NotEmpty(t, annealed, "without a probe, the search windows that compare the ranks anneal")
 	for rank := range attachRanks {
 		procs := workerProcesses(readTrace(t, traceDir, rank))
 		require.Len(t, procs, 2)
@@ -110,8 +117,12 @@ func checkAttachRun(t *testing.T, r hdetRun, traceDir, recDir string, explored [
 			for _, d := range procs[p].applied {
 				bases = append(bases, d.BaseLR...)
 				for _, name := range explored {
-					require.Len(t, d.Applied[name], len(d.BaseLR), "rank %d %s window %d: %s", rank, pass, d.Window, name)
-					mults[name] = append(mults[name], d.Applied[name]...)
+					a := d.Applied[name]
+					require.Len(t, a, len(d.BaseLR), "rank %d %s window %d: %s", rank, pass, d.Window, name)
+					mults[name] = append(mults[name], a...)
+					if p == 0 && annealed[d.Window] { // checkWorkerPass saw the 0 at its end
+						assert.Positive(t, a[0], "rank %d window %d: %s anneals over the window's last half only", rank, d.Window, name)
+					}
 				}
 			}
 			require.Len(t, steps, len(bases), "rank %d %s pass: the script's optimizer steps are hdet's", rank, pass)
@@ -120,7 +131,7 @@ func checkAttachRun(t *testing.T, r hdetRun, traceDir, recDir string, explored [
 				assert.InEpsilon(t, bases[i], s.Script[0], 1e-12, "rank %d %s step %d: base_lr is the script's rate", rank, pass, i)
 				for k := range s.Script {
 					m := mults[explored[min(k, len(explored)-1)]][i]
-					assert.InEpsilon(t, s.Script[k]*m, s.Inside[k], 1e-6, "rank %d %s step %d group %d: the rate inside the step is the script's %g x the planned %g",
+					assert.InDelta(t, s.Script[k]*m, s.Inside[k], 1e-6*s.Script[k]*m, "rank %d %s step %d group %d: the rate inside the step is the script's %g x the planned %g",
 						rank, pass, i, k, s.Script[k], m)
 				}
 			}

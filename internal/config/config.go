@@ -56,7 +56,8 @@ type Train struct {
 	WarmStart string  `yaml:"warm_start"`
 	WarmNoise float64 `yaml:"warm_noise"`
 	// ProbeExamples is the size of the probe set the probe signal is
-	// evaluated on (training examples drawn by Seed, the same on every rank).
+	// evaluated on (training examples drawn by Seed, the same on every rank);
+	// 0: the workload cannot probe, as a PyTorch script without a probe.
 	ProbeExamples int `yaml:"probe_examples"`
 	// Watchdog aborts the job when a rank's phase or collective lasts this
 	// long (a stuck or stopped rank); 0 disables it.
@@ -269,7 +270,7 @@ func (t Train) checks(worker bool) []check {
 		{!inRange(t.EvalEvery, 0, MaxCount), "train.eval_every", fmt.Sprintf("an integer in [0, %d] (windows; 0 evaluates at the end only)", MaxCount), t.EvalEvery},
 		{len(t.WarmStart) > MaxPath, "train.warm_start", fmt.Sprintf("a model.bin path of at most %d bytes", MaxPath), t.WarmStart},
 		{!(t.WarmNoise >= 0) || !finite(t.WarmNoise), "train.warm_noise", "a finite number >= 0", t.WarmNoise},
-		{t.ProbeExamples < 1 || t.ProbeExamples > maxProbeExamples, "train.probe_examples", fmt.Sprintf("an integer in [1, %d] (examples; capped at the training set's size)", maxProbeExamples), t.ProbeExamples},
+		{t.ProbeExamples < 0 || t.ProbeExamples > maxProbeExamples, "train.probe_examples", fmt.Sprintf("an integer in [0, %d] (examples; capped at the training set's size; 0: no probe, as a script without one)", maxProbeExamples), t.ProbeExamples},
 		{t.Watchdog < 0 || t.Watchdog > MaxDuration, "train.watchdog", fmt.Sprintf("a duration in [0, %v] (0 disables the watchdog)", time.Duration(MaxDuration)), time.Duration(t.Watchdog)},
 		{!(t.DivergenceFactor == 0 || t.DivergenceFactor > 1) || !finite(t.DivergenceFactor), "train.divergence_factor", "0 (off) or a finite number > 1", t.DivergenceFactor},
 		{!inRange(t.MaxRollbacks, 0, MaxRollbacks), "train.max_rollbacks", fmt.Sprintf("an integer in [0, %d]", MaxRollbacks), t.MaxRollbacks},

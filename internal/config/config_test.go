@@ -89,7 +89,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		"window > steps":     {yaml: "train: {steps: 10, window: 20}", want: "train.window: got 20, want at most train.steps (10)"},
 		"no length":          {yaml: "train: {window: 5}", want: "train.steps"},
 		"bad sync":           {yaml: "train: {steps: 10, window: 5, sync: ring}", want: "train.sync: got ring, want local or gradients"},
-		"probe examples 0":   {yaml: "train: {steps: 10, window: 5, probe_examples: 0}", want: "train.probe_examples: got 0, want an integer in [1, 60000]"},
+		"probe examples -1":  {yaml: "train: {steps: 10, window: 5, probe_examples: -1}", want: "train.probe_examples: got -1, want an integer in [0, 60000]"},
 		"dropout range":      {yaml: "train: {steps: 10, window: 5}\nworkload: {dropout: 1.5}", want: "workload.dropout: got 1.5, want a number in [0, 1)"},
 		"duplicate explorer": {yaml: "train: {steps: 10, window: 5}\nexplorers: [{name: lr, plugin: p}, {name: lr, plugin: p}]", want: "explorers[1].name: \"lr\" is explored twice"},
 		"bad checksum":       {yaml: "train: {steps: 10, window: 5}\nexplorers: [{name: lr, plugin: p, sha256: xyz}]", want: "explorers[0].sha256"},

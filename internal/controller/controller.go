@@ -438,16 +438,20 @@ func (c *Controller) drawer(k int) func() {
 }
 
 // askProbe records that p asked for probe losses this window: the plan
-// probes when the workload can, otherwise a notice says the explorer gets
-// the training losses instead.
+// probes when the workload can, otherwise it anneals (the ranks are
+// compared by the training losses of the annealed window's end) and a
+// notice says so once.
 func (c *Controller) askProbe(pl *plan.Plan, p *param, asked bool) {
 	switch {
 	case !asked:
 	case c.shape.Probe:
 		pl.Probe = true
-	case !c.noticed[p.name]:
-		c.noticed[p.name] = true
-		c.notices = append(c.notices, fmt.Sprintf("explorer %q asked for the probe signal, but the workload cannot evaluate probe losses: it compares the ranks by their training losses (auto.signal: train), which lean to smaller learning rates; a PyTorch script gives hdet a probe with hdet.probe_dataset(model, dataset)", p.name))
+	default:
+		pl.Anneal = true
+		if !c.noticed[p.name] {
+			c.noticed[p.name] = true
+			c.notices = append(c.notices, fmt.Sprintf("explorer %q asked for the probe signal, but the workload cannot evaluate probe losses: the search compares the ranks by their training losses at the end of windows whose learning rates anneal to zero, which is less exact than a probe; a PyTorch script gives hdet a probe with hdet.probe_dataset(model, dataset)", p.name))
+		}
 	}
 }
 

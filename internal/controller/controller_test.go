@@ -384,7 +384,8 @@ func TestLastValuesMatchPlanValue(t *testing.T) {
 	}
 }
 
-func TestControllerProbeNotice(t *testing.T) {
+// A workload that cannot probe gets annealing windows instead, and a notice.
+func TestControllerProbeOrAnneal(t *testing.T) {
 	ctx := context.Background()
 	for _, canProbe := range []bool{true, false} {
 		e, err := builtin.NewExplorer(builtin.LR)
@@ -395,17 +396,19 @@ func TestControllerProbeNotice(t *testing.T) {
 		p, _, err := c.Plan(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, canProbe, p.Probe)
+		assert.Equal(t, !canProbe, p.Anneal)
 		b, err := p.MarshalBinary()
 		require.NoError(t, err)
 		var q plan.Plan
 		require.NoError(t, q.UnmarshalBinary(b))
 		assert.Equal(t, canProbe, q.Probe, "the flag crosses the broadcast")
+		assert.Equal(t, !canProbe, q.Anneal, "the flag crosses the broadcast")
 		if canProbe {
 			assert.Empty(t, c.Notices())
 		} else {
 			n := c.Notices()
 			require.Len(t, n, 1)
-			assert.Contains(t, n[0], "training losses")
+			assert.Contains(t, n[0], "training losses at the end of windows whose learning rates anneal")
 			assert.Contains(t, n[0], "hdet.probe_dataset(model, dataset)", "what to do about it")
 			assert.Empty(t, c.Notices(), "said once")
 		}

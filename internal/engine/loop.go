@@ -200,6 +200,9 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 		}
 		w.values[pp.Name] = pp.RankValues(l.rep)
 	}
+	if w.plan.Anneal {
+		annealLR(&w.plan, w.values)
+	}
 	w.planSeconds = time.Since(t).Seconds()
 	return w, nil
 }
@@ -256,6 +259,9 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 	}
 	w.fanout, w.probeSeconds = time.Since(t).Seconds(), wr.ProbeSeconds
 	w.loss, w.probe = mean(wr.Losses), wr.Probe
+	if w.plan.Anneal {
+		w.loss = annealedLoss(wr.Losses)
+	}
 	if len(wr.Losses) > 0 {
 		w.first = wr.Losses[0]
 	}

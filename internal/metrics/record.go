@@ -75,12 +75,13 @@ type Record struct {
 	Step            int                `json:"step"`                   // steps done at the end of this window
 	Losses          []Float            `json:"losses,omitempty"`       // per rank, mean over the window
 	Healthy         []bool             `json:"healthy,omitempty"`      // per rank
-	Values          map[string][]Float `json:"values,omitempty"`       // per hyperparameter, per rank, at the window's last step
+	Values          map[string][]Float `json:"values,omitempty"`       // per hyperparameter, per rank, at the window's last step (as planned: an annealing window's rates end at 0)
 	Base            map[string]Float   `json:"base,omitempty"`         // per hyperparameter, base at the window's last step
 	BaseSteps       map[string][]Float `json:"base_steps,omitempty"`   // per hyperparameter, the base at each step of the window (a rank's value: its slot's spread of it, clamped)
 	NextBase        map[string]Float   `json:"next_base,omitempty"`    // per hyperparameter, base for the next window
 	Weights         map[string][]Float `json:"weights,omitempty"`      // per hyperparameter, softmax weight per rank (auto phase)
 	Probe           []Float            `json:"probe,omitempty"`        // per rank, the probe loss (docs/design.md §1.1); absent when the window did not probe
+	Anneal          bool               `json:"anneal,omitempty"`       // the window annealed its learning rates (no probe, docs/design.md §1.1): losses are its last quarter's
 	Estimate        map[string]Float   `json:"estimate,omitempty"`     // per hyperparameter, x*: the estimated best offset from the window's centre (hyperparameter's scale)
 	Offset          map[string]Float   `json:"offset,omitempty"`       // per hyperparameter, the learned offset u after this window
 	PlanSeconds     float64            `json:"plan_seconds,omitempty"` // rank 0's controller plan + the plan broadcast

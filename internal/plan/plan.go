@@ -32,6 +32,11 @@ type Plan struct {
 	Params []ParamPlan
 	// Probe: some explorer asked for probe losses at the end of this window.
 	Probe bool
+	// Anneal: some explorer asked for probe losses that the workload
+	// cannot give; the ranks anneal their learning rates over the window's
+	// end and are compared by the losses of its last steps instead
+	// (docs/design.md §1.1).
+	Anneal bool
 	// Pass is PassSearch or PassMain: the first main-pass plan tells every
 	// rank to restore the step-0 state (docs/design.md §1.2).
 	Pass int
@@ -167,8 +172,9 @@ const (
 
 // Plan flags.
 const (
-	planProbe = 1
-	planMain  = 2
+	planProbe  = 1
+	planMain   = 2
+	planAnneal = 4
 )
 
 // MarshalBinary encodes a plan after every check of Validate but one: that
@@ -192,6 +198,9 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 	}
 	if p.Pass == PassMain {
 		pflags |= planMain
+	}
+	if p.Anneal {
+		pflags |= planAnneal
 	}
 	b = append(b, pflags)
 	for _, pp := range p.Params {
@@ -314,13 +323,13 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 	n := d.Uvarint("ranks", uint64(len(d.b))) // each rank needs >= 1 byte per hyperparameter
 	np := d.Uvarint("hyperparameter count", uint64(len(d.b))/(1+1+24+1+8))
 	pflags := d.Byte("plan flags")
-	if pflags&^(planProbe|planMain) != 0 {
+	if pflags&^(planProbe|planMain|planAnneal) != 0 {
 		d.Fail(fmt.Sprintf("unknown plan flags %#x", pflags))
 	}
 	if d.err != nil {
 		return d.err
 	}
-	q.Probe = pflags&planProbe != 0
+	q.Probe, q.Anneal = pflags&planProbe != 0, pflags&planAnneal != 0
 	if pflags&planMain != 0 {
 		q.Pass = PassMain
 	}

@@ -162,12 +162,14 @@ func FuzzPlanDecode(f *testing.F) {
 	})
 }
 
-func TestPlanCarriesThePass(t *testing.T) {
-	p := Plan{Window: 2, Start: 20, Steps: 2, Pass: PassMain,
-		Params: []ParamPlan{{Name: "lr", Base: []float64{1, 2}, Spread: hparam.Spread{Kind: hparam.Multiplicative}, Bounds: hparam.Bounds{Lower: 0, Upper: 10}, Slots: []uint32{1, 0}}}}
-	b, err := p.MarshalBinary()
-	require.NoError(t, err)
-	var q Plan
-	require.NoError(t, q.UnmarshalBinary(b))
-	assert.Equal(t, p, q)
+func TestPlanCarriesItsFlags(t *testing.T) {
+	for _, f := range []Plan{{Pass: PassMain}, {Probe: true}, {Anneal: true}, {Probe: true, Anneal: true}} {
+		p := Plan{Window: 2, Start: 20, Steps: 2, Pass: f.Pass, Probe: f.Probe, Anneal: f.Anneal,
+			Params: []ParamPlan{{Name: "lr", Base: []float64{1, 2}, Spread: hparam.Spread{Kind: hparam.Multiplicative}, Bounds: hparam.Bounds{Lower: 0, Upper: 10}, Slots: []uint32{1, 0}}}}
+		b, err := p.MarshalBinary()
+		require.NoError(t, err)
+		var q Plan
+		require.NoError(t, q.UnmarshalBinary(b))
+		assert.Equal(t, p, q)
+	}
 }

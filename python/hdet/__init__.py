@@ -7,8 +7,8 @@ the base; under `mpirun -np N hdet run --worker -- python train.py` each
 rank's optimizer steps at base x its planned multiplier, and hdet averages
 the replicas every window. Outside hdet the line installs nothing.
 hdet.probe_dataset(model, dataset) lets hdet compare the replicas on fixed
-examples (without it, by their training losses, which lean to smaller
-rates). `from hdet import OneCycleLR` in place of torch's is the
+examples (without it, by their training losses at the end of windows
+whose rates anneal to zero, which is less exact). `from hdet import OneCycleLR` in place of torch's is the
 import-only path.
 """
 

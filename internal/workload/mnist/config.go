@@ -64,7 +64,7 @@ type Config struct {
 
 	// ProbeExamples is the size of the probe set (docs/design.md §1.1):
 	// that many training examples, drawn by Seed, capped at the training
-	// set's size; default 1024.
+	// set's size; default 1024; 0: the replica cannot probe.
 	ProbeExamples int
 
 	Seed      uint64 // init (the same on every rank), data order and dropout masks derive from it; default 1
@@ -130,8 +130,8 @@ func (c *Config) validate() error {
 	if !(c.Eps > 0) || math.IsInf(c.Eps, 0) {
 		return cfgErr("eps", "%g, must be > 0 and finite", c.Eps)
 	}
-	if c.ProbeExamples < 1 {
-		return cfgErr("probe_examples", "%d, must be >= 1", c.ProbeExamples)
+	if c.ProbeExamples < 0 {
+		return cfgErr("probe_examples", "%d, must be >= 0 (0: no probe)", c.ProbeExamples)
 	}
 	if c.WorldSize < 1 {
 		return cfgErr("world_size", "%d, must be >= 1", c.WorldSize)

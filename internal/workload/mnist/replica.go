@@ -219,8 +219,9 @@ func (r *Replica) TrainWindow(ctx context.Context, w engine.Window) (engine.Wind
 	return res, nil
 }
 
-// CanProbe implements engine.Replica: TrainWindow answers ProbeTail.
-func (r *Replica) CanProbe() bool { return true }
+// CanProbe implements engine.Replica: TrainWindow answers ProbeTail unless
+// the run has no probe examples.
+func (r *Replica) CanProbe() bool { return r.cfg.ProbeExamples > 0 }
 
 // step trains global step t and returns its loss.
 func (r *Replica) step(t int, h hyper, grads engine.GradReducer) (float64, error) {

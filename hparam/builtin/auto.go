@@ -101,6 +101,10 @@ const (
 	SigmaRelative SigmaMode = "relative"
 )
 
+// trainGuard is the offset form's default auto.guard where the replicas are
+// compared by their training losses (signal train, or no probe).
+const trainGuard = 0.5
+
 // DefaultAutoConfig returns the defaults of a form. Offset (revisions 2
 // and 3): probe signal, quadratic estimator clipped at 1.5, beta 0, lambda
 // 1, updates over the whole run, a search pass then a restart. Paper: the paper's constants, sigma 0.1,

@@ -62,7 +62,7 @@ var builtinKinds = map[string]builtinKind{
 //	                       // paper: the schedule's warm-up end (OneCycle: int(pct_start*total_steps))
 //	    "until": ...,      // offset: fraction of the run after which u stops moving, (0, 1]; default: the first
 //	                       // window boundary after the schedule's warm-up (1 for schedules without one)
-//	    "guard": 0.01,     // offset: warm-up guard threshold, a fraction of the spread's half-width; 0: off
+//	    "guard": 0.01,     // offset: warm-up guard threshold, a fraction of the spread's half-width (0.5 compared by training losses); 0: off
 //	    "signal": "probe", // probe (train where the workload cannot probe) | train; paper default: train
 //	    "estimator": "quadratic", // quadratic | softmax; paper: softmax only
 //	    "clip":    1.5,    // quadratic: |x*| <= clip * the spread's half-width in scale space
@@ -241,6 +241,12 @@ func (b *builtin) parse(s hparam.Setup) (parsedConfig, error) {
 	d := b.kind.desc
 	if err := p.autoConfig(as); err != nil {
 		return p, err
+	}
+	// The guard's default suits the probe. Training losses read "lower"
+	// on noise alone, and at 0.01 every such reading held the rate at the
+	// warm-up's start: the search committed 4-8x below the best rate.
+	if as.Guard == nil && p.auto.Form == FormOffset && (p.auto.Signal == SignalTrain || !s.Probe) {
+		p.auto.Guard = trainGuard
 	}
 	// Narrowing is revision 2's: it spends the end of the run on the answer
 	// the offset form found, so without it the spread keeps its width.

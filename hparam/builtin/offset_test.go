@@ -222,28 +222,51 @@ func TestPaperFormPinned(t *testing.T) {
 // auto.guard scales the guard's threshold, a fraction of the spread's
 // half-width (log 2 here); 0 turns it off. By default (0.01) a reading
 // lower by 0.002 is noise and only a clearer one holds.
+// The guard's default threshold is 0.01 with a probe, 0.5 where the ranks
+// are compared by training losses (signal train, or a run without a probe).
 func TestOffsetGuardThreshold(t *testing.T) {
-	cfg := func(guard string) string {
-		g := ""
+	cfg := func(guard string, probe bool) string {
+		g := `"signal": "train"`
+		if probe {
+			g = `"signal": "probe"`
+		}
 		if guard != "" {
-			g = `, "guard": ` + guard
+			g += `, "guard": ` + guard
 		}
 		return `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
-		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"` + g + `}}`
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {` + g + `}}`
 	}
+	withProbe := lrSetup
+	withProbe.Probe = true
 	for _, tc := range []struct {
 		guard  string
+		probe  bool // the signal is the probe and the run has one
 		vertex float64
 		held   bool
-	}{{"1", -0.4, false}, {"0.5", -0.4, true}, {"0", -0.4, false}, {"", -0.4, true}, {"", -0.02, true}, {"", -0.002, false}} {
-		e, err := initBuiltin(t, LR, cfg(tc.guard), lrSetup)
+	}{
+		{guard: "1", vertex: -0.4}, {guard: "0.5", vertex: -0.4, held: true}, {guard: "0", vertex: -0.4},
+		{vertex: -0.4, held: true}, {vertex: -0.02}, // training losses: 0.5
+		{probe: true, vertex: -0.4, held: true}, {probe: true, vertex: -0.02, held: true}, {probe: true, vertex: -0.002}, // the probe: 0.01
+		{guard: "0.5", probe: true, vertex: -0.02}, // as set
+	} {
+		s := lrSetup
+		if tc.probe {
+			s = withProbe
+		}
+		e, err := initBuiltin(t, LR, cfg(tc.guard, tc.probe), s)
 		require.NoError(t, err)
 		parabola := func(x float64) float64 { return (x - tc.vertex) * (x - tc.vertex) }
 		window(t, e, 0, parabola)
 		wp, _ := window(t, e, 1, parabola)
-		assert.Equal(t, tc.held, wp.Base[0] == wp.Base[9], "guard %q, vertex %v", tc.guard, tc.vertex)
+		assert.Equal(t, tc.held, wp.Base[0] == wp.Base[9], "guard %q, probe %v, vertex %v", tc.guard, tc.probe, tc.vertex)
 	}
-	_, err := initBuiltin(t, LR, cfg("-1"), lrSetup)
+	e, err := initBuiltin(t, LR, cfg("", true), lrSetup) // asks for the probe, the run has none
+	require.NoError(t, err)
+	parabola := func(x float64) float64 { return (x + 0.02) * (x + 0.02) }
+	window(t, e, 0, parabola)
+	wp, _ := window(t, e, 1, parabola)
+	assert.NotEqual(t, wp.Base[0], wp.Base[9], "no probe in the run: the training losses' 0.5")
+	_, err = initBuiltin(t, LR, cfg("-1", false), lrSetup)
 	assert.ErrorContains(t, err, "auto.guard")
 }
 

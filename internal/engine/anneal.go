@@ -28,7 +28,7 @@ func annealLR(p *plan.Plan, v Values) {
 			continue
 		}
 		vals := v[name]
-		n := max(1, len(vals)/annealPart)
+		n := len(vals) / annealPart // a 1-step window trains as planned
 		for k := 0; k < n; k++ {
 			vals[len(vals)-1-k] *= float64(k) / float64(n)
 		}

@@ -191,7 +191,7 @@ class Attachment:
     # -- the step ---------------------------------------------------------
 
     def _step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        _loss.stepped(self.optimizer)
+        _loss.stepped()
         if self.session is None:
             self._connect()
         if self.stopped:

@@ -16,14 +16,15 @@ until the window ends.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 
 _pending: list[torch.Tensor] = []
 _guard = threading.local()
 _installed = False
-_watched: set[int] = set()  # id() of the attached optimizers
-_stepped: set[int] = set()  # of those, the ones whose step() ran since a scaler's step began
+_watched: weakref.WeakSet = weakref.WeakSet()  # the attached optimizers
+_steps = 0  # their step() calls so far
 
 
 def _record(t):
@@ -73,21 +74,21 @@ def _wrap_scale(orig):
 
 def watch(optimizer):
     """Drop the loss of an iteration in which GradScaler skips optimizer."""
-    _watched.add(id(optimizer))
+    _watched.add(optimizer)
 
 
-def stepped(optimizer):
-    """Tell a GradScaler.step in progress that optimizer's step ran."""
-    _stepped.add(id(optimizer))
+def stepped():
+    """Count a watched optimizer's step() call."""
+    global _steps
+    _steps += 1
 
 
 def _wrap_scaler_step(orig):
     def step(self, optimizer, *args, **kwargs):
-        _stepped.discard(id(optimizer))
+        before = _steps
         out = orig(self, optimizer, *args, **kwargs)
-        if id(optimizer) in _watched and id(optimizer) not in _stepped:
+        if _steps == before and optimizer in _watched:
             take()  # skipped: this iteration's loss belongs to no step
-        _stepped.discard(id(optimizer))
         return out
 
     step.__wrapped__ = orig  # type: ignore[attr-defined]

@@ -20,9 +20,19 @@ import (
 func (l *loop) checkDivergence(w *window) {
 	before := healthyMedian(w.losses, w.healthyRanks)
 	f := l.o.DivergenceFactor
-	div := markDiverged(l.lay, divergence{w.losses, l.lastMedian, "window loss", f, "train.divergence_factor"}, w.healthyRanks, w.index)
+	last, lastName, judged, judgedName := l.lastMedian, "the previous window's", before, "median"
+	if !(last > 0) {
+		// The process's first window has no earlier one: its replicas'
+		// loss at its first step stands in, so that replicas which blew
+		// up in it are not averaged into every later window. Against that
+		// loss only a window whose every replica blew up rolls back: a
+		// bracket window's highest replicas may, while the others are sound.
+		last, lastName = healthyMedian(w.firsts, w.healthyRanks), "its first step's"
+		judged, judgedName = healthyMin(w.losses, w.healthyRanks), "lowest"
+	}
+	div := markDiverged(l.lay, divergence{w.losses, last, lastName, "window loss", f, "train.divergence_factor"}, w.healthyRanks, w.index)
 	if w.plan.Probe {
-		pd := markDiverged(l.lay, divergence{w.probes, l.lastProbe, "probe loss", math.Sqrt(f), "the square root of train.divergence_factor"}, w.healthyRanks, w.index)
+		pd := markDiverged(l.lay, divergence{w.probes, l.lastProbe, "the previous window's", "probe loss", math.Sqrt(f), "the square root of train.divergence_factor"}, w.healthyRanks, w.index)
 		for _, e := range pd {
 			w.losses[*e.Rank] = math.NaN()
 		}
@@ -32,7 +42,7 @@ func (l *loop) checkDivergence(w *window) {
 	w.nHealthy -= len(div)
 	// The median before the replicas that diverged were left out: with two
 	// of four replicas wrecked, the two left can be wrecked too.
-	if ev, ok := blownUp(before, l.lastMedian, f, w.index); ok && l.canRollBack() {
+	if ev, ok := blownUp(judged, judgedName, last, lastName, f, w.index); ok && l.canRollBack() {
 		clear(w.healthyRanks)
 		w.events, w.nHealthy = append(w.events, ev), 0
 	} else if w.nHealthy > 0 {
@@ -44,14 +54,17 @@ func (l *loop) checkDivergence(w *window) {
 }
 
 // divergence is what markDiverged checks: one loss per replica, the
-// previous window's healthy median of the same loss (0: none), the loss's
-// name for messages, and the factor with the rule it comes from.
+// previous window's healthy median of the same loss (0: none; for the
+// window loss of a process's first window, the median of its first
+// steps' losses) and its name, the loss's name for messages, and the
+// factor with the rule it comes from.
 type divergence struct {
-	losses []float64
-	last   float64
-	what   string
-	factor float64
-	rule   string
+	losses   []float64
+	last     float64
+	lastName string
+	what     string
+	factor   float64
+	rule     string
 }
 
 // markDiverged makes unhealthy every healthy replica whose finite loss is
@@ -79,8 +92,8 @@ func markDiverged(lay Layout, d divergence, healthy []bool, window int) []metric
 		if h && d.losses[r] > d.factor*ref {
 			rr := r
 			events = append(events, metrics.Event{Kind: metrics.EventUnhealthy, Rank: &rr,
-				Message: fmt.Sprintf("%s's %s %.4g in window %d is over %s (%.4g) times %.4g (the healthy %s' median; the previous window's when lower, but not below the best one's): diverged; left out of the average and reset to it",
-					lay.Name(r), d.what, d.losses[r], window, d.rule, d.factor, ref, lay.unit())})
+				Message: fmt.Sprintf("%s's %s %.4g in window %d is over %s (%.4g) times %.4g (the healthy %s' median; %s when lower, but not below the best one's): diverged; left out of the average and reset to it",
+					lay.Name(r), d.what, d.losses[r], window, d.rule, d.factor, ref, lay.unit(), d.lastName)})
 			healthy[r], d.losses[r] = false, math.NaN()
 		}
 	}
@@ -109,19 +122,21 @@ func healthyMedian(losses []float64, healthy []bool) float64 {
 	return stats.Median(ok)
 }
 
-// blownUp reports a window whose healthy median loss med is over factor
-// times the previous window's, last: every replica blew up together (a
+// blownUp reports a window whose healthy median loss med (medName: in a
+// process's first window the lowest) is over factor times last, named
+// lastName (the previous window's median, or in a process's first window
+// its first steps'): every replica blew up together (a
 // learning rate too high for all of them), which the per-window check
 // cannot see because the median rose with them. Averaging such replicas
 // wrecks the model, so the window is treated as diverged everywhere and
-// rolls back. factor 0, or no previous window (last <= 0), disables it.
-func blownUp(med, last, factor float64, window int) (metrics.Event, bool) {
+// rolls back. factor 0, or no reference (last <= 0), disables it.
+func blownUp(med float64, medName string, last float64, lastName string, factor float64, window int) (metrics.Event, bool) {
 	if factor == 0 || !(last > 0) || !(med > factor*last) {
 		return metrics.Event{}, false
 	}
 	return metrics.Event{Kind: metrics.EventUnhealthy, Message: fmt.Sprintf(
-		"the replicas' median window loss %.4g in window %d is over train.divergence_factor (%g) times the previous window's %.4g: training blew up everywhere",
-		med, window, factor, last)}, true
+		"the replicas' %s window loss %.4g in window %d is over train.divergence_factor (%g) times %s %.4g: training blew up everywhere",
+		medName, med, window, factor, lastName, last)}, true
 }
 
 // scaleLR multiplies the learning-rate bases of a decoded plan by s (0.5 per

@@ -44,7 +44,7 @@ func TestMarkDiverged(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			losses, healthy := append([]float64(nil), tc.losses...), append([]bool(nil), tc.healthy...)
-			evs := markDiverged(Layout{World: len(losses), Size: 1}, divergence{losses, tc.last, "probe loss", tc.factor, "train.divergence_factor"}, healthy, 4)
+			evs := markDiverged(Layout{World: len(losses), Size: 1}, divergence{losses, tc.last, "the previous window's", "probe loss", tc.factor, "train.divergence_factor"}, healthy, 4)
 			var got []int
 			for _, e := range evs {
 				require.NotNil(t, e.Rank)
@@ -124,6 +124,32 @@ func TestCheckDivergence(t *testing.T) {
 	assert.InDelta(t, 0.1583, l.lastProbe, 1e-12)
 }
 
+// A process's first window has no previous one: its first steps' losses
+// are the reference. SGD from 10x above in a bracket window (measured):
+// three replicas at 1e11-1e12 (and one NaN) were healthy by their own
+// median, and their average wrecked every later window. Against the first
+// steps' loss the three are left out; only a window whose best replica blew
+// up too rolls back.
+func TestCheckDivergenceFirstWindow(t *testing.T) {
+	l := &loop{o: Options{DivergenceFactor: 10, CheckpointDir: t.TempDir(), MaxRollbacks: 3}, lay: Layout{World: 4, Size: 1}}
+	window := func(losses []float64) *window {
+		return &window{index: 0, losses: losses, firsts: []float64{2.3, 2.31, 2.29, 2.3},
+			healthyRanks: []bool{true, true, true, true}, nHealthy: 4}
+	}
+	w := window([]float64{3.1e12, 0.53, 7.8e11, 7.6e12})
+	l.checkDivergence(w)
+	assert.Equal(t, []bool{false, true, false, false}, w.healthyRanks, "the best replica is sound: no rollback")
+	assert.Contains(t, w.events[0].Message, "its first step's when lower")
+	assert.InDelta(t, 0.53, l.lastMedian, 1e-12)
+
+	l.lastMedian = 0
+	w = window([]float64{3.1e12, 31, 7.8e11, 7.6e12})
+	l.checkDivergence(w)
+	assert.Equal(t, []bool{false, false, false, false}, w.healthyRanks)
+	assert.Contains(t, w.events[len(w.events)-1].Message, "the replicas' lowest window loss 31 in window 0 is over train.divergence_factor (10) times its first step's 2.3")
+	assert.Zero(t, l.lastMedian, "a rolled-back window leaves no reference")
+}
+
 func TestScaleLROnlyTouchesLearningRates(t *testing.T) {
 	p := plan.Plan{Params: []plan.ParamPlan{
 		{Name: "lr", Base: []float64{0.1, 0.2}}, {Name: "lr/hidden", Base: []float64{1}},
@@ -155,6 +181,7 @@ type lrReplica struct {
 	nanFrom   int
 	nanOnce   int
 	spikeOnce int     // the first time it trains from this step its loss is 50 (0: never)
+	climbOnce bool    // the first time it trains from step 0 its loss climbs from 1 to 50
 	probeSecs float64 // reported as every window's ProbeSeconds
 	lrs       []float64
 }
@@ -177,6 +204,10 @@ func (r *lrReplica) TrainWindow(_ context.Context, w Window) (WindowResult, erro
 	}
 	if r.spikeOnce > 0 && w.Start == r.spikeOnce {
 		loss, r.spikeOnce = 50, 0
+	}
+	if r.climbOnce && w.Start == 0 {
+		r.climbOnce = false
+		return WindowResult{Losses: []float64{1, 50}, ProbeSeconds: r.probeSecs}, nil
 	}
 	return WindowResult{Losses: []float64{loss}, ProbeSeconds: r.probeSecs}, nil
 }
@@ -229,6 +260,19 @@ func TestBlownUpWindowRollsBack(t *testing.T) {
 	assert.Contains(t, logs.String(), "rollback 1 of at most 3")
 }
 
+// The run's first window has no previous one: a loss that climbs tenfold
+// from its first step's is the blow-up, and it rolls back to step 0.
+func TestFirstWindowBlownUpRollsBack(t *testing.T) {
+	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, climbOnce: true}
+	res, logs, err := soloRun(t, rep, 3, nil)
+	require.NoError(t, err, logs.String())
+	assert.Equal(t, 12, res.Steps)
+	assert.InDeltaSlice(t, []float64{0.01, 0.005, 0.005, 0.005, 0.005, 0.005, 0.005}, rep.lrs, 1e-12)
+	assert.InDelta(t, 6*0.005, float64(rep.buf[0]), 1e-6, "window 0's update was rolled back")
+	assert.Contains(t, logs.String(), "lowest window loss 25.5 in window 0 is over train.divergence_factor (10) times its first step's 1: training blew up everywhere")
+	assert.Contains(t, logs.String(), "rolled back to the checkpoint at step 0")
+}
+
 // With no rollback left a blown-up window is averaged: the rule never
 // stops a run by itself.
 func TestBlownUpWithoutRollbacksIsAveraged(t *testing.T) {
@@ -253,7 +297,7 @@ func TestBlownUp(t *testing.T) {
 		"no healthy median (NaN)": {math.NaN(), 1, 10, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ev, got := blownUp(tc.med, tc.last, tc.factor, 2)
+			ev, got := blownUp(tc.med, "median", tc.last, "the previous window's", tc.factor, 2)
 			assert.Equal(t, tc.want, got)
 			if got {
 				assert.Equal(t, metrics.EventUnhealthy, ev.Kind)

@@ -95,7 +95,7 @@ func TestDivergedReplicasAreNamed(t *testing.T) {
 	l, err := NewLayout(6, 2)
 	require.NoError(t, err)
 	losses, healthy := []float64{1, 1.1, 50}, []bool{true, true, true}
-	evs := markDiverged(l, divergence{losses, 0, "window loss", 10, "train.divergence_factor"}, healthy, 3)
+	evs := markDiverged(l, divergence{losses, 0, "", "window loss", 10, "train.divergence_factor"}, healthy, 3)
 	require.Len(t, evs, 1)
 	assert.Equal(t, 2, *evs[0].Rank)
 	assert.Contains(t, evs[0].Message, "replica 2 (ranks 4-5)'s window loss 50")

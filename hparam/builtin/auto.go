@@ -69,6 +69,12 @@ type AutoConfig struct {
 	// v <= -Guard*max|x_r| holds the next window's base; 0 turns it off.
 	// The default is small: any clear "lower" reading holds (docs/design.md §6.1).
 	Guard float64
+	// Bracket (offset form, auto.commit restart, a log-scale hyperparameter
+	// with a multiplicative or geometric spread) widens the search's first
+	// window into a range test across the replicas: they span base/Bracket
+	// to base*Bracket geometrically, and the first update moves to the best
+	// of them. 1 (the default) turns it off (docs/design.md §6.1).
+	Bracket float64
 	// LogSpace (paper form) takes hbar and htilde as geometric means (exp
 	// of the mean of log h); the built-in explorers set it for geometric
 	// spreads (docs/design.md §6.6).
@@ -112,10 +118,10 @@ const trainGuard = 0.5
 func DefaultAutoConfig(form Form) AutoConfig {
 	if form == FormPaper {
 		return AutoConfig{Form: FormPaper, Signal: SignalTrain, Estimator: EstimatorSoftmax, Clip: 1.5,
-			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1, Commit: CommitContinue}
+			Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0.9, Lambda: 0.5, Until: 1, Bracket: 1, Commit: CommitContinue}
 	}
 	return AutoConfig{Form: FormOffset, Signal: SignalProbe, Estimator: EstimatorQuadratic, Clip: 1.5,
-		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.01, Commit: CommitRestart}
+		Sigma: 0.1, SigmaMode: SigmaAbsolute, Beta: 0, Lambda: 1, Until: 1, Guard: 0.01, Bracket: 1, Commit: CommitRestart}
 }
 
 func oneOf[T ~string](field string, v T, allowed ...T) error {
@@ -158,6 +164,12 @@ func (c AutoConfig) Validate() error {
 	}
 	if math.IsNaN(c.Guard) || math.IsInf(c.Guard, 0) || c.Guard < 0 {
 		return hparam.FieldErrorf("auto.guard", "must be a finite number >= 0 (0: no warm-up guard), got %v", c.Guard)
+	}
+	if math.IsNaN(c.Bracket) || math.IsInf(c.Bracket, 0) || c.Bracket < 1 {
+		return hparam.FieldErrorf("auto.bracket", "must be a finite number >= 1 (1: no bracket window), got %v", c.Bracket)
+	}
+	if c.Bracket != 1 && (c.Form != FormOffset || c.Commit != CommitRestart) {
+		return hparam.FieldErrorf("auto.bracket", "takes form offset with commit restart (the bracket window's replicas train far apart, and only a restart leaves that out of the model), got %v", c.Bracket)
 	}
 	if math.IsNaN(c.Until) || c.Until <= 0 || c.Until > 1 {
 		return hparam.FieldErrorf("auto.until", "must be a fraction of the run in (0, 1], got %v", c.Until)

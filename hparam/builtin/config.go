@@ -63,6 +63,8 @@ var builtinKinds = map[string]builtinKind{
 //	    "until": ...,      // offset: fraction of the run after which u stops moving, (0, 1]; default: the first
 //	                       // window boundary after the schedule's warm-up (1 for schedules without one)
 //	    "guard": 0.01,     // offset: warm-up guard threshold, a fraction of the spread's half-width (0.5 compared by training losses); 0: off
+//	    "bracket": 1,      // offset, restart, log scale: the first window's replicas span base/bracket..base*bracket and the
+//	                       // first update takes the best; 1: off
 //	    "signal": "probe", // probe (train where the workload cannot probe) | train; paper default: train
 //	    "estimator": "quadratic", // quadratic | softmax; paper: softmax only
 //	    "clip":    1.5,    // quadratic: |x*| <= clip * the spread's half-width in scale space
@@ -116,6 +118,7 @@ type AutoSpec struct {
 	Start     *int        `json:"start"`
 	Until     *float64    `json:"until"`
 	Guard     *float64    `json:"guard"`
+	Bracket   *float64    `json:"bracket"`
 	Signal    *Signal     `json:"signal"`
 	Estimator *Estimator  `json:"estimator"`
 	Clip      *float64    `json:"clip"`
@@ -260,6 +263,9 @@ func (b *builtin) parse(s hparam.Setup) (parsedConfig, error) {
 	if p.spread, p.narrow, err = spreadConfig(d.Spread, ss, narrow); err != nil {
 		return p, err
 	}
+	if err := p.bracketConfig(d.Scale); err != nil {
+		return p, err
+	}
 	p.auto.LogSpace = p.spread.Kind == hparam.Geometric
 	p.bounds = hparam.Bounds{Lower: jsonopt.Or(bs.Lower, d.Bounds.Lower), Upper: jsonopt.Or(bs.Upper, d.Bounds.Upper)}
 	if err := p.bounds.Validate(); err != nil {
@@ -279,6 +285,16 @@ func (b *builtin) parse(s hparam.Setup) (parsedConfig, error) {
 		return p, hparam.FieldErrorf("schedule.total_steps", "the schedule covers %d steps but the run takes its values for steps 0..%d", p.sched.Steps(), need-1)
 	}
 	return p, nil
+}
+
+// bracketConfig checks that a bracket other than 1 has what it needs: a
+// log scale and a spread whose slots are multipliers, so that the guard
+// after it can measure the regular spread.
+func (p *parsedConfig) bracketConfig(sc hparam.Scale) error {
+	if p.auto.Bracket != 1 && (sc != hparam.Log || p.spread.Kind == hparam.Additive) {
+		return hparam.FieldErrorf("auto.bracket", "takes a log-scale hyperparameter with a multiplicative or geometric spread, this one is %s with a %s spread; set 1", sc, p.spread.Kind)
+	}
+	return nil
 }
 
 // spreadConfig applies the "spread" block to the explorer's default spread
@@ -335,6 +351,7 @@ func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	}
 	c.Sigma, c.Beta, c.Lambda = jsonopt.Or(as.Sigma, c.Sigma), jsonopt.Or(as.Beta, c.Beta), jsonopt.Or(as.Lambda, c.Lambda)
 	c.Clip, c.Until, c.Guard = jsonopt.Or(as.Clip, c.Clip), jsonopt.Or(as.Until, c.Until), jsonopt.Or(as.Guard, c.Guard)
+	c.Bracket = jsonopt.Or(as.Bracket, c.Bracket)
 	if as.SigmaMode != nil {
 		c.SigmaMode = *as.SigmaMode
 	}

@@ -49,6 +49,10 @@ type builtinRun struct {
 	autoStart int // first step of the auto phase
 	cfg       AutoConfig
 	windows   int // ceil(S/T)
+	// guardSpan is the regular spread's half-width in scale space at the
+	// end of the bracket window: the warm-up guard's yardstick after it,
+	// whose own replicas spread far wider.
+	guardSpan float64
 }
 
 // NewExplorer returns the built-in explorer of kind "lr", "dropout"
@@ -74,6 +78,11 @@ func (b *builtin) Init(_ context.Context, s hparam.Setup) error {
 	r := &builtinRun{setup: s, sched: p.sched, scale: b.kind.desc.Scale, bounds: p.bounds,
 		autoOn: p.autoOn, autoStart: p.autoStart, cfg: p.auto,
 		windows: (s.TotalSteps + s.WindowSteps - 1) / s.WindowSteps}
+	if r.bracketed(0) {
+		sp := p.spread
+		sp.Alpha = p.narrow.Alpha(sp.Alpha, float64(s.WindowSteps)/float64(s.TotalSteps))
+		r.guardSpan = logHalfWidth(sp, s.Ranks)
+	}
 	form, err := newMetaForm(r)
 	if err != nil {
 		return err
@@ -96,6 +105,29 @@ func firstUpdate(start, t int) int {
 // happened at its start boundary.
 func (r *builtinRun) autoWindow(k int) bool {
 	return r.autoOn && k >= 1 && k*r.setup.WindowSteps >= r.autoStart
+}
+
+// bracketed reports whether window k is the bracket window (auto.bracket):
+// the first of the search, when the update at its end is one.
+func (r *builtinRun) bracketed(k int) bool {
+	return k == 0 && r.cfg.Bracket > 1 && r.autoWindow(1) && r.windows > 1 && r.beforeUntil(r.setup.WindowSteps)
+}
+
+// bracket is the bracket window's spread: base/Bracket..base*Bracket.
+func (r *builtinRun) bracket() hparam.Spread {
+	return hparam.Spread{Kind: hparam.Geometric, Alpha: r.cfg.Bracket - 1}
+}
+
+// logHalfWidth is the largest |log c| over the n slots' multipliers c of a
+// multiplicative or geometric spread.
+func logHalfWidth(sp hparam.Spread, n int) float64 {
+	c := make([]float64, n)
+	sp.Coefs(c)
+	span := 0.0
+	for _, m := range c {
+		span = wider(span, math.Log(m))
+	}
+	return span
 }
 
 // beforeUntil reports whether step is before auto.until.
@@ -151,7 +183,11 @@ func (b *builtin) Plan(_ context.Context, r hparam.WindowRequest) (hparam.Window
 		return hparam.WindowPlan{Base: base, Spread: hparam.Spread{Kind: b.spread.Kind}, Bounds: b.run.bounds}, nil
 	}
 	probe := b.run.cfg.Signal == SignalProbe && b.form.updates(r.Window+1) && r.Window+1 < windows
-	return hparam.WindowPlan{Base: base, Spread: b.spreadAt(r.Start), Bounds: b.run.bounds, Probe: probe}, nil
+	sp := b.spreadAt(r.Start)
+	if b.run.bracketed(r.Window) {
+		sp = b.run.bracket()
+	}
+	return hparam.WindowPlan{Base: base, Spread: sp, Bounds: b.run.bounds, Probe: probe}, nil
 }
 
 // Commit ends the search: u settles (the average of its updates, if they

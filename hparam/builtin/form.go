@@ -64,7 +64,7 @@ func newMetaForm(r *builtinRun) (metaForm, error) {
 }
 
 // paperForm is auto.form paper: the paper's absolute base, held over each
-// window from the first update on (docs/design.md §1.1, step 6).
+// window from the first update on (docs/design.md §1.1, step 7).
 type paperForm struct {
 	*builtinRun
 	a *Auto
@@ -115,7 +115,7 @@ func (p *paperForm) unmarshal(_ byte, b []byte) error {
 
 // offsetForm is auto.form offset (the default): the base is the schedule
 // combined with a learned offset u, learning until auto.until
-// (docs/design.md §1.1, steps 3-5).
+// (docs/design.md §1.1, steps 3-6).
 type offsetForm struct {
 	*builtinRun
 	o *Offset
@@ -175,6 +175,9 @@ func (f *offsetForm) observe(o hparam.Observation, signal []float64) (hparam.Fee
 	f.x = x
 	offsetsTo(x, o.Values, f.scale, toScale(f.scale, centre))
 	est, w := f.o.Estimate(x, signal)
+	if f.bracketed(o.Window) {
+		est, w = f.o.Best(x, signal), nil
+	}
 	f.o.Step(est)
 	if err := f.guardAndClamp(k, x); err != nil {
 		return hparam.Feedback{}, false, err
@@ -208,7 +211,8 @@ func (f *offsetForm) commitment() (hparam.Commitment, error) {
 // guardAndClamp applies the warm-up guard to window k and clamps u so the
 // base at k's first step stays within the bounds. The guard fires when the
 // schedule still rises over window k and the velocity says "lower" by more
-// than Guard times the spread's half-width (the largest |x_r|): u absorbs
+// than Guard times the spread's half-width (the largest |x_r|; after the
+// bracket window, the regular spread's): u absorbs
 // the rise, so window k holds the base where it is (docs/design.md §6.1).
 // The half-width is taken only while the schedule rises: a pass over the
 // ranks the other windows need not pay.
@@ -223,7 +227,11 @@ func (f *offsetForm) guardAndClamp(k int, x []float64) error {
 		return err
 	}
 	if rise := toScale(f.scale, s1) - toScale(f.scale, s0); rise > 0 && f.cfg.Guard > 0 {
-		if span := halfWidth(x); span > 0 && f.o.v <= -f.cfg.Guard*span {
+		span := halfWidth(x)
+		if f.bracketed(k - 1) {
+			span = f.guardSpan
+		}
+		if span > 0 && f.o.v <= -f.cfg.Guard*span {
 			f.o.u -= rise
 			f.o.held = true
 			s0 = s1

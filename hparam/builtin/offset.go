@@ -111,6 +111,17 @@ func (o *Offset) Estimate(x, losses []float64) (float64, []float64) {
 	return f.vertex(xs, ls, o.cfg.Clip*f.span), nil
 }
 
+// Best returns the offset of the rank with the lowest healthy loss, 0 when
+// no rank is healthy: the bracket window's range test, whose replicas span
+// too wide a range for a quadratic to fit.
+func (o *Offset) Best(x, losses []float64) float64 {
+	xs, ls := o.healthyPairs(x, losses)
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[fitMeans(xs, ls).best]
+}
+
 // softmaxEstimate is Estimate with the softmax estimator.
 func (o *Offset) softmaxEstimate(x, losses []float64) (float64, []float64) {
 	masked := grow(o.masked, len(losses))

@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -147,6 +148,58 @@ func TestOffsetWarmupGuard(t *testing.T) {
 	wp, _ = window(t, e, 3, func(float64) float64 { return 1 })
 	assert.InDelta(t, 0.007*math.Exp(u), wp.Base[0], 1e-15, "continuous after the hold")
 	assert.Greater(t, wp.Base[9], wp.Base[0], "flat reading: the schedule rises again")
+}
+
+// auto.bracket makes the search's first window a range test: its replicas
+// span base/bracket..base*bracket, and the first update moves to the best
+// of them; the guard after it measures the regular spread. Off (1) by
+// default, with or without a probe.
+func TestOffsetBracket(t *testing.T) {
+	warmup := `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001}%s}`
+	withProbe := lrSetup
+	withProbe.Probe = true
+	for _, tc := range []struct {
+		name, auto string
+		s          hparam.Setup
+		alpha      float64 // window 0's spread (geometric when bracketed)
+	}{
+		{"default, no probe in the run", ``, lrSetup, 0.5},
+		{"default, a probe", ``, withProbe, 0.5},
+		{"8, no probe", `, "auto": {"bracket": 8}`, lrSetup, 7},
+		{"4, a probe", `, "auto": {"bracket": 4}`, withProbe, 3},
+		{"8, signal train", `, "auto": {"bracket": 8, "signal": "train"}`, lrSetup, 7},
+	} {
+		e, err := initBuiltin(t, LR, fmt.Sprintf(warmup, tc.auto), tc.s)
+		require.NoError(t, err, tc.name)
+		wp, fb := window(t, e, 0, func(x float64) float64 { return -x }) // the highest replica is best
+		assert.Equal(t, tc.alpha, wp.Spread.Alpha, tc.name)
+		if tc.alpha == 0.5 {
+			assert.Equal(t, hparam.Multiplicative, wp.Spread.Kind, tc.name)
+			continue
+		}
+		assert.Equal(t, hparam.Geometric, wp.Spread.Kind, tc.name)
+		assert.InDelta(t, math.Log(1+tc.alpha), fb.Offset, 1e-12, "%s: the first update takes the best replica, not a fit", tc.name)
+		wp, _ = window(t, e, 1, func(x float64) float64 { return x * x })
+		assert.Equal(t, hparam.Spread{Kind: hparam.Multiplicative, Alpha: 0.5}, wp.Spread, "%s: then the regular spread", tc.name)
+	}
+	// A "lower" reading in the bracket window: the best replica is base/2,
+	// well past the guard's 0.5 of the regular half-width (log 2), though
+	// well within 0.5 of the bracket's (log 8): the next window is held.
+	e, err := initBuiltin(t, LR, fmt.Sprintf(warmup, `, "auto": {"bracket": 8}`), lrSetup)
+	require.NoError(t, err)
+	_, fb := window(t, e, 0, func(x float64) float64 { return (x + math.Log(2)) * (x + math.Log(2)) })
+	assert.InDelta(t, -math.Log(2)-math.Log(0.005/0.003), fb.Offset, 1e-12, "u moved to base/2 and absorbed window 1's rise")
+	wp, _ := window(t, e, 1, func(x float64) float64 { return x * x })
+	assert.Equal(t, wp.Base[0], wp.Base[9], "window 1 is held")
+	for _, bad := range []struct{ kind, cfg, want string }{
+		{LR, `{"schedule": {"max_lr": 0.01}, "auto": {"bracket": 0.5}}`, "auto.bracket"},
+		{LR, `{"schedule": {"max_lr": 0.01}, "auto": {"bracket": 8, "commit": "continue"}}`, "commit restart"},
+		{LR, `{"schedule": {"max_lr": 0.01}, "spread": {"kind": "additive", "alpha": 0.001}, "auto": {"bracket": 8}}`, "multiplicative or geometric"},
+		{Dropout, `{"schedule": 0.1, "auto": {"bracket": 2}}`, "log-scale"},
+	} {
+		_, err := initBuiltin(t, bad.kind, bad.cfg, lrSetup)
+		assert.ErrorContains(t, err, bad.want, bad.cfg)
+	}
 }
 
 func TestNarrowing(t *testing.T) {

@@ -13,7 +13,7 @@ SPREADS = ("multiplicative", "additive", "geometric")
 # each with its JSON type or allowed values.
 _NUMBER, _INT, _BOOL = "a number", "an int", "a bool"
 AUTO_KEYS = {
-    "enabled": _BOOL, "form": ("offset", "paper"), "start": _INT, "until": _NUMBER, "guard": _NUMBER,
+    "enabled": _BOOL, "form": ("offset", "paper"), "start": _INT, "until": _NUMBER, "guard": _NUMBER, "bracket": _NUMBER,
     "signal": ("probe", "train"), "estimator": ("quadratic", "softmax"), "clip": _NUMBER, "sigma": _NUMBER,
     "sigma_mode": ("absolute", "relative"), "beta": _NUMBER, "lambda": _NUMBER, "commit": ("restart", "continue"),
 }

@@ -60,7 +60,7 @@ def hello_of(build=make, **kw):
     raise AssertionError("no HELLO")
 
 
-AUTO = {"enabled": True, "form": "offset", "start": 10, "until": 0.5, "guard": 0.01, "signal": "train",
+AUTO = {"enabled": True, "form": "offset", "start": 10, "until": 0.5, "guard": 0.01, "bracket": 1, "signal": "train",
         "estimator": "softmax", "clip": 1.5, "sigma": 0.1, "sigma_mode": "relative", "beta": 0,
         "lambda": 1, "commit": "continue"}
 EXPLORE = ["lr", {"name": "weight_decay", "base": 0.01, "alpha": 0.5, "spread": "additive", "lower": 0, "upper": 0.1},

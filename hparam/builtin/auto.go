@@ -73,7 +73,7 @@ type AutoConfig struct {
 	// with a multiplicative or geometric spread) widens the search's first
 	// window into a range test across the replicas: they span base/Bracket
 	// to base*Bracket geometrically, and the first update moves to the best
-	// of them. 1 (the default) turns it off (docs/design.md §6.1).
+	// of them. 1 (the default) turns it off (docs/design.md §1.1, step 5).
 	Bracket float64
 	// LogSpace (paper form) takes hbar and htilde as geometric means (exp
 	// of the mean of log h); the built-in explorers set it for geometric

@@ -174,9 +174,12 @@ func (f *offsetForm) observe(o hparam.Observation, signal []float64) (hparam.Fee
 	x := grow(f.x, len(o.Values))
 	f.x = x
 	offsetsTo(x, o.Values, f.scale, toScale(f.scale, centre))
-	est, w := f.o.Estimate(x, signal)
+	var est float64
+	var w []float64
 	if f.bracketed(o.Window) {
-		est, w = f.o.Best(x, signal), nil
+		est = f.o.Best(x, signal)
+	} else {
+		est, w = f.o.Estimate(x, signal)
 	}
 	f.o.Step(est)
 	if err := f.guardAndClamp(k, x); err != nil {

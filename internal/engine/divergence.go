@@ -22,11 +22,12 @@ func (l *loop) checkDivergence(w *window) {
 	f := l.o.DivergenceFactor
 	last, lastName, judged, judgedName := l.lastMedian, "the previous window's", before, "median"
 	if !(last > 0) {
-		// The process's first window has no earlier one: its replicas'
-		// loss at its first step stands in, so that replicas which blew
-		// up in it are not averaged into every later window. Against that
-		// loss only a window whose every replica blew up rolls back: a
-		// bracket window's highest replicas may, while the others are sound.
+		// A pass's first window (or the first after a resume) has no
+		// earlier one: its replicas' loss at its first step stands in, so
+		// that replicas which blew up in it are not averaged into every
+		// later window. Against that loss only a window whose every
+		// replica blew up rolls back: a bracket window's highest replicas
+		// may, while the others are sound.
 		last, lastName = healthyMedian(w.firsts, w.healthyRanks), "its first step's"
 		judged, judgedName = healthyMin(w.losses, w.healthyRanks), "lowest"
 	}
@@ -55,7 +56,7 @@ func (l *loop) checkDivergence(w *window) {
 
 // divergence is what markDiverged checks: one loss per replica, the
 // previous window's healthy median of the same loss (0: none; for the
-// window loss of a process's first window, the median of its first
+// window loss of a pass's first window, the median of its first
 // steps' losses) and its name, the loss's name for messages, and the
 // factor with the rule it comes from.
 type divergence struct {
@@ -124,7 +125,7 @@ func healthyMedian(losses []float64, healthy []bool) float64 {
 
 // blownUp reports a window whose healthy median loss med (medName: in a
 // process's first window the lowest) is over factor times last, named
-// lastName (the previous window's median, or in a process's first window
+// lastName (the previous window's median, or in a pass's first window
 // its first steps'): every replica blew up together (a
 // learning rate too high for all of them), which the per-window check
 // cannot see because the median rose with them. Averaging such replicas

@@ -124,7 +124,7 @@ func TestCheckDivergence(t *testing.T) {
 	assert.InDelta(t, 0.1583, l.lastProbe, 1e-12)
 }
 
-// A process's first window has no previous one: its first steps' losses
+// A pass's first window has no previous one: its first steps' losses
 // are the reference. SGD from 10x above in a bracket window (measured):
 // three replicas at 1e11-1e12 (and one NaN) were healthy by their own
 // median, and their average wrecked every later window. Against the first

@@ -55,7 +55,7 @@ type window struct {
 	healthy      bool    // this rank's, before the gathered verdict
 	losses       []float64
 	probes       []float64
-	firsts       []float64 // per replica, its first step's loss
+	firsts       []float64 // per replica, its first step's loss; only where checkDivergence needs it
 	healthyRanks []bool
 	nHealthy     int
 	identical    bool      // every rank holds the same parameters: the mean is theirs
@@ -306,9 +306,15 @@ func (l *loop) gather(w *window) error {
 			Message: fmt.Sprintf("every replica's first step of window %d had the same loss to the last bit: they train on the same batches, so the average is one replica's training; give each its own data (%s)", w.index, sameDataAdvice(l.lay.Size))})
 	}
 	n := len(reps)
-	w.losses, w.probes, w.firsts, w.healthyRanks, w.sqs = make([]float64, n), make([]float64, n), make([]float64, n), make([]bool, n), make([]float64, n)
+	w.losses, w.probes, w.healthyRanks, w.sqs = make([]float64, n), make([]float64, n), make([]bool, n), make([]float64, n)
+	if !(l.lastMedian > 0) { // only a pass's first window checks against its first steps
+		w.firsts = make([]float64, n)
+	}
 	for r, rep := range reps {
-		w.losses[r], w.probes[r], w.firsts[r], w.healthyRanks[r], w.sqs[r] = rep.loss, rep.probe, rep.first, rep.healthy, rep.sq
+		w.losses[r], w.probes[r], w.healthyRanks[r], w.sqs[r] = rep.loss, rep.probe, rep.healthy, rep.sq
+		if w.firsts != nil {
+			w.firsts[r] = rep.first
+		}
 		w.stop = w.stop || rep.stop
 		if rep.healthy {
 			w.nHealthy++

@@ -1,4 +1,4 @@
-"""The built-in MNIST MLP's PyTorch twin, trained plain or with one of hdet's peers (issue 39).
+"""The built-in MNIST MLP's PyTorch twin (or the examples' ConvNet), trained plain or with one of hdet's peers (issue 39).
 
     .venv/bin/python bench/peers/mlp.py --max-lr 4.6e-3 --seed 4                      # (a) plain
     .venv/bin/python bench/peers/mlp.py --peer lrfind --seed 4                         # (b) torch-lr-finder
@@ -15,7 +15,9 @@ built-in workload), batch 64, cross-entropy, weight decay 0.01; AdamW
 OneCycleLR at --max-lr (pct_start 0.25 as bench/configs/sweep.yaml,
 cycle_momentum off: the betas and the momentum stay as written). The data
 are data/mnist's IDX files read with numpy and gzip. One process, one
-thread (--threads). The last line is a JSON object with the final test
+thread (--threads). --model convnet trains examples/pytorch/convnet.py's
+ConvNet (two 5x5 convolutions of 8 and 16 channels with max-pooling, a
+64-unit hidden layer, no dropout) on the same data instead. The last line is a JSON object with the final test
 loss ("test_loss"), accuracy, steps, extra steps (the range test's), the
 learning rate used and the peer.
 
@@ -92,6 +94,25 @@ class MLP(nn.Sequential):
                          nn.Linear(256, 256), nn.ReLU(), nn.Dropout(dropout), nn.Linear(256, 10))
 
 
+class ConvNet(nn.Module):
+    """examples/pytorch/convnet.py's model, on the flat standardised images."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 5)
+        self.conv2 = nn.Conv2d(8, 16, 5)
+        self.fc1 = nn.Linear(16 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 28, 28))), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+MODELS = {"mlp": MLP, "convnet": ConvNet}
+
+
 @torch.no_grad()
 def evaluate(model, x, y):
     model.eval()
@@ -127,6 +148,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--peer", default="plain", choices=["plain", "lrfind", "prodigy", "schedulefree", "dadapt"])
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    ap.add_argument("--model", default="mlp", choices=sorted(MODELS))
     ap.add_argument("--max-lr", type=float, default=1e-3)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--train-samples", type=int, default=60000)
@@ -145,7 +167,7 @@ def main():
     tx, ty = load(args.data, "t10k")
     steps = args.epochs * (len(x) // BATCH)
     torch.manual_seed(args.seed)
-    model = MLP()
+    model = MODELS[args.model]()
     extra, lr = 0, args.max_lr
 
     if args.peer == "lrfind":
@@ -204,7 +226,7 @@ def main():
         used = lr
         if args.peer in ("prodigy", "dadapt"):  # the adapted step size d times the peak lr
             used = opt.param_groups[0]["d"] * lr
-        print(json.dumps({"peer": args.peer, "optimizer": args.optimizer, "hdet": args.hdet, "probe": args.probe,
+        print(json.dumps({"peer": args.peer, "model": args.model, "optimizer": args.optimizer, "hdet": args.hdet, "probe": args.probe,
                           "seed": args.seed, "max_lr": args.max_lr, "lr_used": used, "steps": steps,
                           "extra_steps": extra, "seconds": round(seconds, 2), "train_loss": round(loss.item(), 5),
                           "test_loss": test_loss, "test_acc": acc}), flush=True)

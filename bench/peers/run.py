@@ -47,6 +47,9 @@ SETUPS = {
                       grid=grid(-11, -4), loss="test_loss", loss_name="test loss"),
     "mlp-sgd": dict(label="MLP + SGD m=0.9", script="bench/peers/mlp.py", args=["--optimizer", "sgd"],
                     grid=grid(-7, 0), loss="test_loss", loss_name="test loss"),
+    "convnet-adamw": dict(label="ConvNet + AdamW", script="bench/peers/mlp.py",
+                          args=["--model", "convnet", "--optimizer", "adamw"], shared="shared-convnet",
+                          grid=grid(-9, -2), loss="test_loss", loss_name="test loss"),
     "gpt": dict(label="GPT (byte-level, cosine)", script="bench/peers/gpt_peer.py", args=[],
                 grid=grid(-10, -3), loss="val_bpb", loss_name="validation bits per byte"),
 }
@@ -92,10 +95,11 @@ class Runner:
 
     def path(self, setup, name, peer=""):
         """RUNS/SETUP/NAME; a peer that ignores the setup's arguments (Prodigy
-        ignores --optimizer) keeps its runs in RUNS/shared-SCRIPT/, one for
-        every setup of the same script."""
+        ignores --optimizer) keeps its runs in RUNS/shared-SCRIPT/ (or the
+        setup's own shared folder), one for every setup of the same model."""
         if peer in IGNORES:
-            setup = "shared-" + os.path.splitext(os.path.basename(SETUPS[setup]["script"]))[0]
+            s = SETUPS[setup]
+            setup = s.get("shared") or "shared-" + os.path.splitext(os.path.basename(s["script"]))[0]
         return os.path.join(self.o.runs, setup, name)
 
     def _cached(self, path, cmd):

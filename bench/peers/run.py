@@ -1,6 +1,6 @@
 """Issue 39's comparison: hdet against the tools a user would pick instead of it.
 
-    .venv/bin/python bench/peers/run.py --setups mlp-adamw,mlp-sgd [--heldout 4,5] [--runs runs/peers]
+    .venv/bin/python bench/peers/run.py --setups mlp-adamw,mlp-sgd,convnet-adamw [--heldout 4,5] [--runs runs/peers]
 
 Per setup: a plain max_lr sweep (log-spaced, 3 points a decade) on the sweep
 seed picks the best point; then on each held-out seed, from 10x below, at and
@@ -389,7 +389,7 @@ def versions():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--setups", default="mlp-adamw,mlp-sgd", help="comma-separated, of " + ",".join(SETUPS))
+    ap.add_argument("--setups", default="mlp-adamw,mlp-sgd,convnet-adamw", help="comma-separated, of " + ",".join(SETUPS))
     ap.add_argument("--sweep-seed", type=int, default=1)
     ap.add_argument("--heldout", default="4,5")
     ap.add_argument("--runs", default="runs/peers")

@@ -190,6 +190,6 @@ bench-gpt bench-gpt-quick: build venv
 	$(GO) run ./bench/hdetbench -np $(NP) -bin $(BIN) -studies 1,8 -setups $(GPT_SETUPS) $(if $(filter bench-gpt-quick,$@),-quick) $(BENCH_FLAGS)
 
 # Issue 39: hdet against lr_find, Prodigy, Schedule-Free, D-Adaptation and a
-# sweep (bench/peers); SETUPS=mlp-adamw,mlp-sgd,convnet-adamw,gpt HELDOUT=4,5
+# sweep (bench/peers); SETUPS=mlp-adamw,mlp-sgd,convnet-adamw,hf,gpt HELDOUT=4,5
 bench-peers: build data venv
 	bench/peers/run.sh

@@ -1,6 +1,6 @@
 """Issue 39's comparison: hdet against the tools a user would pick instead of it.
 
-    .venv/bin/python bench/peers/run.py --setups mlp-adamw,mlp-sgd,convnet-adamw [--heldout 4,5] [--runs runs/peers]
+    .venv/bin/python bench/peers/run.py --setups mlp-adamw,mlp-sgd,convnet-adamw,hf [--heldout 4,5] [--runs runs/peers]
 
 Per setup: a plain max_lr sweep (log-spaced, 3 points a decade) on the sweep
 seed picks the best point; then on each held-out seed, from 10x below, at and
@@ -50,6 +50,8 @@ SETUPS = {
     "convnet-adamw": dict(label="ConvNet + AdamW", script="bench/peers/mlp.py",
                           args=["--model", "convnet", "--optimizer", "adamw"], shared="shared-convnet",
                           grid=grid(-9, -2), loss="test_loss", loss_name="test loss"),
+    "hf": dict(label="Hugging Face Trainer (GPT-2, cosine)", script="bench/peers/hf_peer.py", args=[],
+               grid=grid(-10, -3), loss="test_loss", loss_name="test loss per byte"),
     "gpt": dict(label="GPT (byte-level, cosine)", script="bench/peers/gpt_peer.py", args=[],
                 grid=grid(-10, -3), loss="val_bpb", loss_name="validation bits per byte"),
 }
@@ -377,7 +379,7 @@ def table(res, opts):
 
 
 def versions():
-    names = ["torch", "prodigyopt", "schedulefree", "dadaptation", "torch-lr-finder", "numpy"]
+    names = ["torch", "prodigyopt", "schedulefree", "dadaptation", "torch-lr-finder", "transformers", "numpy"]
     got = []
     for n in names:
         try:
@@ -389,7 +391,7 @@ def versions():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--setups", default="mlp-adamw,mlp-sgd,convnet-adamw", help="comma-separated, of " + ",".join(SETUPS))
+    ap.add_argument("--setups", default="mlp-adamw,mlp-sgd,convnet-adamw,hf", help="comma-separated, of " + ",".join(SETUPS))
     ap.add_argument("--sweep-seed", type=int, default=1)
     ap.add_argument("--heldout", default="4,5")
     ap.add_argument("--runs", default="runs/peers")

@@ -1,19 +1,20 @@
 #!/bin/sh
 # Issue 39: hdet against the tools a user would pick instead of it (lr_find,
 # Prodigy, Schedule-Free, D-Adaptation, a sweep), on the MLP twin (AdamW and
-# SGD), the examples' ConvNet (AdamW) and, with
-# SETUPS=mlp-adamw,mlp-sgd,convnet-adamw,gpt, the byte-level GPT.
+# SGD), the examples' ConvNet (AdamW), the Hugging Face Trainer example
+# (hf) and, with SETUPS=mlp-adamw,mlp-sgd,convnet-adamw,hf,gpt, the
+# byte-level GPT.
 # `make bench-peers` runs it after `make build data venv`; the markdown
 # tables go to stdout and runs/peers/peers.md, every run's record under
 # runs/peers/SETUP/ (an unchanged finished run is reused: delete runs/peers
 # to start from scratch). On 2 busy cores the two MLP setups take about
-# 2-3 hours (24 hdet runs of 4 ranks), the ConvNet about 40 minutes; the
-# GPT adds more.
+# 2-3 hours (24 hdet runs of 4 ranks), the ConvNet and the Trainer about
+# 30-40 minutes each; the GPT adds more.
 set -eu
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-.venv/bin/python}
 for f in bin/hdet bin/plugins/hdet-explorer-lr data/mnist/t10k-labels-idx1-ubyte.gz "$PYTHON"; do
 	[ -e "$f" ] || { echo "bench/peers/run.sh: $f is missing; run make build data venv first" >&2; exit 2; }
 done
-exec "$PYTHON" bench/peers/run.py --setups "${SETUPS:-mlp-adamw,mlp-sgd,convnet-adamw}" --heldout "${HELDOUT:-4,5}" \
+exec "$PYTHON" bench/peers/run.py --setups "${SETUPS:-mlp-adamw,mlp-sgd,convnet-adamw,hf}" --heldout "${HELDOUT:-4,5}" \
 	--hdet bin/hdet --python "$PYTHON" --runs "${RUNS:-runs/peers}" "$@"

@@ -47,6 +47,7 @@ import argparse
 import gzip
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -55,6 +56,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import OneCycleLR
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "examples", "pytorch"))
+import convnet as examples_convnet  # (examples/pytorch/convnet.py: --model convnet's model)
 import lrfind  # (bench/peers/lrfind.py: the range test both peers run)
 
 MEAN, STD = 0.1307, 0.3081
@@ -94,23 +98,12 @@ class MLP(nn.Sequential):
                          nn.Linear(256, 256), nn.ReLU(), nn.Dropout(dropout), nn.Linear(256, 10))
 
 
-class ConvNet(nn.Module):
+def convnet():
     """examples/pytorch/convnet.py's model, on the flat standardised images."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 8, 5)
-        self.conv2 = nn.Conv2d(8, 16, 5)
-        self.fc1 = nn.Linear(16 * 4 * 4, 64)
-        self.fc2 = nn.Linear(64, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 28, 28))), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+    return nn.Sequential(nn.Unflatten(1, (1, 28, 28)), examples_convnet.ConvNet())
 
 
-MODELS = {"mlp": MLP, "convnet": ConvNet}
+MODELS = {"mlp": MLP, "convnet": convnet}
 
 
 @torch.no_grad()

@@ -17,11 +17,15 @@ import (
 // whose window loss, or probe loss (against the factor's square root) when
 // the window probed, diverged (markDiverged), and every replica when the
 // window blew up everywhere (blownUp) and a rollback is left; why: docs/design.md §6.4.
+// firstOfPass reports whether the window about to be judged is a pass's
+// first (or the first after a resume): it has no previous window's median.
+func (l *loop) firstOfPass() bool { return !(l.lastMedian > 0) }
+
 func (l *loop) checkDivergence(w *window) {
 	before := healthyMedian(w.losses, w.healthyRanks)
 	f := l.o.DivergenceFactor
 	last, lastName, judged, judgedName := l.lastMedian, "the previous window's", before, "median"
-	if !(last > 0) {
+	if l.firstOfPass() {
 		// A pass's first window (or the first after a resume) has no
 		// earlier one: its replicas' loss at its first step stands in, so
 		// that replicas which blew up in it are not averaged into every

@@ -307,7 +307,7 @@ func (l *loop) gather(w *window) error {
 	}
 	n := len(reps)
 	w.losses, w.probes, w.healthyRanks, w.sqs = make([]float64, n), make([]float64, n), make([]bool, n), make([]float64, n)
-	if !(l.lastMedian > 0) { // only a pass's first window checks against its first steps
+	if l.firstOfPass() { // only a pass's first window checks against its first steps
 		w.firsts = make([]float64, n)
 	}
 	for r, rep := range reps {

@@ -96,6 +96,12 @@ func (o *Options) environ(sock, pkg string) []string {
 	if _, ok := os.LookupEnv("OMP_NUM_THREADS"); !ok && o.LocalSize > 1 {
 		set["OMP_NUM_THREADS"] = "1"
 	}
+	// A worker killed by a fatal signal (a native crash, an abort in
+	// torch's teardown) then prints every thread's Python stack, and
+	// whether the interpreter was finalizing, into the stderr hdet quotes.
+	if _, ok := os.LookupEnv("PYTHONFAULTHANDLER"); !ok {
+		set["PYTHONFAULTHANDLER"] = "1"
+	}
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -160,11 +166,15 @@ func (w *Worker) whyNoConnection() string {
 }
 
 // relevant is what of a worker's stderr explains its end: the last Python
-// traceback, from its first line to the exception; else the last lines
-// that are not warnings (a warning and the source line it quotes).
+// traceback, from its first line to the exception, or faulthandler's
+// report of a fatal signal, whichever came last; else the last lines that
+// are not warnings (a warning and the source line it quotes).
 func relevant(stderr string) string {
 	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "Fatal Python error:") {
+			return fatal(lines, i)
+		}
 		if strings.HasPrefix(lines[i], "Traceback (most recent call last):") {
 			return strings.Join(lines[i:], "\n")
 		}
@@ -183,3 +193,23 @@ func relevant(stderr string) string {
 
 // maxQuoted bounds the lines relevant quotes when there is no traceback.
 const maxQuoted = 12
+
+// fatal quotes faulthandler's report that starts at lines[i]: the native
+// message printed just before it (C++'s "terminate called ..."), then the
+// threads' stacks, without the list of extension modules (one long line).
+func fatal(lines []string, i int) string {
+	if i > 0 && strings.TrimSpace(lines[i-1]) != "" {
+		i--
+	}
+	var keep []string
+	for _, l := range lines[i:] {
+		if !strings.HasPrefix(l, "Extension modules:") && len(keep) < maxFatal {
+			keep = append(keep, l)
+		}
+	}
+	return strings.TrimSpace(strings.Join(keep, "\n"))
+}
+
+// maxFatal bounds the lines of a faulthandler report relevant quotes: the
+// crashing thread's stack comes first.
+const maxFatal = 40

@@ -49,7 +49,7 @@ func fakeWorker(mode string) {
 	case "env":
 		// Report the environment in the error message, for TestEnvironment.
 		var env []string
-		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "EXTRA"} {
+		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONFAULTHANDLER", "EXTRA"} {
 			if v, ok := os.LookupEnv(k); ok {
 				env = append(env, k+"="+v)
 			}
@@ -118,11 +118,12 @@ func TestEnvironment(t *testing.T) {
 	t.Setenv("RANK", "77") // inherited values must not leak through
 	t.Setenv("MASTER_PORT", "1")
 	require.NoError(t, os.Unsetenv("OMP_NUM_THREADS"))
+	require.NoError(t, os.Unsetenv("PYTHONFAULTHANDLER"))
 	_, err := startFake(t, "env", Options{Rank: 1, WorldSize: 3, LocalRank: 1, LocalSize: 3, SyncMode: SyncGradients,
 		MasterPort: 29555, GPU: "1", Env: []string{"EXTRA=x"}})
 	require.ErrorIs(t, err, ErrWorker)
 	for _, kv := range []string{"HDET_RANK=1", "HDET_WORLD_SIZE=3", "HDET_LOCAL_RANK=1", "HDET_SYNC_MODE=gradients",
-		"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "CUDA_VISIBLE_DEVICES=1", "OMP_NUM_THREADS=1", "EXTRA=x"} {
+		"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "CUDA_VISIBLE_DEVICES=1", "OMP_NUM_THREADS=1", "PYTHONFAULTHANDLER=1", "EXTRA=x"} {
 		assert.Contains(t, err.Error(), kv)
 	}
 
@@ -143,9 +144,11 @@ func TestEnvironment(t *testing.T) {
 		assert.Contains(t, strings.Fields(err.Error()), kv)
 	}
 	t.Setenv("OMP_NUM_THREADS", "4")
+	t.Setenv("PYTHONFAULTHANDLER", "")
 	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, LocalSize: 2, MasterPort: 29557})
 	require.ErrorIs(t, err, ErrWorker)
 	assert.Contains(t, err.Error(), "OMP_NUM_THREADS=4", "the user's setting stands")
+	assert.Contains(t, strings.Fields(err.Error()), "PYTHONFAULTHANDLER=", "the user's setting stands (empty: off)")
 }
 
 func TestOptionsValidation(t *testing.T) {
@@ -221,4 +224,13 @@ func TestRelevantStderr(t *testing.T) {
 	assert.Equal(t, strings.TrimSpace(tb), relevant(warn+"Traceback (most recent call last):\nold\n"+warn+tb))
 	assert.Equal(t, "loading data\nhdet: gave up", relevant("loading data\n"+warn+"hdet: gave up\n"))
 	assert.Empty(t, relevant(warn))
+
+	// A worker that aborted in torch's teardown: faulthandler's report.
+	fatal := "terminate called without an active exception\nFatal Python error: Aborted\n" +
+		"Python runtime state: finalizing (tstate=0x1)\n\nThread 0x7f (most recent call first):\n  <no Python frame>\n"
+	got := relevant("step 15\n" + tb + "training on\n" + fatal + "\nExtension modules: numpy.core, torch._C (total: 2)\n")
+	assert.Equal(t, strings.TrimSpace(fatal), got, "the native message, the state and the stacks; no module list")
+	assert.Equal(t, strings.TrimSpace(tb), relevant("Fatal Python error: Aborted\n"+tb), "the last report wins")
+	long := "Fatal Python error: Segmentation fault\n" + strings.Repeat("  File \"x.py\", line 1 in f\n", 100)
+	assert.Len(t, strings.Split(relevant(long), "\n"), maxFatal, "a deep stack is cut")
 }

@@ -189,6 +189,23 @@ func TestWorkerEndsEarly(t *testing.T) {
 	assert.Contains(t, err.Error(), "training window 1 (steps 4-7): worker reported an error: the script ended after 6 of the 8 optimizer steps it gave hdet (total_steps)")
 }
 
+// A script that crashes natively after the run (as torch's gloo backend
+// can while the interpreter finalizes): Close names the signal and quotes
+// faulthandler's report, which hdet turns on in the worker, with the line
+// of the script that crashed.
+func TestWorkerNativeCrashQuotesStacks(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "4", "--abort-after-stop"))
+	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4})
+	require.NoError(t, err)
+	err = w.Close()
+	require.ErrorIs(t, err, ErrExited)
+	msg := err.Error()
+	assert.Contains(t, msg, "finishing after STOP: worker process exited (killed by signal 6 (aborted))")
+	assert.Contains(t, msg, "--- rank 0's worker stderr: its error ---\nFatal Python error: Aborted")
+	assert.Regexp(t, `File ".*worker\.py", line \d+ in <module>`, msg)
+	assert.NotContains(t, msg, "Extension modules:")
+}
+
 // An optimizer step past total_steps raises; the script's exit status after
 // STOP is Close's error. The script's own rates were restored after every
 // step: it sees 0.05, never the multiplied rate.

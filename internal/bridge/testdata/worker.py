@@ -20,6 +20,8 @@ ap.add_argument("--die-at-step", type=int, default=-1)
 ap.add_argument("--hang-at-step", type=int, default=-1)
 ap.add_argument("--fail-at-step", type=int, default=-1)
 ap.add_argument("--fail-after-stop", action="store_true", help="exit 3 once the run is over (after hdet's STOP)")
+ap.add_argument("--abort-after-stop", action="store_true",
+                help="abort() once the run is over, as a native crash in torch's teardown does")
 ap.add_argument("--end-at-step", type=int, default=-1, help="leave the loop early")
 ap.add_argument("--extra-step", action="store_true", help="step the optimizer once past total_steps")
 ap.add_argument("--onecycle", action="store_true", help="hdet.OneCycleLR instead of hdet.attach")
@@ -109,3 +111,5 @@ if args.extra_step:
     opt.step()
 if args.fail_after_stop:
     sys.exit(3)
+if args.abort_after_stop:
+    os.abort()

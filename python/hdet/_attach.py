@@ -37,8 +37,30 @@ class _Process:
     def __init__(self) -> None:
         self.probe: Callable[[], float] | None = None
         self.attached: weakref.WeakKeyDictionary[torch.optim.Optimizer, str] = weakref.WeakKeyDictionary()
-        self.run: Attachment | None = None
+        self._run: Attachment | None = None
+        self._ended: weakref.ref[Attachment] | None = None
         self.hooked = False
+
+    @property
+    def run(self) -> Attachment | None:
+        """The attachment: held while its run is on; once it is over, only
+        as long as the script holds the optimizer (its step wrapper holds
+        the attachment), so the script can free its model and optimizer."""
+        if self._run is not None:
+            return self._run
+        return self._ended() if self._ended is not None else None
+
+    def start(self, run: Attachment) -> None:
+        self._run = run
+
+    def end(self) -> None:
+        if self._run is not None:
+            self._ended = weakref.ref(self._run)
+            self._run = None
+
+    @property
+    def ended(self) -> bool:
+        return self._ended is not None
 
 
 _process = _Process()
@@ -94,11 +116,11 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
     _process.attached[optimizer] = _by
     if not _session.under_hdet():
         return optimizer
-    if _process.run is not None:
-        raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one"
-                           % (_by, _process.attached.get(_process.run.optimizer, "attach")))
+    if _process.run is not None or _process.ended:
+        by = _process.attached.get(_process.run.optimizer, "attach") if _process.run is not None else "attach"
+        raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one" % (_by, by))
     _reseed_replica()
-    _process.run = Attachment(optimizer, total, values, settings, evaluate, probe)
+    _process.start(Attachment(optimizer, total, values, settings, evaluate, probe))
     _hook_exit()
     return optimizer
 
@@ -192,10 +214,10 @@ class Attachment:
 
     def _step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         _loss.stepped()
-        if self.session is None:
-            self._connect()
         if self.stopped:
             self._past_end()
+        if self.session is None:
+            self._connect()
         i = self.step_num - self.start
         now = {name: vals[i] for name, vals in self.plan.items()}
         bases = [as_float(g["lr"]) for g in self.optimizer.param_groups]
@@ -297,7 +319,7 @@ class Attachment:
         assert s is not None
         msg = s.next_message(self.evaluate)
         if msg is None:
-            self.stopped = True
+            self._end()
             if self.step_num < self.total:
                 raise _session.Stopped(self.step_num)
             return
@@ -319,6 +341,15 @@ class Attachment:
         self.losses, self.bases = [], []
         self.applied = {name: [] for name in plan}
         self.values.between({name: vals[0] for name, vals in plan.items()})
+
+    def _end(self) -> None:
+        """hdet's STOP: the run is over. Let go of what only hdet needed
+        (the shared buffer, the probe's copy of the parameters, the
+        window's losses) and of the attachment, so nothing of hdet keeps the
+        script's model, optimizer or memory alive after it."""
+        self.stopped = True
+        self.session, self.avg, self.losses = None, [], []
+        _process.end()
 
     @torch.no_grad()
     def _accumulate(self, k: int) -> None:

@@ -5,11 +5,13 @@ multiplier, read inside the step, and the script's own value is back right
 after it, whatever sets the rate; bad use is refused with a message naming
 what is wrong."""
 
+import gc
 import math
 import os
 import sys
 import unittest
 import warnings
+import weakref
 from unittest import mock
 
 import torch
@@ -424,6 +426,22 @@ class UnderHdetTest(unittest.TestCase):
         hdet.attach(a, STEPS)
         with self.assertRaisesRegex(RuntimeError, "hdet runs one optimizer per process"):
             hdet.attach(b, STEPS)
+
+    def test_nothing_of_hdet_holds_the_script_after_the_run(self):
+        """After hdet's STOP a script that drops its optimizer frees it (and
+        its parameters and state), as it would without hdet."""
+        _, _, _, opt = train(attach=True)
+        self.assertTrue(self.sessions[0].finished)
+        self.assertEqual(hdet.current(opt)["step"], STEPS, "while the script holds its optimizer")
+        ref = weakref.ref(opt)
+        self.sessions.clear()  # the stand-in for hdet's session holds the optimizer
+        del opt
+        gc.collect()
+        self.assertIsNone(ref(), "the optimizer outlived the script's last reference")
+        self.assertIsNone(hdet.current())
+        _, again = make_optimizer("adamw")
+        with self.assertRaisesRegex(RuntimeError, "hdet runs one optimizer per process, and attach already"):
+            hdet.attach(again, STEPS)
 
 
 class BadUseTest(unittest.TestCase):

@@ -432,6 +432,25 @@ func TestPyTorchWorkerFailures(t *testing.T) {
 	}
 }
 
+// A script that crashes on one rank after the run (as torch's teardown
+// can) fails the job, exit 1, saying why with the Python stacks, but loses
+// none of the run: rank 0 writes model.bin and the report, and no rank is
+// aborted.
+func TestPyTorchWorkerCrashAfterTheRun(t *testing.T) {
+	r := runWorker(t, 2, "", nil, workerScript(t), "--steps", "40", "--window", "10", "--explore", "lr",
+		"--abort-after-stop", "--fail-rank", "1")
+	var ee *exec.ExitError
+	require.ErrorAs(t, r.err, &ee, "%s\n%s", r.stdout, r.stderr)
+	assert.Equal(t, 1, ee.ExitCode(), "%s\n%s", r.stdout, r.stderr)
+	out := r.stdout + r.stderr
+	assert.Regexp(t, `the run finished \(model.bin, metrics.jsonl and the report are in [^)]+\), then the script failed after hdet's STOP: worker: rank 1: worker \(pid \d+\) finishing after STOP: worker process exited \(killed by signal 6 \(aborted\)\)`, out)
+	assert.Contains(t, out, "Fatal Python error: Aborted")
+	assert.NotContains(t, out, "MPI_ABORT", "no rank is aborted")
+	assert.FileExists(t, filepath.Join(r.dir, "model.bin"))
+	assert.Contains(t, r.stdout, "report: ")
+	assert.FileExists(t, filepath.Join(r.dir, "report", "index.html"))
+}
+
 // hdet.attach's arguments change the run: window the window, alpha lr's
 // spread, auto lr's auto block (until: the search pass lasts half the
 // run), an explore dict weight_decay's base, spread and bounds.

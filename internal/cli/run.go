@@ -166,9 +166,10 @@ func runSignals() (ctx context.Context, cancel func(), stop *atomic.Bool) {
 
 // runOutcome maps a run's end to its exit code, in one place: 0, 2 for
 // what the user typed or configured, 3 after a signal made the run
-// checkpoint and stop, 1 otherwise. Every rank knows of an agreed error,
-// so the job ends with MPI_Finalize; any other error may leave a rank
-// blocked in a collective, so main aborts the job.
+// checkpoint and stop, 1 otherwise. After an agreed error (every rank
+// knows of it) or a script's failure after the run, the job ends with
+// MPI_Finalize; any other error may leave a rank blocked in a collective,
+// so main aborts the job.
 func runOutcome(s Streams, log zerolog.Logger, out session.Outcome, err error) Outcome {
 	o := Outcome{MPI: true, After: out.Report}
 	if err == nil {
@@ -180,6 +181,9 @@ func runOutcome(s Streams, log zerolog.Logger, out session.Outcome, err error) O
 	case errors.Is(err, engine.ErrStopped):
 		o.Code = ExitPreempted
 	case errors.Is(err, session.ErrPeerFailed): // the failing rank says why
+		o.Code = ExitFailure
+	case session.AfterRun(err): // nothing of the run is lost: the report is written
+		log.Error().Err(err).Msg("script failed after the run")
 		o.Code = ExitFailure
 	case errors.As(err, &ue):
 		fmt.Fprintf(s.Err, "hdet run: %v\n", err)

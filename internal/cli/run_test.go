@@ -27,15 +27,16 @@ func TestRunOutcomeMapsEveryEnd(t *testing.T) {
 		after     bool
 		stderrHas string
 	}{
-		"finished":                       {out: session.Outcome{Report: report}, code: ExitOK, after: true},
-		"finished, not rank 0":           {code: ExitOK},
-		"stopped by a signal":            {err: fmt.Errorf("window 3: %w", engine.ErrStopped), code: ExitPreempted},
-		"worker failed after a stop":     {err: errors.Join(engine.ErrStopped, errors.New("worker: exit 1")), code: ExitPreempted},
-		"config error, agreed":           {err: agreedUsage, code: ExitUsage, stderrHas: "train.window: got 0"},
-		"another rank's config error":    {err: agreedErr(t, okCfg, 2), code: ExitUsage},
-		"another rank failed setup":      {err: agreedErr(t, okCfg, 1), code: ExitFailure},
-		"failure on one rank mid-run":    {err: errors.New("rank 2, window 4: boom"), code: ExitFailure, abort: true},
-		"worker failed after the finish": {err: errors.New("worker: finishing after STOP: exit 1"), code: ExitFailure, abort: true},
+		"finished":                      {out: session.Outcome{Report: report}, code: ExitOK, after: true},
+		"finished, not rank 0":          {code: ExitOK},
+		"stopped by a signal":           {err: fmt.Errorf("window 3: %w", engine.ErrStopped), code: ExitPreempted},
+		"worker failed after a stop":    {err: errors.Join(engine.ErrStopped, errors.New("worker: exit 1")), code: ExitPreempted},
+		"config error, agreed":          {err: agreedUsage, code: ExitUsage, stderrHas: "train.window: got 0"},
+		"another rank's config error":   {err: agreedErr(t, okCfg, 2), code: ExitUsage},
+		"another rank failed setup":     {err: agreedErr(t, okCfg, 1), code: ExitFailure},
+		"failure on one rank mid-run":   {err: errors.New("rank 2, window 4: boom"), code: ExitFailure, abort: true},
+		"rank 0 failed writing results": {err: errors.New("writing model.bin: no space left"), code: ExitFailure, abort: true},
+		"script failed after the run":   {err: &session.AfterRunError{Err: errors.New("worker: finishing after STOP: exit 1")}, code: ExitFailure},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stderr bytes.Buffer

@@ -84,13 +84,28 @@ func Usagef(format string, a ...any) error { return &UsageError{Err: fmt.Errorf(
 // ErrPeerFailed: another rank failed during setup (it says why).
 var ErrPeerFailed = errors.New("another rank failed during setup")
 
-// Agreed reports whether every rank knows of err, so the ranks can end
-// together (MPI_Finalize) rather than abort: a setup failure they agreed
-// on, or a stop after a signal.
+// Agreed reports whether the ranks can end together (MPI_Finalize) rather
+// than abort: a setup failure they agreed on, a stop after a signal (every
+// rank knows of both), or a script that failed after the run (no
+// collective is left to wait on).
 func Agreed(err error) bool {
 	var ae agreedError
-	return errors.As(err, &ae) || errors.Is(err, engine.ErrStopped)
+	return errors.As(err, &ae) || errors.Is(err, engine.ErrStopped) || AfterRun(err)
 }
+
+// AfterRun reports whether err is a worker script's failure after a
+// finished run (its exit after hdet's STOP).
+func AfterRun(err error) bool {
+	var ae *AfterRunError
+	return errors.As(err, &ae)
+}
+
+// AfterRunError marks a worker script's failure after a finished run: the
+// run's results are written, and the job still ends non-zero.
+type AfterRunError struct{ Err error }
+
+func (e *AfterRunError) Error() string { return e.Err.Error() }
+func (e *AfterRunError) Unwrap() error { return e.Err }
 
 // agreedError is a setup failure every rank has learnt of through agree.
 type agreedError struct{ error }

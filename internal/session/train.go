@@ -24,7 +24,8 @@ import (
 
 // train runs the window loop, then ends the run: on a stop, the requeue
 // under Slurm; after the last window, the worker's exit, model.bin, the end
-// record and the closing lines (rank 0).
+// record and the closing lines (rank 0). A script that fails after the
+// last window (its exit after STOP) fails the job, but after all of that.
 func (s *session) train(ctx context.Context) (Outcome, error) {
 	opts, err := s.engineOptions()
 	if err != nil {
@@ -43,13 +44,46 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 	}
 	// The final parameters, before the worker (and with it the buffer) goes.
 	params := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
-	if err == nil || errors.Is(err, engine.ErrStopped) {
+	var scriptErr error // the script's own end, after the last window: it loses none of the run
+	if err == nil {
+		scriptErr = s.closeWorker()
+	} else if errors.Is(err, engine.ErrStopped) {
 		err = errors.Join(err, s.closeWorker())
 	}
-	if err != nil || s.rank != 0 {
-		return Outcome{Result: res}, err
+	out := Outcome{Result: res}
+	if err == nil && s.rank == 0 {
+		out, err = s.finish(res, params, time.Since(start))
 	}
-	return s.finish(res, params, time.Since(start))
+	if err != nil {
+		return out, errors.Join(err, scriptErr)
+	}
+	return s.endScripts(out, scriptErr)
+}
+
+// endScripts lets every rank of a worker run learn whether a script failed
+// after the run (its exit after STOP). If one did, rank 0 writes the report
+// before the ranks part: a rank that exits non-zero makes mpirun end the
+// others, and the report must not go with them.
+func (s *session) endScripts(out Outcome, scriptErr error) (Outcome, error) {
+	if s.worker == nil {
+		return out, nil
+	}
+	failed := []float64{0}
+	if scriptErr != nil {
+		failed[0] = 1
+	}
+	if err := s.o.World.AllreduceFloat64(failed, reduce.Max); err != nil || failed[0] == 0 {
+		return out, errors.Join(err, scriptErr)
+	}
+	if out.Report != nil {
+		_ = out.Report() // it logs its own failure: the run stands without it
+		out.Report = nil
+	}
+	if err := s.o.World.AllreduceFloat64([]float64{0}, reduce.Max); err != nil || scriptErr == nil { // the report is out
+		return out, errors.Join(err, scriptErr)
+	}
+	return out, &AfterRunError{Err: fmt.Errorf("the run finished (model.bin, metrics.jsonl and the report are in %s), "+
+		"then the script failed after hdet's STOP: %w", s.cfg.Run.Dir, scriptErr)}
 }
 
 func (s *session) engineOptions() (engine.Options, error) {

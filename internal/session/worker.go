@@ -143,7 +143,7 @@ func usageIf(err error) error {
 }
 
 // closeWorker ends the worker after the loop (STOP, then its exit status):
-// a script that fails while finishing fails the run.
+// a script that fails while finishing fails the job.
 func (s *session) closeWorker() error {
 	if s.worker == nil {
 		return nil

@@ -25,7 +25,7 @@ ap.add_argument("--abort-after-stop", action="store_true",
 ap.add_argument("--end-at-step", type=int, default=-1, help="leave the loop early")
 ap.add_argument("--extra-step", action="store_true", help="step the optimizer once past total_steps")
 ap.add_argument("--onecycle", action="store_true", help="hdet.OneCycleLR instead of hdet.attach")
-ap.add_argument("--fail-rank", type=int, default=-1, help="only this rank fails, ends early or hangs")
+ap.add_argument("--fail-rank", type=int, default=-1, help="only this rank fails, ends early, hangs or aborts")
 ap.add_argument("--explore", default="lr,weight_decay,temperature", help="names, or a JSON list of names and dicts")
 ap.add_argument("--window", type=int, help="attach's window")
 ap.add_argument("--alpha", type=float, help="attach's alpha")
@@ -39,6 +39,7 @@ ap.add_argument("--cuda", action="store_true",
 args = ap.parse_args()
 if args.fail_rank >= 0 and args.fail_rank != hdet.rank():
     args.die_at_step = args.hang_at_step = args.fail_at_step = args.end_at_step = -1
+    args.fail_after_stop = args.abort_after_stop = False
 
 torch.manual_seed(0)
 dev = torch.device("cpu")

@@ -116,9 +116,12 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
     _process.attached[optimizer] = _by
     if not _session.under_hdet():
         return optimizer
-    if _process.run is not None or _process.ended:
-        by = _process.attached.get(_process.run.optimizer, "attach") if _process.run is not None else "attach"
-        raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one" % (_by, by))
+    if _process.run is not None:
+        raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one"
+                           % (_by, _process.attached.get(_process.run.optimizer, "attach")))
+    if _process.ended:
+        raise RuntimeError("%s: hdet runs one optimizer per process, and this process's run under hdet is over"
+                           % _by)
     _reseed_replica()
     _process.start(Attachment(optimizer, total, values, settings, evaluate, probe))
     _hook_exit()

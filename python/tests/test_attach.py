@@ -440,7 +440,7 @@ class UnderHdetTest(unittest.TestCase):
         self.assertIsNone(ref(), "the optimizer outlived the script's last reference")
         self.assertIsNone(hdet.current())
         _, again = make_optimizer("adamw")
-        with self.assertRaisesRegex(RuntimeError, "hdet runs one optimizer per process, and attach already"):
+        with self.assertRaisesRegex(RuntimeError, "hdet runs one optimizer per process, and this process's run under hdet is over"):
             hdet.attach(again, STEPS)
 
 

@@ -17,10 +17,6 @@ import (
 // whose window loss, or probe loss (against the factor's square root) when
 // the window probed, diverged (markDiverged), and every replica when the
 // window blew up everywhere (blownUp) and a rollback is left; why: docs/design.md §6.4.
-// firstOfPass reports whether the window about to be judged is a pass's
-// first (or the first after a resume): it has no previous window's median.
-func (l *loop) firstOfPass() bool { return !(l.lastMedian > 0) }
-
 func (l *loop) checkDivergence(w *window) {
 	before := healthyMedian(w.losses, w.healthyRanks)
 	f := l.o.DivergenceFactor
@@ -224,3 +220,7 @@ func rollbackEvent(window, to, done, max int) metrics.Event {
 		"every rank was unhealthy in window %d: rolled back to the checkpoint at step %d with learning rates scaled by %g (rollback %d of at most %d)",
 		window, to, math.Pow(0.5, float64(done)), done, max)}
 }
+
+// firstOfPass reports whether the window about to be judged is a pass's
+// first (or the first after a resume): it has no previous window's median.
+func (l *loop) firstOfPass() bool { return !(l.lastMedian > 0) }

@@ -161,8 +161,9 @@ func (s *session) close() {
 	}
 }
 
-// agree makes every rank learn whether any rank failed a setup phase, so no
-// rank waits forever in the next collective for one that already gave up.
+// agree makes every rank learn whether any rank failed a setup phase (or
+// its script's end, after the run), so no rank waits forever in the next
+// collective for one that already gave up.
 func agree(w World, err error) error {
 	code := []float64{0}
 	if err != nil {

@@ -68,18 +68,14 @@ func (s *session) endScripts(out Outcome, scriptErr error) (Outcome, error) {
 	if s.worker == nil {
 		return out, nil
 	}
-	failed := []float64{0}
-	if scriptErr != nil {
-		failed[0] = 1
-	}
-	if err := s.o.World.AllreduceFloat64(failed, reduce.Max); err != nil || failed[0] == 0 {
-		return out, errors.Join(err, scriptErr)
+	if err := agree(s.o.World, scriptErr); err == nil || !Agreed(err) {
+		return out, err // no script failed, or the ranks could not tell
 	}
 	if out.Report != nil {
 		_ = out.Report() // it logs its own failure: the run stands without it
 		out.Report = nil
 	}
-	if err := s.o.World.AllreduceFloat64([]float64{0}, reduce.Max); err != nil || scriptErr == nil { // the report is out
+	if err := agree(s.o.World, nil); err != nil || scriptErr == nil { // the report is out
 		return out, errors.Join(err, scriptErr)
 	}
 	return out, &AfterRunError{Err: fmt.Errorf("the run finished (model.bin, metrics.jsonl and the report are in %s), "+

@@ -60,8 +60,8 @@ if trace:
         json.dump({"full_sha256": h, "local_floats": local, "full_floats": sum(t.numel() for t in full)}, f)
 dist.destroy_process_group()
 # Skip the interpreter's finalization. FSDP2's modules keep the gloo group
-# and its threads alive past destroy_process_group; seen once in CI (of
-# some 70 runs here, none), rank 3 aborted after hdet's STOP with C++'s
+# and its threads alive past destroy_process_group; seen once in CI (in 88
+# runs here, never), rank 3 aborted after hdet's STOP with C++'s
 # "terminate called without an active exception", what a gloo thread does
 # when it needs the GIL to drop a collective's tensors while Python
 # finalizes. hdet rightly fails such a run; this test is not about it.

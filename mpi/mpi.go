@@ -13,6 +13,10 @@
 //     so it works while another goroutine is blocked in a collective);
 //   - buffers past MPI's int count: Allreduce and Bcast move them in pieces
 //     of at most 1 GiB, cut the same way on every rank;
+//   - a loop of collectives costs what the same loop costs from C: before a
+//     call the goroutine passes through the Go scheduler if 5 ms have gone by
+//     since it last did (yield.go), so Go's sysmon never finds it running
+//     for 10 ms and takes its thread's P in the middle of a collective;
 //   - a process started without mpirun is a world of one rank (an MPI
 //     singleton), where every collective is the identity.
 //
@@ -127,8 +131,10 @@ func check(op string, rc C.int) error {
 	return &Error{Op: op, Code: int(rc), Text: text}
 }
 
-// call makes one MPI call under the package lock, once MPI is initialised.
+// call makes one MPI call under the package lock, once MPI is initialised,
+// after letting the Go scheduler run if it is due (yieldIfDue).
 func call(op string, f func() C.int) error {
+	yieldIfDue()
 	mu.Lock()
 	defer mu.Unlock()
 	if !initialized {

@@ -43,6 +43,7 @@ type runFlags struct {
 	pluginDir   string
 	progress    string
 	logAllRanks bool
+	logFormat   logging.Format
 	debug       bool
 	debugColl   bool
 	selfCheck   bool
@@ -64,6 +65,10 @@ func parseRun(s Streams, args []string) (runFlags, error) {
 	fs.StringVar(&f.pluginDir, "plugin-dir", "", "explorer plugin directory (default $HDET_PLUGIN_DIR, then plugins/ next to hdet)")
 	fs.StringVar(&f.progress, "progress", "", "progress display: auto, plain or none (overrides run.progress)")
 	fs.BoolVar(&f.logAllRanks, "log-all-ranks", false, "log info-level events on every rank, not only rank 0")
+	fs.Func("log-format", "log lines: auto (for people on a terminal, JSON otherwise), json or console", func(v string) (err error) {
+		f.logFormat, err = logging.ParseFormat(v)
+		return err
+	})
 	fs.BoolVar(&f.debug, "debug", false, "debug logging (per-window checksums and values)")
 	fs.BoolVar(&f.debugColl, "debug-collectives", false, "log every collective of the window loop with its duration, on every rank")
 	fs.BoolVar(&f.selfCheck, "self-check", false, "check the MPI setup instead of training")
@@ -129,7 +134,7 @@ func runRun(s Streams, args []string) Outcome {
 		return Outcome{Code: exitCode(s, "run", fmt.Errorf("MPI: %w", err))}
 	}
 	w := mpi.World()
-	log := logging.New(logging.Options{Rank: w.Rank(), AllRanks: f.logAllRanks, Debug: f.debug})
+	log := logging.New(logging.Options{Rank: w.Rank(), AllRanks: f.logAllRanks, Debug: f.debug, Format: f.logFormat})
 	if f.selfCheck { // every rank took part in its one allreduce: MPI ends normally
 		return Outcome{Code: exitCode(s, "run", selfCheck(s, w)), MPI: true}
 	}

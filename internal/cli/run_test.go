@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/engine"
+	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/internal/session"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
@@ -78,3 +81,20 @@ func (p peerWorld) AllreduceFloat64(b []float64, op reduce.Op) error {
 }
 
 const okCfg = "train: {steps: 20, window: 10}\nrun: {progress: none}\n"
+
+// --log-format takes auto, json or console; anything else is a usage
+// error (exit 2) that says what is allowed, before MPI starts.
+func TestRunLogFormatFlag(t *testing.T) {
+	var stderr bytes.Buffer
+	s := Streams{Out: io.Discard, Err: &stderr}
+	f, err := parseRun(s, []string{"--log-format", "json"})
+	require.NoError(t, err)
+	assert.Equal(t, logging.JSON, f.logFormat)
+	f, err = parseRun(s, nil)
+	require.NoError(t, err)
+	assert.Equal(t, logging.Format(""), f.logFormat, "auto when not given")
+
+	code := runRun(s, []string{"--log-format", "text"})
+	assert.Equal(t, ExitUsage, code.Code)
+	assert.Contains(t, stderr.String(), `invalid value "text" for flag -log-format: log format "text": want auto, json or console`)
+}

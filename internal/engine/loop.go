@@ -123,7 +123,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	}
 	l.res.Pass, l.res.Steps = l.pass, l.o.Steps
 	l.res.Checksum, l.res.LRScale = Checksum(l.params), math.Pow(0.5, float64(l.rollbacks))
-	l.o.Log.Info().Dur("wall", time.Since(start)).Str("checksum", l.res.Checksum).Msg("run finished")
+	l.o.Log.Info().Dur("wall_ms", time.Since(start)).Str("checksum", l.res.Checksum).Msg("run finished")
 	return l.res, nil
 }
 

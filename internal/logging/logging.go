@@ -1,22 +1,45 @@
-// Package logging sets up hdet's zerolog logger: JSON when stderr is not a
-// terminal, console format on a terminal, every line tagged with the rank.
+// Package logging sets up hdet's zerolog logger: lines for people (console
+// format) where stderr reaches a terminal, JSON lines for tools otherwise
+// or when asked, every line tagged with the rank.
 package logging
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
+
+	"github.com/hdet-dev/hdet/internal/terminal"
 )
+
+// Format is how log lines are written.
+type Format string
+
+const (
+	Auto    Format = "auto"    // Console where the lines reach a terminal, else JSON
+	JSON    Format = "json"    // one JSON object a line, for tools
+	Console Format = "console" // zerolog's ConsoleWriter, for people
+)
+
+// ParseFormat reads --log-format's value; empty is Auto.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case "":
+		return Auto, nil
+	case Auto, JSON, Console:
+		return f, nil
+	}
+	return "", fmt.Errorf("log format %q: want auto, json or console", s)
+}
 
 // Options choose the logger's shape.
 type Options struct {
 	Rank        int
 	AllRanks    bool // log info-level events on every rank, not only rank 0
 	Debug       bool
-	ForceJSON   bool // JSON even on a terminal
+	Format      Format // "" is Auto
 	Destination io.Writer
 }
 
@@ -28,8 +51,9 @@ func New(o Options) zerolog.Logger {
 	if w == nil {
 		w = os.Stderr
 	}
-	if f, ok := w.(*os.File); ok && !o.ForceJSON && isatty.IsTerminal(f.Fd()) {
-		w = zerolog.ConsoleWriter{Out: f, TimeFormat: time.TimeOnly}
+	tty := reachesTerminal(w)
+	if o.Format == Console || (o.Format != JSON && tty) {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !tty}
 	}
 	level := zerolog.InfoLevel
 	if o.Debug {
@@ -39,4 +63,15 @@ func New(o Options) zerolog.Logger {
 		level = zerolog.WarnLevel
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Int("rank", o.Rank).Logger()
+}
+
+// reachesTerminal reports whether w's lines reach a person's terminal: w is
+// one, or, under mpirun, which forwards a rank's stderr through a pipe, the
+// launcher writes that descriptor to one.
+func reachesTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if ok && terminal.UnderMPI() {
+		return terminal.Launcher(f.Fd())
+	}
+	return terminal.Is(w)
 }

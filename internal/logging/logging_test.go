@@ -48,3 +48,31 @@ func TestOtherRanksOnlyWarnUnlessAllRanks(t *testing.T) {
 	l.Info().Msg("now heard")
 	assert.Len(t, lines(t, &buf), 1)
 }
+
+func TestFormats(t *testing.T) {
+	var buf bytes.Buffer
+	l := New(Options{Rank: 0, Format: Console, Destination: &buf})
+	l.Info().Float64("wall_ms", 12.5).Msg("run finished")
+	out := buf.String()
+	assert.Regexp(t, `^\d\d:\d\d:\d\d INF run finished `, out, "for people: time, level, message, then the fields")
+	assert.Contains(t, out, "rank=0")
+	assert.Contains(t, out, "wall_ms=12.5")
+	assert.NotContains(t, out, "\x1b[", "no colours where the lines reach no terminal")
+
+	for _, f := range []Format{Auto, JSON, ""} {
+		buf.Reset()
+		l = New(Options{Rank: 0, Format: f, Destination: &buf})
+		l.Info().Msg("for tools")
+		require.Len(t, lines(t, &buf), 1, "format %q to a pipe or file is JSON", f)
+	}
+}
+
+func TestParseFormat(t *testing.T) {
+	for s, want := range map[string]Format{"": Auto, "auto": Auto, "json": JSON, "console": Console} {
+		f, err := ParseFormat(s)
+		require.NoError(t, err)
+		assert.Equal(t, want, f)
+	}
+	_, err := ParseFormat("text")
+	assert.EqualError(t, err, `log format "text": want auto, json or console`)
+}

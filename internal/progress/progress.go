@@ -8,11 +8,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/mattn/go-isatty"
+	"github.com/hdet-dev/hdet/internal/terminal"
 )
 
 // Mode chooses how progress is shown.
@@ -94,26 +93,12 @@ func New(w io.Writer, mode Mode, pass, startStep int) *Reporter {
 	return r
 }
 
+// isTerminal reports whether w redraws in place for a person: a terminal
+// and, under mpirun, forwarded to one. Open MPI gives each local rank a
+// pseudo-terminal as stdout and forwards it, whatever mpirun's own output
+// is (a log file, a pipe), so there the launcher's stdout decides.
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(interface{ Fd() uintptr })
-	if !ok || !(isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
-		return false
-	}
-	// Open MPI gives each local rank a pseudo-terminal as stdout and
-	// forwards it, whatever mpirun's own output is (a log file, a pipe). So
-	// under mpirun ask whether the launcher, the parent process, writes to
-	// a terminal; a remote rank's parent is a daemon that does not.
-	if os.Getenv("OMPI_COMM_WORLD_RANK") != "" {
-		return writesToTerminal(os.Getppid())
-	}
-	return true
-}
-
-// writesToTerminal reports whether process pid's stdout is a terminal
-// device (Linux /proc; false where it cannot tell).
-func writesToTerminal(pid int) bool {
-	target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/1", pid))
-	return err == nil && (strings.HasPrefix(target, "/dev/pts/") || strings.HasPrefix(target, "/dev/tty"))
+	return terminal.Is(w) && (!terminal.UnderMPI() || terminal.Launcher(1))
 }
 
 // Update reports that step of total steps of pass are done (the search

@@ -11,13 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
-	"github.com/hdet-dev/hdet/internal/logging"
 	"github.com/hdet-dev/hdet/internal/memcheck"
 	"github.com/hdet-dev/hdet/internal/runlock"
 	"github.com/hdet-dev/hdet/internal/signals"
@@ -94,7 +95,7 @@ func (s *session) startWatchdog() {
 		Timeout: time.Duration(s.cfg.Train.Watchdog), Abort: s.o.Abort, Log: s.o.Log,
 	}
 	if s.o.DebugCollectives {
-		l := logging.New(logging.Options{Rank: w.Rank(), AllRanks: true, Debug: true})
+		l := s.o.Log.Level(zerolog.DebugLevel) // every rank, in the run's log format
 		o.Collectives = &l
 	}
 	s.wd = watchdog.Start(o)

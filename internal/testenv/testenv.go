@@ -56,6 +56,7 @@ const (
 	GetTorch = "`make venv` creates .venv; `make test` runs it"
 	GetData  = "run `make data`; `make test` runs it first"
 	GetRoot  = "CI runs as root"
+	GetPTY   = "a Linux machine with /dev/ptmx; CI has one"
 )
 
 // CI reports whether the tests run under CI (CI set), where everything a

@@ -291,7 +291,7 @@ func (w *Watchdog) check() {
 		if silent != "" {
 			silent = "silent: " + silent + "; "
 		}
-		w.o.Log.Error().Ints("late_ranks", late).Str("waiting_in", self.where()).Dur("waited", waited).
+		w.o.Log.Error().Ints("late_ranks", late).Str("waiting_in", self.where()).Dur("waited_ms", waited).
 			Msgf("watchdog: this rank has waited %.1fs in %s, longer than %s; %s%s; aborting the job",
 				waited.Seconds(), self.where(), what, silent, detail)
 		w.abort(1)

@@ -253,3 +253,11 @@ func TestProgramFingerprintSeesThePlugins(t *testing.T) {
 	_, err = programFingerprint(filepath.Join(dir, "missing", "hdet"))
 	assert.Error(t, err)
 }
+
+func TestParseInProcessReadsTheCLoopLines(t *testing.T) {
+	out := "1024 5e-05\ncloop 1024 4.9e-05 0.98 1.01 1.05\ncloop bad 1 2 3 4\n269322 0.0008\ncloop 269322 8e-4 0.9 1 x\n"
+	assert.Equal(t, map[int][3]float64{1024: {0.98, 1.01, 1.05}}, parseInProcess(out))
+	got, err := parseAllreduce(out)
+	require.NoError(t, err)
+	assert.Equal(t, map[int]float64{1024: 5e-05, 269322: 0.0008}, got, "the cloop lines are not per-call times")
+}

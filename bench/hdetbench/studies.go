@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -81,90 +79,6 @@ func (b *bench) studyStability(ctx context.Context) (*table, error) {
 	t.note("9 x the best sweep max_lr (%s); the HDET spread is symmetric, so the replicas' mean learning rate is the base's.", lrText(b.sweepLRs[b.best]))
 	t.note("diverged: the run stopped with every rank diverged, or its final test loss is NaN or >= ln 10 (no better than chance). NaN windows: windows in which some replica was left out of the average, or that went NaN everywhere and rolled back.")
 	return t, nil
-}
-
-// allreduceSizes are the model's parameter count, the local mode's sync
-// buffer (3x) and 10x and 100x the model.
-func allreduceSizes() []int {
-	return []int{modelFloats, 3 * modelFloats, 10 * modelFloats, 100 * modelFloats}
-}
-
-// studyAllreduce is study 4: the fused in-place allreduce through hdet's Go
-// binding against plain C, alternating the two programs in one invocation.
-func (b *bench) studyAllreduce(ctx context.Context) (*table, error) {
-	t := &table{Title: "Study 4: converge cost, MPI_Allreduce through the Go binding vs C",
-		Header: []string{"floats", "what", "C (us)", "Go (us)", "Go/C"}}
-	sizes := allreduceSizes()
-	what := []string{"model (gradients-mode buffer)", "local-mode buffer (3x)", "10x model", "100x model"}
-	samples := map[string]map[int][]float64{"c": {}, "go": {}}
-	for range b.p.AllreduceRounds {
-		for _, side := range []string{"c", "go"} {
-			args := append(append([]string{}, b.rn.mpirun...), filepath.Join(b.p.Bin, "allreduce-"+side), fmt.Sprint(b.p.AllreduceReps))
-			for _, n := range sizes {
-				args = append(args, fmt.Sprint(n))
-			}
-			cmdline := strings.Join(args, " ")
-			b.rn.log("  %s", cmdline)
-			t.Commands = append(t.Commands, cmdline)
-			out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
-			if err != nil {
-				return t, fmt.Errorf("%w: %s: %w\n%s", ErrRun, cmdline, err, tail(string(out), 2000))
-			}
-			got, err := parseAllreduce(string(out))
-			if err != nil {
-				return t, fmt.Errorf("%s: %w", cmdline, err)
-			}
-			for n, s := range got {
-				samples[side][n] = append(samples[side][n], s)
-			}
-		}
-	}
-	var ratios []float64
-	for i, n := range sizes {
-		c, g := median(samples["c"][n]), median(samples["go"][n])
-		ratios = append(ratios, g/c)
-		t.add(fmt.Sprint(n), what[i], num(c*1e6, 1), num(g*1e6, 1), num(g/c, 3))
-	}
-	t.note("bench/allreduce-c and bench/allreduce-go (the programs of `make bench-allreduce`), %d ranks, float32 sum in place; each program prints its median over %d timed repetitions, the table the median over %d alternating rounds.",
-		b.p.NP, b.p.AllreduceReps, b.p.AllreduceRounds)
-	t.note("%s", allreduceVerdict(ratios))
-	return t, nil
-}
-
-// allreduceVerdict judges "Go within 2% of C". Go much faster than C is no
-// win of the binding (both make the same MPI call): it says the machine's
-// noise is larger than the 2% being measured, so the target is unconfirmed.
-func allreduceVerdict(ratios []float64) string {
-	lo, hi := slices.Min(ratios), slices.Max(ratios)
-	switch {
-	case hi > 1.02:
-		return fmt.Sprintf("Target NOT met on this run: Go/C up to %.3f (range %.3f-%.3f; target: Go within 2%% of C). Both sides make the same MPI call; the load average below says how busy the machine was.", hi, lo, hi)
-	case lo < 0.98:
-		return fmt.Sprintf("Target not confirmed: Go was never more than 2%% slower than C, but Go/C ranges %.3f-%.3f, so the machine's noise exceeds the 2%% being measured.", lo, hi)
-	}
-	return fmt.Sprintf("Target met: Go within 2%% of C at every size (Go/C %.3f-%.3f).", lo, hi)
-}
-
-// parseAllreduce reads the "size seconds" lines the allreduce programs
-// print on rank 0, ignoring anything else mpirun prints.
-func parseAllreduce(out string) (map[int]float64, error) {
-	got := map[int]float64{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 {
-			continue
-		}
-		n, err1 := strconv.Atoi(f[0])
-		s, err2 := strconv.ParseFloat(f[1], 64)
-		if err1 == nil && err2 == nil {
-			got[n] = s
-		}
-	}
-	if len(got) == 0 {
-		return nil, errors.New("no \"size seconds\" lines in the output")
-	}
-	return got, nil
 }
 
 // studyController is study 5: the plan + broadcast per window measured in

@@ -66,6 +66,14 @@ func TestReportCommand(t *testing.T) {
 	code, stdout, stderr = runReportCmd(run)
 	require.Equal(t, ExitOK, code, stderr)
 	assert.Equal(t, filepath.Join(run, "report", "index.html"), strings.TrimSpace(stdout))
+
+	// --tensorboard puts the event files elsewhere.
+	tb := filepath.Join(t.TempDir(), "tb")
+	code, _, stderr = runReportCmd(run, "--tensorboard", tb)
+	require.Equal(t, ExitOK, code, stderr)
+	files, err := filepath.Glob(filepath.Join(tb, "train", "events.out.tfevents.*"))
+	require.NoError(t, err)
+	assert.Len(t, files, 1)
 }
 
 func TestReportCompareCommand(t *testing.T) {
@@ -99,6 +107,7 @@ func TestReportCommandErrors(t *testing.T) {
 		"missing":         {[]string{filepath.Join(run, "nope")}, "no such file"},
 		"compare one":     {[]string{"--compare", run}, "at least two"},
 		"compare csv":     {[]string{"--compare", "--csv", run, run}, "--csv"},
+		"compare tb":      {[]string{"--compare", "--tensorboard", t.TempDir(), run, run}, "--tensorboard apply to a single run"},
 		"bad flag":        {[]string{"--color", run}, "color"},
 	} {
 		t.Run(name, func(t *testing.T) {

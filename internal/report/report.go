@@ -12,6 +12,9 @@ import (
 // Options tunes Write.
 type Options struct {
 	CSV bool // also write windows.csv
+	// TensorBoard is where the TensorBoard event files go,
+	// DefaultTensorBoardDir(outDir) when empty.
+	TensorBoard string
 }
 
 // SummaryFile is the name of the markdown summary Write produces.
@@ -23,7 +26,8 @@ func DefaultOutDir(runDir string) string { return filepath.Join(runDir, "report"
 
 // Write reads runDir's metrics.jsonl and writes the report (figures as PNG
 // and SVG, summary.md, index.html and, with opts.CSV, windows.csv) into
-// outDir, DefaultOutDir(runDir) when empty. It works on a run still going or
+// outDir, DefaultOutDir(runDir) when empty, and the run's values as
+// TensorBoard event files into opts.TensorBoard. It works on a run still going or
 // one that crashed. It returns the absolute path of index.html.
 func Write(runDir, outDir string, opts Options) (indexPath string, err error) {
 	r, err := Load(runDir)
@@ -38,6 +42,13 @@ func Write(runDir, outDir string, opts Options) (indexPath string, err error) {
 	}
 	figs, err := plotRun(r, outDir)
 	if err != nil {
+		return "", err
+	}
+	tbDir := opts.TensorBoard
+	if tbDir == "" {
+		tbDir = DefaultTensorBoardDir(outDir)
+	}
+	if _, err := writeTensorBoard(r, tbDir); err != nil {
 		return "", err
 	}
 	s := Summarize(r)

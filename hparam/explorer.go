@@ -58,8 +58,8 @@ type Setup struct {
 	TotalSteps  int    // S
 	WindowSteps int    // T
 	Seed        uint64
-	// Probe: the workload can evaluate the probe signal (docs/design.md §1,
-	// revision 2), so a WindowPlan that asks for it gets Observation.Probe.
+	// Probe: the workload can evaluate the probe signal (docs/design.md
+	// §1.1), so a WindowPlan that asks for it gets Observation.Probe.
 	Probe bool
 }
 
@@ -127,8 +127,8 @@ type Feedback struct {
 	Search SearchState
 }
 
-// SearchState is an explorer's part in the run's search pass (docs/design.md §1,
-// revision 3).
+// SearchState is an explorer's part in the run's search pass (docs/design.md
+// §1.2).
 type SearchState int
 
 const (
@@ -159,7 +159,7 @@ type Commitment struct {
 // controller plans window 0 at setup to check it, a restart replays a
 // plan) and must answer the same.
 //
-// A run with a search pass (revision 3) calls Commit once the explorers'
+// A run with a search pass calls Commit once the explorers'
 // Feedback.Search says the search is over: from then on Plan is asked for the main
 // pass's windows, from window 0 again, in order but without Observe, and
 // must answer the committed base (the controller drops the spread and the

@@ -30,8 +30,7 @@ explorers:
 `
 
 // pinnedAuto lets the explorers move their bases (the controller's plan
-// changes with the observed losses), in one pass (revision 2: auto.commit
-// continue).
+// changes with the observed losses), in one pass (auto.commit continue).
 const pinnedAuto = `
 explorers:
   - name: lr

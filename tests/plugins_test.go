@@ -220,10 +220,10 @@ func TestExplorerKilledRepeatedlyIsRestartedEachTime(t *testing.T) {
 	requireGone(t, dir, killed...)
 }
 
-// TestRevisionTwoFieldsCrossAPluginProcess sends the probe flag, probe
+// TestProbeAndOffsetFieldsCrossAPluginProcess sends the probe flag, probe
 // losses (NaN for an unhealthy rank) and the estimate and offset through a
 // real explorer process, which echoes them.
-func TestRevisionTwoFieldsCrossAPluginProcess(t *testing.T) {
+func TestProbeAndOffsetFieldsCrossAPluginProcess(t *testing.T) {
 	dir := pluginDir(t)
 	ctx := context.Background()
 	for _, probe := range []bool{true, false} {

@@ -203,7 +203,7 @@ func checkAuto(m map[string]any) error {
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch {
 		case k == "decay":
-			return fmt.Errorf("%w: auto[\"decay\"] was removed in revision 2: the script's own schedule replaced it; delete the key", ErrSetting)
+			return fmt.Errorf("%w: auto[\"decay\"] is no longer a setting: the script's own schedule replaced it; delete the key", ErrSetting)
 		case !slices.Contains(keys, k):
 			return fmt.Errorf("%w: auto has the unknown key %q; allowed: %s", ErrSetting, k, strings.Join(keys, ", "))
 		}

@@ -115,7 +115,7 @@ func TestExplorersRefuseScriptSettings(t *testing.T) {
 		{"unknown spread", func(h *Hello) { h.Options["spread"] = "cubic" }, `spread must be one of multiplicative, additive or geometric, got "cubic"`},
 		{"auto not a dict", func(h *Hello) { h.Options["auto"] = true }, "auto must be a dict of the lr explorer's auto settings, got true"},
 		{"auto unknown key", func(h *Hello) { h.Options["auto"] = map[string]any{"patience": 3.0} }, `auto has the unknown key "patience"; allowed: enabled, form, start, until`},
-		{"auto decay", func(h *Hello) { h.Options["auto"] = map[string]any{"decay": 0.5} }, `auto["decay"] was removed in revision 2`},
+		{"auto decay", func(h *Hello) { h.Options["auto"] = map[string]any{"decay": 0.5} }, `auto["decay"] is no longer a setting`},
 		{"auto type", func(h *Hello) { h.Options["auto"] = map[string]any{"until": "soon"} }, `auto["until"] must be a JSON number, got "soon"`},
 		{"auto integer", func(h *Hello) { h.Options["auto"] = map[string]any{"start": 2.5} }, `auto["start"] must be a JSON integer, got 2.5`},
 		{"auto without lr", func(h *Hello) { h.Explore = h.Explore[1:3] }, "auto sets the lr explorer's auto block, but the script does not explore lr"},

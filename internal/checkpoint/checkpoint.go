@@ -31,7 +31,7 @@ var ErrNone = errors.New("no checkpoint")
 
 // magic starts every checkpoint; version 2 added the pass, version 3 the
 // rollbacks. Older files still read: version 2 with no rollbacks, version 1
-// (one-pass runs before revision 3) also as pass 0.
+// (one-pass runs, before the search and main passes) also as pass 0.
 const (
 	magic   = "HDETCKP3"
 	magicV2 = "HDETCKP2"
@@ -45,7 +45,7 @@ const maxCount = 1 << 40
 // State is what a checkpoint holds.
 type State struct {
 	Config     []byte    // the resolved config.yaml of the run that wrote it
-	Pass       int       // plan.PassSearch or PassMain (revision 3's two passes)
+	Pass       int       // plan.PassSearch or PassMain
 	Rollbacks  int       // rollbacks so far: the learning rates train at 0.5^Rollbacks, in the main pass too
 	Step       int       // steps done in the pass
 	Window     int       // windows done in the pass

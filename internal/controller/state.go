@@ -23,10 +23,10 @@ import (
 //	  float64 committed offset and value (version 3)
 //	  uvarint length, the explorer's SaveState bytes (empty when frozen)
 //
-// Version 2 is revision 2 of the meta-update: the explorers' states it
-// holds changed meaning, so a version-1 checkpoint cannot resume. Version
-// 3 (revision 3) adds the pass and the commitments; a version-2 state
-// resumes in the search pass.
+// Version 2 came with the learned offset (docs/design.md §1.1): the
+// explorers' states it holds changed meaning, so a version-1 checkpoint
+// cannot resume. Version 3 adds the pass and the commitments (the search
+// and main passes, §1.2); a version-2 state resumes in the search pass.
 const controllerStateVersion = 3
 
 // SaveState serialises the controller for a checkpoint: the window to plan
@@ -90,7 +90,7 @@ func (c *Controller) LoadState(ctx context.Context, data []byte) ([]Event, error
 	d := plan.NewDecoder(data)
 	version := d.Byte("version")
 	if d.Err() == nil && version != controllerStateVersion && version != 2 {
-		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads versions 2 and %d (written before revision 2 of the meta-update; start the run afresh)", hparam.ErrDecode, version, controllerStateVersion)
+		return nil, fmt.Errorf("%w: controller state: version %d, this hdet reads versions 2 and %d (written before the learned offset of docs/design.md §1.1; start the run afresh)", hparam.ErrDecode, version, controllerStateVersion)
 	}
 	next := d.Uvarint("next window", uint64(c.windows))
 	pass, searchEnd := plan.PassSearch, 0

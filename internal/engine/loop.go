@@ -208,8 +208,8 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 	return w, nil
 }
 
-// restart begins the main pass when the plan is its first (docs/design.md §1,
-// revision 3): every rank restores its step-0 state, the divergence
+// restart begins the main pass when the plan is its first (docs/design.md
+// §1.2): every rank restores its step-0 state, the divergence
 // guards start afresh, and the main pass gets a step-0 checkpoint of its
 // own to roll back to.
 func (l *loop) restart(ctx context.Context, w *window) error {

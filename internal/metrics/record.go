@@ -62,8 +62,8 @@ type Record struct {
 	WorldSize   int `json:"world_size,omitempty"`
 
 	// window, commit
-	// Pass is 1 for the main pass of a run that committed (docs/design.md §1,
-	// revision 3): windows and steps count from 0 again. 0 (absent) is the
+	// Pass is 1 for the main pass of a run that committed (docs/design.md
+	// §1.2): windows and steps count from 0 again. 0 (absent) is the
 	// search pass, or the one pass of a run that never commits.
 	Pass int `json:"pass,omitempty"`
 	// Committed (commit) is each hyperparameter's committed value; Step

@@ -13,7 +13,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/metrics"
 )
 
-// writeOffsetRun writes a revision-2 run: lr (log scale) whose offset climbs
+// writeOffsetRun writes a one-pass run with a learned offset: lr (log scale) whose offset climbs
 // to ln 3 over 12 windows, dropout (linear) whose offset ends at -0.05, and,
 // with config, the config.yaml hdet run writes (OneCycle max_lr 0.001, a
 // constant dropout of 0.1).

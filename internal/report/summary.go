@@ -31,7 +31,7 @@ type Summary struct {
 	BestAccuracy        float64
 	BestAccuracyStep    int
 	Bases               []BasePath   // per pass
-	Offsets             []OffsetPath // the learned offsets (revision 2's auto phase), over the search pass
+	Offsets             []OffsetPath // the learned offsets (the auto phase), over the search pass
 	Events              []EventGroup
 	Unhealthy           []RankHealth
 	WallSeconds         float64

@@ -95,7 +95,7 @@ func New(cfg Config) (*Replica, error) {
 // Reset returns the replica to its state at step 0: the parameters drawn
 // from the seed again and the optimizer state zero. Every other state is
 // keyed by (seed, rank, step), so a run from step 0 after Reset trains
-// exactly as a fresh replica would (revision 3's main pass).
+// exactly as a fresh replica would (the main pass).
 func (r *Replica) Reset() {
 	r.initParams()
 	clear(r.slab[r.nParam:])

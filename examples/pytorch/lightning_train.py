@@ -22,6 +22,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -92,6 +93,9 @@ def main():
         max_steps=args.max_steps,
         accumulate_grad_batches=args.accumulate,
         default_root_dir=args.root,
+        # A CSV log reads without TensorBoard (Lightning's default logger
+        # once tensorboard is installed); hdet's values go to either.
+        logger=CSVLogger(args.root),
         log_every_n_steps=args.log_every,
         callbacks=[HdetCallback(), checkpoints],
         enable_progress_bar=not args.no_progress_bar,

@@ -66,10 +66,15 @@ def restore(saved: Saved) -> None:
 
 
 class Values:
-    """The names a run may explore on this optimizer, and their appliers."""
+    """The names a run may explore on this optimizer, and their appliers.
+
+    Groups are named by index and read from the optimizer at each use:
+    optimizer.load_state_dict (a script resuming its checkpoint, before or
+    after attach) replaces param_groups with new dicts, and writing a rate
+    into the old ones would leave the optimizer's untouched."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, callbacks: dict[str, Callable[[float], Any]]) -> None:
-        self.groups = optimizer.param_groups
+        self.optimizer = optimizer
         keys = group_keys(self.groups)
         g0 = self.groups[0]
         every = list(range(len(self.groups)))
@@ -112,6 +117,10 @@ class Values:
                 else:
                     _put(g, name.split("/")[0], v, saved)
         return saved
+
+    @property
+    def groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
 
     def between(self, values: dict[str, float]) -> None:
         """Set the callback values for the next forward pass."""

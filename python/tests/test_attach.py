@@ -353,6 +353,58 @@ class UnderHdetTest(unittest.TestCase):
         self.assertTrue(math.isclose(done[0]["losses"][0], first, rel_tol=1e-5),
                         "the step's loss is the sum of its micro-batches' (%r, want %r)" % (done[0]["losses"][0], first))
 
+    def test_load_state_dict_before_or_after_attach_and_after_a_scheduler(self):
+        """A script that resumes its own checkpoint: optimizer.load_state_dict
+        replaces the param groups, before or after the attach line, and
+        after a scheduler is built (issue 50's "param group 0's learning
+        rate inside optimizer.step() was ..."). Every step still runs at the
+        script's rate x the plan, and the script's rates are those it has
+        outside hdet."""
+        _, saved_opt = make_optimizer("adamw", groups=2)
+        saved_sched = lr_scheduler.CosineAnnealingLR(saved_opt, T_max=STEPS, eta_min=1e-4)
+        for _ in range(3):
+            for p in (p for g in saved_opt.param_groups for p in g["params"]):
+                p.grad = torch.ones_like(p)
+            saved_opt.step()
+            saved_sched.step()
+        ckpt = {"opt": saved_opt.state_dict(), "sched": saved_sched.state_dict()}
+
+        def resume(order):
+            model, opt = make_optimizer("adamw", groups=2)
+            if order == "before":
+                opt.load_state_dict(ckpt["opt"])
+            hdet.attach(opt, STEPS - 3)
+            sched = lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS, eta_min=1e-4)
+            sched.load_state_dict(ckpt["sched"])
+            if order != "before":
+                opt.load_state_dict(ckpt["opt"])  # after attach and after the scheduler
+            inside = []
+            opt.register_step_pre_hook(lambda o, a, k: inside.append(lrs_of(o)))
+            script, gen = [], torch.Generator().manual_seed(1)
+            for _ in range(STEPS - 3):
+                x = torch.randn(16, 4, generator=gen)
+                F.mse_loss(model(x), x[:, :2].sin()).backward()
+                script.append(lrs_of(opt))
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                sched.step()
+            return script, inside
+
+        for order in ("before", "after"):
+            with self.subTest(order=order):
+                fresh()
+                script, inside = resume(order)
+                with mock.patch.object(_session, "under_hdet", return_value=False):
+                    fresh()
+                    ref_script, ref_inside = resume(order)
+                self.assertEqual(script, ref_script, "the script's own rates are those it has outside hdet")
+                self.assertEqual(ref_inside, ref_script)
+                self.assertNotEqual(script[0], lrs_of(make_optimizer("adamw", groups=2)[1]), "the loaded rates")
+                for step, (got, base) in enumerate(zip(inside, script)):
+                    for g, b in zip(got, base):
+                        self.assertTrue(math.isclose(g, b * multiplier("lr", step), rel_tol=1e-12),
+                                        "step %d: %r inside, want %r x %r" % (step, g, b, multiplier("lr", step)))
+
     def test_amp_skipped_step_is_not_an_hdet_step(self):
         self.check_run(schedule="lambda-wsd", impl="fused", scaler_skip=3)
 

@@ -35,13 +35,16 @@ func read(conn net.Conn, frames chan<- frame, done <-chan struct{}) {
 	}
 }
 
-func (w *Worker) send(m *message, payload []byte) error {
+func (w *Worker) send(m *message, payload []byte) error { return w.sendFrame(m.Type, m, payload) }
+
+// sendFrame sends m (a *message, or a saveRequest) of type typ.
+func (w *Worker) sendFrame(typ string, m any, payload []byte) error {
 	_ = w.conn.SetWriteDeadline(time.Now().Add(w.opts.Timeout))
 	if err := writeFrame(w.conn, m, payload); err != nil {
 		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 			return w.exitError()
 		}
-		return fmt.Errorf("send %s: %w", strings.ToUpper(m.Type), err)
+		return fmt.Errorf("send %s: %w", strings.ToUpper(typ), err)
 	}
 	return nil
 }

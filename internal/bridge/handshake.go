@@ -33,7 +33,7 @@ func (w *Worker) handshake(ctx context.Context) error {
 		return w.fail("starting", err)
 	}
 	welcome := &message{
-		Type: msgWelcome, Protocol: ProtocolVersion, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: w.mode,
+		Type: msgWelcome, Protocol: w.hello.Protocol, Rank: o.Rank, WorldSize: o.WorldSize, SyncMode: w.mode,
 		Buffer: &BufferSpec{Kind: BufferFD, FD: bufferFD, Floats: len(w.shm.data)},
 	}
 	if err := w.send(welcome, nil); err != nil {
@@ -42,7 +42,7 @@ func (w *Worker) handshake(ctx context.Context) error {
 	if _, _, err := w.await(ctx, msgReady, o.StartTimeout); err != nil {
 		return w.fail("copying its initial parameters", err)
 	}
-	w.idle = true
+	w.idle, w.next = true, w.hello.StartStep
 	return nil
 }
 
@@ -73,7 +73,7 @@ func (w *Worker) accept(ctx context.Context) (net.Conn, error) {
 }
 
 func (w *Worker) checkHello(m *message) error {
-	if m.Hello == nil || m.Hello.Protocol != ProtocolVersion {
+	if m.Hello == nil || m.Hello.Protocol < minProtocol || m.Hello.Protocol > ProtocolVersion {
 		v := 0
 		if m.Hello != nil {
 			v = m.Hello.Protocol
@@ -109,6 +109,9 @@ func (w *Worker) checkHello(m *message) error {
 		return err
 	}
 	if err := checkMode(w.opts.SyncMode, h.SyncMode, w.opts.WorldSize); err != nil {
+		return err
+	}
+	if err := w.opts.checkResumed(h); err != nil {
 		return err
 	}
 	w.hello, w.mode = h, h.SyncMode

@@ -90,6 +90,13 @@ func (o *Options) environ(sock, pkg string) []string {
 	if o.SyncMode != "" {
 		set["HDET_SYNC_MODE"] = o.SyncMode
 	}
+	if o.RunDir != "" {
+		set["HDET_RUN_DIR"] = o.RunDir
+	}
+	set["HDET_PASS"] = PassName(o.Pass)
+	if o.ResumeState != "" {
+		set["HDET_RESUME_STATE"], set["HDET_RESUME_STEP"] = o.ResumeState, strconv.Itoa(o.ResumeStep)
+	}
 	if o.GPU != "" {
 		set["CUDA_VISIBLE_DEVICES"] = o.GPU
 	}
@@ -105,7 +112,7 @@ func (o *Options) environ(sock, pkg string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if _, ours := set[k]; ours || k == "HDET_SYNC_MODE" {
+		if _, ours := set[k]; ours || k == "HDET_SYNC_MODE" || k == "HDET_RUN_DIR" || strings.HasPrefix(k, "HDET_RESUME_") {
 			continue
 		}
 		env = append(env, kv)

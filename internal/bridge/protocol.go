@@ -10,9 +10,16 @@ import (
 )
 
 // ProtocolVersion is the version of the worker protocol this package speaks.
-// The worker announces its version in HELLO; any other version is refused
-// (ErrVersion) rather than guessed at.
-const ProtocolVersion = 3
+// The worker announces its version in HELLO; any other version than this one
+// and minProtocol's is refused (ErrVersion) rather than guessed at. Version 4
+// added resuming a worker at a step: HELLO's resumable and start_step, and
+// SAVE/SAVED.
+const ProtocolVersion = 4
+
+// minProtocol is the oldest worker version hdet still speaks to: a version-3
+// worker never resumes (its HELLO has no resumable), and WELCOME answers it
+// in its own version.
+const minProtocol = 3
 
 // Frame layout, both directions (little endian):
 //
@@ -42,6 +49,8 @@ const (
 	msgResult  = "result"  // worker → hdet: binary = loss, accuracy
 	msgStop    = "stop"    // hdet → worker: run finished; load the buffer and return from step()
 	msgError   = "error"   // worker → hdet: the worker failed; Message says why
+	msgSave    = "save"    // hdet → worker: load the buffer, then write your state to a file (saveRequest)
+	msgSaved   = "saved"   // worker → hdet: the file is written (Path, Step)
 )
 
 // Buffer kinds a worker can share its parameters through. Only BufferFD
@@ -112,6 +121,12 @@ type Hello struct {
 	// Unsupported says why the script's parameters cannot be handed over
 	// (sharded in a way hdet does not average); hdet refuses the run with it.
 	Unsupported string `json:"unsupported,omitempty"`
+	// Resumable: the script gave hdet its state (attach's state=), so SAVE
+	// can write it and a relaunch can resume it at a step.
+	Resumable bool `json:"resumable"`
+	// StartStep is the optimizer step the worker continues from: the
+	// HDET_RESUME_STEP it resumed to, 0 for a fresh start.
+	StartStep int `json:"start_step"`
 }
 
 // message is the JSON part of every frame; fields not used by a type are
@@ -156,13 +171,26 @@ type message struct {
 
 	// error
 	Message string `json:"message,omitempty"`
+
+	// saved: the file written and the step it holds.
+	Path string `json:"path,omitempty"`
+	Step int    `json:"step,omitempty"`
 }
 
-// writeFrame writes one frame.
-func writeFrame(w io.Writer, m *message, payload []byte) error {
+// saveRequest is SAVE: its pass is the pass's name ("search" or "main"),
+// where PLAN's is its number, so it has a JSON of its own.
+type saveRequest struct {
+	Type string `json:"type"`
+	Path string `json:"path"`
+	Step int    `json:"step"`
+	Pass string `json:"pass"`
+}
+
+// writeFrame writes one frame: m is a *message or a saveRequest.
+func writeFrame(w io.Writer, m any, payload []byte) error {
 	js, err := json.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", m.Type, err)
+		return fmt.Errorf("encode %T: %w", m, err)
 	}
 	buf := make([]byte, headerSize, headerSize+len(js)+len(payload))
 	copy(buf, frameMagic[:])

@@ -49,12 +49,14 @@ func fakeWorker(mode string) {
 	case "env":
 		// Report the environment in the error message, for TestEnvironment.
 		var env []string
-		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONFAULTHANDLER", "EXTRA"} {
+		for _, k := range []string{"HDET_RANK", "HDET_WORLD_SIZE", "HDET_LOCAL_RANK", "HDET_SYNC_MODE", "HDET_RUN_DIR", "HDET_PASS", "HDET_RESUME_STATE", "HDET_RESUME_STEP", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONFAULTHANDLER", "EXTRA"} {
 			if v, ok := os.LookupEnv(k); ok {
 				env = append(env, k+"="+v)
 			}
 		}
 		_ = writeFrame(c, &message{Type: msgError, Message: strings.Join(env, " ")}, nil)
+	case "resumable":
+		resumable(c, hello)
 	case "badloss":
 		_ = writeFrame(c, &message{Type: msgHello, Hello: hello}, nil)
 		if m, _, err := readFrame(c); err != nil || m.Type != msgWelcome {
@@ -91,7 +93,7 @@ func TestStartFailures(t *testing.T) {
 	}{
 		{"exit3", "exit status 3", ErrExited, 0},
 		{"garbage", "frame does not start with", ErrProtocol, 0},
-		{"version", "worker speaks 99, this hdet speaks 3", ErrVersion, 0},
+		{"version", "worker speaks 99, this hdet speaks 4", ErrVersion, 0},
 		{"silent", "no HELLO within 500ms", ErrTimeout, 500 * time.Millisecond},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -126,6 +128,8 @@ func TestEnvironment(t *testing.T) {
 		"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29555", "CUDA_VISIBLE_DEVICES=1", "OMP_NUM_THREADS=1", "PYTHONFAULTHANDLER=1", "EXTRA=x"} {
 		assert.Contains(t, err.Error(), kv)
 	}
+	assert.Contains(t, strings.Fields(err.Error()), "HDET_PASS=search", "the pass, always")
+	assert.NotContains(t, err.Error(), "HDET_RESUME_", "a fresh start")
 
 	t.Setenv("HDET_SYNC_MODE", "gradients")
 	_, err = startFake(t, "env", Options{Rank: 0, WorldSize: 2, MasterPort: 29556, SyncMode: ""})

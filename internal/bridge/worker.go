@@ -98,6 +98,20 @@ type Options struct {
 	Timeout      time.Duration // per message once started; default DefaultTimeout
 	StartTimeout time.Duration // from launch to READY; default DefaultStartTimeout
 
+	// RunDir is the run directory (HDET_RUN_DIR), under which SaveState's
+	// files go and the script's search-pass files (hdet.checkpoint_path).
+	RunDir string
+	// Pass is the pass the worker starts in (HDET_PASS): plan.PassSearch,
+	// or plan.PassMain when a relaunch resumes the main pass.
+	Pass int
+	// ResumeState, when set, is this rank's state file (written by
+	// SaveState) the worker resumes from, at optimizer step ResumeStep
+	// (HDET_RESUME_STATE, HDET_RESUME_STEP): its HELLO must then say it
+	// is resumable and starts at ResumeStep, else the start fails with
+	// ErrSetting or ErrConflict.
+	ResumeState string
+	ResumeStep  int
+
 	Env            []string  // extra KEY=VALUE entries, applied last
 	Stdout, Stderr io.Writer // the worker's output, each line prefixed "[rank N] "; default os.Stdout, os.Stderr
 }
@@ -186,6 +200,7 @@ func Start(ctx context.Context, opts Options) (*Worker, error) {
 	}
 	w := &Worker{
 		opts:   opts,
+		pass:   opts.Pass,
 		stderr: newTail(4096),
 		frames: make(chan frame),
 		exited: make(chan struct{}),
@@ -221,6 +236,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: %d ranks need MasterPort in 1..65535, got %d", ErrOptions, o.torchSize(), o.MasterPort)
 	case o.Timeout < 0 || o.StartTimeout < 0:
 		return fmt.Errorf("%w: negative timeout", ErrOptions)
+	case o.Pass != plan.PassSearch && o.Pass != plan.PassMain:
+		return fmt.Errorf("%w: pass %d", ErrOptions, o.Pass)
+	case o.ResumeState != "" && o.ResumeStep < 0:
+		return fmt.Errorf("%w: resume at step %d", ErrOptions, o.ResumeStep)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
@@ -241,9 +260,9 @@ func (o *Options) validate() error {
 }
 
 // Restart ends the script and starts it again, with torch.distributed's
-// rendezvous on masterPort and HDET_PASS=main in its environment: the
-// start of a run's main pass (docs/design.md §1.2), where the script's
-// own initialisation is the step-0 state. The engine keeps this Worker:
+// rendezvous on masterPort and HDET_PASS=main in its environment (and no
+// HDET_RESUME_*): the start of a run's main pass (docs/design.md §1.2),
+// where the script's own initialisation is the step-0 state. The engine keeps this Worker:
 // only the process, its connection and its buffer are new. The script must
 // announce the same model as the first time (else ErrConflict).
 func (w *Worker) Restart(ctx context.Context, masterPort int) error {
@@ -256,8 +275,7 @@ func (w *Worker) Restart(ctx context.Context, masterPort int) error {
 	w.kill() // it waits between windows: nothing of its state is needed
 	<-w.exited
 	w.cleanup()
-	w.opts.MasterPort = masterPort
-	w.opts.Env = append(slices.Clip(w.opts.Env), "HDET_PASS=main")
+	w.opts.MasterPort, w.opts.Pass, w.opts.ResumeState, w.opts.ResumeStep = masterPort, plan.PassMain, "", 0
 	w.frames, w.exited, w.done = make(chan frame), make(chan struct{}), make(chan struct{})
 	w.cmd, w.conn, w.ln, w.shm, w.exitState = nil, nil, nil, nil, nil
 	w.window, w.next, w.idle, w.applied, w.pass = 0, 0, false, nil, plan.PassMain

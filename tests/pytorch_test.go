@@ -164,6 +164,9 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, mainWindows int, traceDir string
 		return s / float64(len(rec.Losses))
 	}
 	assert.Less(t, mean(passes[1][mainWindows-1]), mean(passes[0][0]), "the loss falls")
+	for _, pass := range passes {
+		checkHandoverTiming(t, pass)
+	}
 	procs := make([][]workerTrace, n)
 	for rank := range n {
 		procs[rank] = workerProcesses(readTrace(t, traceDir, rank))
@@ -178,6 +181,32 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, mainWindows int, traceDir string
 				assert.Equal(t, procs[0][p].loads[k], procs[rank][p].loads[k], "rank %d parameters after converge %d of pass %d", rank, k-1, p)
 			}
 		}
+	}
+}
+
+// checkHandoverTiming: every window record of a pass says where rank 0's
+// hand-over went (docs/performance.md); a window after the pass's first
+// also has the previous DONE's write, the wait for this PLAN and the PLAN's
+// copy back, and the wait holds the sockets' trips and hdet's plan.
+func checkHandoverTiming(t *testing.T, pass []metrics.Record) {
+	t.Helper()
+	for i, rec := range pass {
+		h := rec.HandoverSeconds
+		want := []string{"copy_out", "socket"}
+		if i > 0 {
+			want = append(want, "send", "wait", "plan_socket", "load")
+		}
+		for _, k := range want {
+			if assert.Contains(t, h, k, "pass %d window %d: handover_seconds %v", rec.Pass, rec.Window, h) {
+				assert.True(t, h[k] >= 0 && h[k] < 600, "pass %d window %d: %s = %v s", rec.Pass, rec.Window, k, h[k])
+			}
+		}
+		if i > 0 {
+			assert.Greater(t, h["wait"], h["plan_socket"], "pass %d window %d: the wait holds the PLAN's trip", rec.Pass, rec.Window)
+			assert.GreaterOrEqual(t, h["wait"], rec.PlanSeconds, "pass %d window %d: the wait holds hdet's plan", rec.Pass, rec.Window)
+		}
+		assert.Positive(t, rec.GatherSeconds, "pass %d window %d: gather timed", rec.Pass, rec.Window)
+		assert.LessOrEqual(t, rec.GatherSeconds, rec.ConvergeSeconds, "pass %d window %d: the gather is part of converge_seconds", rec.Pass, rec.Window)
 	}
 }
 

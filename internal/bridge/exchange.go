@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -114,6 +115,7 @@ func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.Win
 	if w.probing {
 		plan.ProbeTail = min(win.ProbeTail, steps)
 	}
+	plan.SentAt = unixSeconds(time.Now())
 	if err := w.send(plan, nil); err != nil {
 		return engine.WindowResult{}, w.fail(op, err)
 	}
@@ -122,6 +124,7 @@ func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.Win
 	if err != nil {
 		return engine.WindowResult{}, w.fail(op, err)
 	}
+	received := time.Now()
 	losses, err := w.checkDone(m, payload, steps, v)
 	if err != nil {
 		return engine.WindowResult{}, w.fail(op, err)
@@ -129,12 +132,28 @@ func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.Win
 	w.idle = true
 	w.window++
 	w.next = start + steps
-	res := engine.WindowResult{Losses: losses, Probe: math.NaN()}
+	res := engine.WindowResult{Losses: losses, Probe: math.NaN(), Handover: handover(m, received)}
 	if w.probing {
 		res.Losses, res.Probe = losses[:steps], losses[steps]
 	}
 	return res, nil
 }
+
+// handover is the script's hand-over timing in DONE m, plus the DONE's
+// trip through the socket (received: when it was read); nil from a script
+// that sent none.
+func handover(m *message, received time.Time) map[string]float64 {
+	if m.Timing == nil {
+		return nil
+	}
+	t := maps.Clone(m.Timing)
+	if m.SentAt > 0 {
+		t["socket"] = max(0, unixSeconds(received)-m.SentAt)
+	}
+	return t
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // CanProbe implements engine.Replica: the script gave hdet.probe(fn).
 func (w *Worker) CanProbe() bool { return w.hello.Probe }

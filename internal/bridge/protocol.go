@@ -165,6 +165,14 @@ type message struct {
 	// first param group at each step.
 	Applied map[string][]float64 `json:"applied,omitempty"`
 	BaseLR  []float64            `json:"base_lr,omitempty"`
+	// done: where the script's side of the hand-over went, in seconds by
+	// phase (copy_out: this window's parameters into the buffer; send,
+	// wait, load: the previous DONE's write, from it to this PLAN, and the
+	// copy back), for the window record. Always sent: a few floats.
+	Timing map[string]float64 `json:"timing,omitempty"`
+	// plan, done: the sender's clock (unix seconds) as it wrote the frame,
+	// so the reader times the socket (both ends run on one host).
+	SentAt float64 `json:"sent_at,omitempty"`
 
 	// result
 	Supported bool `json:"supported,omitempty"`

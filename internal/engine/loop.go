@@ -69,6 +69,8 @@ type window struct {
 	sum                           string
 	eval                          *metrics.Eval
 	allreduce, evalSeconds        float64 // the gradient allreduces inside fanout, the evaluation
+	gatherSeconds                 float64
+	handover                      map[string]float64 // a worker's, by phase (WindowResult.Handover)
 }
 
 func (w *window) end() int { return w.start + w.steps }
@@ -258,7 +260,7 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 	if err != nil {
 		return fmt.Errorf("rank %d, window %d: %w", l.rank, w.index, err)
 	}
-	w.fanout, w.probeSeconds = time.Since(t).Seconds(), wr.ProbeSeconds
+	w.fanout, w.probeSeconds, w.handover = time.Since(t).Seconds(), wr.ProbeSeconds, wr.Handover
 	w.loss, w.probe = mean(wr.Losses), wr.Probe
 	if w.plan.Anneal {
 		w.loss = annealedLoss(wr.Losses)
@@ -326,6 +328,7 @@ func (l *loop) gather(w *window) error {
 			Message: fmt.Sprintf("%s had a non-finite loss or parameters in window %d; left out of the average and reset to it", l.lay.Name(r), w.index)})
 	}
 	l.checkDivergence(w)
+	w.gatherSeconds = time.Since(w.tGather).Seconds()
 	return nil
 }
 
@@ -352,7 +355,10 @@ func (l *loop) converge(_ context.Context, w *window) error {
 	if before != "" {
 		e = e.Str("replica_checksum", before)
 	}
-	e.Msg("converged")
+	if w.handover != nil {
+		e = e.Any("handover_seconds", w.handover)
+	}
+	e.Float64("gather_seconds", w.gatherSeconds).Float64("converge_seconds", w.converge).Msg("converged")
 	return nil
 }
 
@@ -434,6 +440,7 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 		rec.Probe = floats(probes)
 	}
 	rec.AllreduceSeconds, rec.EvalSeconds = w.allreduce, w.evalSeconds
+	rec.GatherSeconds, rec.HandoverSeconds = w.gatherSeconds, w.handover
 	drift := metrics.Float(w.drift)
 	rec.Drift = &drift
 	scaleNextLR(&rec, w.lrScale)

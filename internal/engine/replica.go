@@ -39,6 +39,10 @@ type WindowResult struct {
 	// average and its evaluation), for the window record; 0 when the
 	// window did not probe or the replica does not time it.
 	ProbeSeconds float64
+	// Handover is where a worker's hand-over of the window and the one
+	// before it went (seconds by phase, docs/performance.md); nil for
+	// replicas without one.
+	Handover map[string]float64
 }
 
 // Replica is one rank's copy of the model. The built-in MNIST workload and the

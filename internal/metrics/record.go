@@ -100,6 +100,15 @@ type Record struct {
 	// evaluate). The record's time is taken after the evaluation.
 	AllreduceSeconds float64 `json:"allreduce_seconds,omitempty"`
 	EvalSeconds      float64 `json:"eval_seconds,omitempty"`
+	// GatherSeconds is the gather (every rank's loss and health), the
+	// first part of converge_seconds. HandoverSeconds (a worker run) is
+	// where rank 0's hand-over went, by phase: the script's copy into the
+	// buffer (copy_out), its DONE's write (send, the previous window's) and
+	// trip (socket), its wait from that DONE to this window's PLAN (wait,
+	// hdet's converge, observe and plan inside it), the PLAN's trip
+	// (plan_socket) and its copy back (load); docs/performance.md.
+	GatherSeconds   float64            `json:"gather_seconds,omitempty"`
+	HandoverSeconds map[string]float64 `json:"handover_seconds,omitempty"`
 
 	// end
 	WallSeconds float64 `json:"wall_seconds,omitempty"`

@@ -7,6 +7,7 @@ import inspect
 import json
 import mmap
 import os
+import time
 from collections.abc import Sequence
 from typing import Any, Callable, cast
 
@@ -202,6 +203,11 @@ class Session:
         state_count = sum(n for _, entries in self._layout for _, n in entries)
         self._trace = None
         self.finished = False
+        # The hand-over's phases, in seconds, for the next DONE (hdet puts
+        # them into the window record, docs/performance.md); _sent is when
+        # the last DONE was written (perf_counter), 0 before the first.
+        self.timing: dict[str, float] = {}
+        self._sent = 0.0
         self.conn = Connection.connect(os.environ[ENV_SOCKET])
         hello = dict(hello, protocol=PROTOCOL_VERSION, pid=os.getpid(), param_count=self.param_count,
                      state_count=state_count, dtype="float32", buffers=["fd"], sync_mode=self.mode,
@@ -294,7 +300,13 @@ class Session:
             kind = msg["type"]
             if kind not in ("eval", "plan", "stop"):
                 self.fail("unexpected %s from hdet between windows" % kind)
+            got = time.perf_counter()
+            if self._sent and kind == "plan":
+                self.timing["wait"] = got - self._sent
+                if msg.get("sent_at"):
+                    self.timing["plan_socket"] = max(0.0, time.time() - msg["sent_at"])
             self._load(msg)
+            self.timing["load"] = self.timing.get("load", 0.0) + time.perf_counter() - got
             if msg.get("load") and self._trace is not None:  # hashing 1 MB per window only when tracing
                 self.trace(event="load", before=kind, window=msg.get("window", 0),
                            params_sha256=self.params_sha256(), params_sum=self.params_sum())
@@ -313,7 +325,9 @@ class Session:
 
     def hand_over(self) -> None:
         """The window is trained: its parameters go to the buffer."""
+        t = time.perf_counter()
         self._copy(out=True, with_state=self.local)
+        self.timing["copy_out"] = time.perf_counter() - t
 
     def done(self, window: int, steps: int, losses: list[float], applied: dict[str, list[float]],
              base_lr: list[float], probe: float | None = None) -> None:
@@ -323,8 +337,11 @@ class Session:
                        loss_mean=sum(losses) / len(losses), params_sha256=self.params_sha256(),
                        params_sum=self.params_sum())
         extra = [] if probe is None else [probe]
-        self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied, "base_lr": base_lr},
-                       pack_float64s(list(losses) + extra))
+        t = time.perf_counter()
+        self.conn.send({"type": "done", "window": window, "steps": steps, "applied": applied, "base_lr": base_lr,
+                        "timing": self.timing, "sent_at": time.time()}, pack_float64s(list(losses) + extra))
+        self._sent = time.perf_counter()
+        self.timing = {"send": self._sent - t}
 
     def params_sha256(self) -> str:
         return hashlib.sha256(memoryview(self._mmap)[:self.param_count * 4]).hexdigest()

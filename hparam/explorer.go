@@ -151,6 +151,10 @@ type Commitment struct {
 	// committed value: the base at the schedule's peak (OneCycle's max_lr
 	// times exp(u)) or the constant.
 	Value float64
+	// Note says, for the closing line, why the explorer kept the config's
+	// value where its search pointed elsewhere ("kept: the training loss
+	// could not tell x0.5 to x1.5 apart ..."); empty when it did not.
+	Note string
 }
 
 // Explorer drives one hyperparameter. Built-in explorers implement it in

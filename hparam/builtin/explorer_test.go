@@ -208,14 +208,18 @@ func TestBuiltinStateRoundTrip(t *testing.T) {
 	}
 	b, err := initBuiltin(t, LR, cfg, s)
 	require.NoError(t, err)
-	// Version 4 added the commit flag after the form byte (the window
-	// count, 12, takes one byte).
-	v3 := append(append([]byte{3}, st[1:3]...), st[4:]...)
+	// Version 5 added the evidence and the rejected offset after the
+	// offset's state, version 4 the commit flag after the form byte (the
+	// window count, 12, takes one byte).
+	v4 := append([]byte{4}, st[1:len(st)-evidenceStateLen-8]...)
+	require.NoError(t, b.LoadState(ctx, v4), "version 4: the state before the evidence")
+	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{5}, v4[1:]...)), hparam.ErrDecode, "version 5 without the evidence")
+	v3 := append(append([]byte{3}, v4[1:3]...), v4[4:]...)
 	require.NoError(t, b.LoadState(ctx, v3), "version 3: the state before the commit")
 	v2 := append([]byte{2}, v3[1:len(v3)-16]...)
 	require.NoError(t, b.LoadState(ctx, v2), "version 2: the state before the average")
 	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{3}, v3[1:len(v3)-16]...)), hparam.ErrDecode, "version 3 without the average")
-	assert.ErrorIs(t, b.LoadState(ctx, append(append([]byte{4}, st[1:3]...), append([]byte{2}, st[4:]...)...)), hparam.ErrDecode, "a commit flag that is not 0 or 1")
+	assert.ErrorIs(t, b.LoadState(ctx, append(append([]byte{4}, v4[1:3]...), append([]byte{2}, v4[4:]...)...)), hparam.ErrDecode, "a commit flag that is not 0 or 1")
 	assert.ErrorIs(t, b.LoadState(ctx, []byte{1}), hparam.ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, nil), hparam.ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{2, 99}, st[2:]...)), hparam.ErrDecode, "window count past the run")

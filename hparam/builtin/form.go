@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -120,8 +121,15 @@ type offsetForm struct {
 	*builtinRun
 	o *Offset
 
-	// Scratch reused every window: each rank's offset in scale space.
-	x []float64
+	// ev pools the search windows' comparisons for the no-harm rule
+	// (evidence.go); rejected is the offset the rule refused at the
+	// settle (0 when it refused none), which the commitment explains.
+	ev       Evidence
+	rejected float64
+
+	// Scratch reused every window: each rank's offset in scale space,
+	// from the window's centre (x) and from the schedule (z).
+	x, z []float64
 }
 
 func (f *offsetForm) code() byte      { return 0 }
@@ -182,14 +190,36 @@ func (f *offsetForm) observe(o hparam.Observation, signal []float64) (hparam.Fee
 		est, w = f.o.Estimate(x, signal)
 	}
 	f.o.Step(est)
+	if err := f.pool(o, signal); err != nil {
+		return hparam.Feedback{}, false, err
+	}
 	if err := f.guardAndClamp(k, x); err != nil {
 		return hparam.Feedback{}, false, err
 	}
 	return hparam.Feedback{Weights: w, Estimate: est, Offset: f.o.u}, false, nil
 }
 
+// pool adds window o's comparison to the evidence: each rank's value as
+// an offset from the schedule's at the window's last step (the script's
+// own value, whatever u and the warm-up guard made the window's centre).
+func (f *offsetForm) pool(o hparam.Observation, signal []float64) error {
+	s, err := f.sched.At(o.Window*f.setup.WindowSteps + f.lastStep(o.Window))
+	if err != nil {
+		return err
+	}
+	z := grow(f.z, len(o.Values))
+	f.z = z
+	offsetsTo(z, o.Values, f.scale, toScale(f.scale, s))
+	f.ev.Add(z, signal, f.cfg.Signal == SignalProbe && o.Probe != nil)
+	return nil
+}
+
 // settle makes u the average of its updates, once, clamped so that the
-// base at window next's start stays within the bounds.
+// base at window next's start stays within the bounds. A run that
+// commits then applies the no-harm rule (docs/design.md §1.2): u stays
+// only where the evidence shows the move from the schedule is better by
+// more than the noise between replicas; otherwise u is 0, the script's
+// own value, and rejected remembers what was refused.
 func (f *offsetForm) settle(next int) error {
 	if f.o.Settle() {
 		s, err := f.sched.At(min(next*f.setup.WindowSteps, f.setup.TotalSteps-1))
@@ -199,16 +229,24 @@ func (f *offsetForm) settle(next int) error {
 		f.clamp(s)
 	}
 	f.o.held = false
+	if f.cfg.Commit == CommitRestart && f.o.u != 0 && !f.ev.Judge(f.o.u).Shown {
+		f.rejected, f.o.u = f.o.u, 0
+	}
 	return nil
 }
 
-// commitment is the committed u and the schedule's peak (+) u.
+// commitment is the committed u and the schedule's peak (+) u, with why
+// the rule kept the schedule when it did.
 func (f *offsetForm) commitment() (hparam.Commitment, error) {
 	peak, err := peakOf(f.sched)
 	if err != nil {
 		return hparam.Commitment{}, err
 	}
-	return hparam.Commitment{Offset: f.o.u, Value: f.bounds.Clamp(Combine(f.scale, peak, f.o.u))}, nil
+	c := hparam.Commitment{Offset: f.o.u, Value: f.bounds.Clamp(Combine(f.scale, peak, f.o.u))}
+	if f.rejected != 0 {
+		c.Note = f.ev.keptNote(f.scale, f.rejected, f.ev.Judge(f.rejected))
+	}
+	return c, nil
 }
 
 // guardAndClamp applies the warm-up guard to window k and clamps u so the
@@ -258,18 +296,45 @@ func (f *offsetForm) clamp(s float64) {
 	f.o.u = max(lo, min(hi, f.o.u))
 }
 
-func (f *offsetForm) marshal() ([]byte, error) { return f.o.MarshalBinary() }
+// marshal is the offset's state, then (version 5) the evidence and the
+// rejected offset.
+func (f *offsetForm) marshal() ([]byte, error) {
+	b, err := f.o.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	ev, err := f.ev.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, ev...)
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f.rejected)), nil
+}
 
 // unmarshal leaves the state as it was when b does not decode. A
-// version-2 state has no average yet: its sum and count are zero.
+// version-2 state has no average yet: its sum and count are zero. A state
+// before version 5 has no evidence: a search resumed from it pools only
+// the windows after the resume.
 func (f *offsetForm) unmarshal(version byte, b []byte) error {
 	if version == 2 {
 		b = append(slices.Clip(b), make([]byte, 16)...)
+	}
+	var ev Evidence
+	rejected := 0.0
+	if version >= 5 {
+		if len(b) != offsetStateLen+evidenceStateLen+8 {
+			return fmt.Errorf("%w: offset state: want %d bytes, got %d", hparam.ErrDecode, offsetStateLen+evidenceStateLen+8, len(b))
+		}
+		if err := ev.UnmarshalBinary(b[offsetStateLen : offsetStateLen+evidenceStateLen]); err != nil {
+			return err
+		}
+		rejected = math.Float64frombits(binary.LittleEndian.Uint64(b[offsetStateLen+evidenceStateLen:]))
+		b = b[:offsetStateLen]
 	}
 	o := *f.o
 	if err := o.UnmarshalBinary(b); err != nil {
 		return err
 	}
-	*f.o = o
+	*f.o, f.ev, f.rejected = o, ev, rejected
 	return nil
 }

@@ -9,16 +9,18 @@ import (
 	"github.com/hdet-dev/hdet/internal/binread"
 )
 
-// builtinStateVersion 4 added the commit (revision 3), 3 the offset's
-// average; versions 2 and 3 still resume, uncommitted, a version-2
-// average starting empty.
+// builtinStateVersion 5 added the no-harm rule's evidence, 4 the commit
+// (revision 3), 3 the offset's average; versions 2 to 4 still resume,
+// uncommitted where before 4, a version-2 average and a pre-5 evidence
+// starting empty.
 //
 //	version byte
 //	uvarint windows observed
 //	byte form (0 offset, 1 paper)
 //	byte committed (version 4; 0 or 1, 0 in the paper form)
-//	the form's state: Offset's or Auto's MarshalBinary
-const builtinStateVersion = 4
+//	the form's state: Offset's or Auto's MarshalBinary (offset form,
+//	version 5: then Evidence's and the rejected offset, a float64)
+const builtinStateVersion = 5
 
 // SaveState is the version, the number of windows observed, the form,
 // whether the explorer committed and its meta-update's state; the

@@ -201,7 +201,8 @@ func (s *session) finish(res engine.Result, params []float32, wall time.Duration
 
 // printCommitted (rank 0) says what a run that committed trained its main
 // pass at: each value (a learning rate with the rollbacks' halving
-// lrScale), and how far the search moved it from the config's.
+// lrScale), how far the search moved it from the config's, and why an
+// explorer kept the config's value where it did.
 func (s *session) printCommitted(lrScale float64) {
 	cs := s.ctrl.Commitments()
 	if cs == nil {
@@ -224,6 +225,9 @@ func (s *session) printCommitted(lrScale float64) {
 		parts[i] = fmt.Sprintf("%s %.3g (%s the schedule's)", c.Name, c.Value, moved)
 		if c.Frozen {
 			parts[i] = fmt.Sprintf("%s %.3g (frozen)", c.Name, c.Value)
+		}
+		if c.Note != "" { // the no-harm rule kept the script's value: why (docs/design.md §1.2)
+			parts[i] += " (" + c.Note + ")"
 		}
 	}
 	fmt.Fprintf(s.o.Out, "committed after a search pass of %d steps: %s\n", s.ctrl.SearchEnd(), strings.Join(parts, ", "))

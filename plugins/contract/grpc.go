@@ -88,7 +88,7 @@ func (g *GRPCClient) Commit(ctx context.Context) (hparam.Commitment, error) {
 	if err != nil {
 		return hparam.Commitment{}, explorerError(err)
 	}
-	return hparam.Commitment{Offset: c.GetOffset(), Value: c.GetValue()}, nil
+	return hparam.Commitment{Offset: c.GetOffset(), Value: c.GetValue(), Note: c.GetNote()}, nil
 }
 
 func (g *GRPCClient) SaveState(ctx context.Context) ([]byte, error) {
@@ -200,7 +200,7 @@ func (s *GRPCServer) Commit(ctx context.Context, _ *proto.CommitRequest) (*proto
 	if err != nil {
 		return nil, serverError(err)
 	}
-	return &proto.Commitment{Offset: c.Offset, Value: c.Value}, nil
+	return &proto.Commitment{Offset: c.Offset, Value: c.Value, Note: c.Note}, nil
 }
 
 func (s *GRPCServer) SaveState(ctx context.Context, _ *proto.SaveStateRequest) (*proto.State, error) {

@@ -54,7 +54,7 @@ func (r *recorder) Observe(_ context.Context, o hparam.Observation) (hparam.Feed
 }
 
 func (r *recorder) Commit(context.Context) (hparam.Commitment, error) {
-	return hparam.Commitment{Offset: -math.Ln2, Value: 0.0046}, r.failWith
+	return hparam.Commitment{Offset: -math.Ln2, Value: 0.0046, Note: "kept: why"}, r.failWith
 }
 
 func (r *recorder) SaveState(context.Context) ([]byte, error) {
@@ -113,7 +113,7 @@ func TestGRPCRoundTripsEveryCall(t *testing.T) {
 	assert.Equal(t, hparam.Feedback{Weights: []float64{0.1, 0.2, 0.7}, Base: math.Pi, Estimate: -0.25, Offset: math.Ln2, Search: hparam.SearchDone}, f)
 	c, err := x.Commit(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, hparam.Commitment{Offset: -math.Ln2, Value: 0.0046}, c)
+	assert.Equal(t, hparam.Commitment{Offset: -math.Ln2, Value: 0.0046, Note: "kept: why"}, c, "the note crosses the wire")
 
 	_, err = x.Observe(ctx, hparam.Observation{Window: 3, Values: []float64{1, 2, 3}, Losses: []float64{1, 1, 1}})
 	require.NoError(t, err)

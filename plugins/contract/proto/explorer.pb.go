@@ -768,8 +768,11 @@ type Commitment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The committed offset u in the hyperparameter's scale, and what a user
 	// would write in a config to train at it (OneCycle's max_lr times exp(u)).
-	Offset        float64 `protobuf:"fixed64,1,opt,name=offset,proto3" json:"offset,omitempty"`
-	Value         float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	Offset float64 `protobuf:"fixed64,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Value  float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Why the explorer kept the config's value where its search pointed
+	// elsewhere, for the run's closing line; empty when it did not.
+	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -816,6 +819,13 @@ func (x *Commitment) GetValue() float64 {
 		return x.Value
 	}
 	return 0
+}
+
+func (x *Commitment) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
 }
 
 type SaveStateRequest struct {
@@ -986,11 +996,12 @@ const file_explorer_proto_rawDesc = "" +
 	"\bestimate\x18\x03 \x01(\x01R\bestimate\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x01R\x06offset\x125\n" +
 	"\x06search\x18\x05 \x01(\x0e2\x1d.hdet.explorer.v1.SearchStateR\x06search\"\x0f\n" +
-	"\rCommitRequest\":\n" +
+	"\rCommitRequest\"N\n" +
 	"\n" +
 	"Commitment\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x01R\x06offset\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\"\x12\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\x12\n" +
 	"\x10SaveStateRequest\"\x1d\n" +
 	"\x05State\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\fR\x05state\"\x13\n" +

@@ -1,0 +1,228 @@
+package builtin
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/hdet-dev/hdet/hparam"
+)
+
+// Evidence pools what every search window showed about moving a
+// hyperparameter away from the script's own value (the schedule, u = 0),
+// so that the commit moves it only when the signal shows the move is
+// better by more than the signal's noise between replicas (docs/design.md
+// §1.2, "No harm").
+//
+// Each healthy replica's reading in window k is (z, L): z its value's
+// offset from the schedule's in scale space (log(h/s) or h-s), L its loss
+// (training loss or probe). The model is L = a_k + b z + c z^2 + e: a_k
+// absorbs whatever the window shares (training progress, the batches), so
+// only the comparison between a window's replicas estimates b and c, and
+// the scatter of those comparisons around the common curve, window to
+// window, is the noise e. Same-rate replicas would differ by that noise
+// alone; a gain within it is no evidence. The curvature c lets a search
+// that walked past the best value still read as one curve (a straight
+// line fitted to it reads its windows' slopes as noise); where the
+// windows' centres did not move enough to tell c from b (two replicas
+// around one centre), the line stands alone. The sums are the
+// within-window (centred) sums of ordinary least squares with one
+// intercept per window.
+type Evidence struct {
+	// within-window centred sums of products of z, q = z^2 and L
+	szz, szq, sqq, szl, sql, sll float64
+
+	readings int     // healthy readings pooled
+	windows  int     // windows that compared at least two distinct values
+	lo, hi   float64 // the smallest and largest z a replica tried
+	probe    bool    // some window was compared by probe losses
+
+	// Scratch for Add: the window's healthy readings.
+	zs, ls []float64
+}
+
+// Add pools one window: each replica's offset z from the schedule (NaN
+// where it has none) and its loss (NaN or Inf for an unhealthy replica).
+// A window with fewer than two healthy readings, or whose replicas all
+// tried the same value, compares nothing and is left out.
+func (e *Evidence) Add(z, losses []float64, probe bool) {
+	zs, ls := e.zs[:0], e.ls[:0]
+	for r, l := range losses {
+		if healthy(l) && healthy(z[r]) {
+			zs, ls = append(zs, z[r]), append(ls, l)
+		}
+	}
+	e.zs, e.ls = zs, ls
+	if len(zs) < 2 {
+		return
+	}
+	n := float64(len(zs))
+	var mz, mq, ml float64
+	for i, v := range zs {
+		mz += v / n
+		mq += v * v / n
+		ml += ls[i] / n
+	}
+	var s [6]float64 // zz, zq, qq, zl, ql, ll
+	for i, v := range zs {
+		dz, dq, dl := v-mz, v*v-mq, ls[i]-ml
+		s[0] += dz * dz
+		s[1] += dz * dq
+		s[2] += dq * dq
+		s[3] += dz * dl
+		s[4] += dq * dl
+		s[5] += dl * dl
+	}
+	if !(s[0] > 0) {
+		return
+	}
+	if e.readings == 0 {
+		e.lo, e.hi = math.Inf(1), math.Inf(-1)
+	}
+	for _, v := range zs {
+		e.lo, e.hi = min(e.lo, v), max(e.hi, v)
+	}
+	e.szz, e.szq, e.sqq = e.szz+s[0], e.szq+s[1], e.sqq+s[2]
+	e.szl, e.sql, e.sll = e.szl+s[3], e.sql+s[4], e.sll+s[5]
+	e.readings += len(zs)
+	e.windows++
+	e.probe = e.probe || probe
+}
+
+// Verdict is what the evidence says about committing offset u.
+type Verdict struct {
+	Gain  float64 // the loss the fit says u saves against the schedule (L(0) - L(u))
+	T     float64 // Gain over its standard error; 0 without noise measured
+	Need  float64 // the T the move needs (Student's t, one-sided 97.5 %, at DF)
+	DF    int     // the noise's degrees of freedom: readings - windows - terms
+	Shown bool    // the move is better by more than the noise
+}
+
+// minCurvatureShare is how much of q = z^2's within-window variation must
+// be its own (not explained by z) for the fit to take the curvature term:
+// below it the windows' centres hardly moved and c would only add noise.
+const minCurvatureShare = 0.05
+
+// Judge says whether the pooled evidence shows that moving from the
+// schedule to offset u lowers the loss: the gain the fit gives u stands
+// out of its noise by Student's t at one-sided 97.5 %. The search chose
+// u's direction from the same losses, so a one-sided test at 95 % would
+// move on noise one time in ten; at 97.5 % one in twenty. u = 0 is no
+// move and is always shown. Too few readings to measure the noise (no
+// degree of freedom left) show nothing.
+func (e *Evidence) Judge(u float64) Verdict {
+	if u == 0 {
+		return Verdict{Shown: true}
+	}
+	if e.windows == 0 {
+		return Verdict{}
+	}
+	gain, variance, df := e.fit(u)
+	if df < 1 {
+		return Verdict{DF: max(df, 0)}
+	}
+	v := Verdict{Gain: gain, DF: df, Need: studentT975(df)}
+	switch {
+	case variance > 0:
+		v.T = gain / math.Sqrt(variance)
+		v.Shown = v.T > v.Need
+	case gain > 0: // no scatter at all around the fit: exact data
+		v.T, v.Shown = math.Inf(1), true
+	}
+	return v
+}
+
+// fit is the least-squares gain L(0) - L(u) = -(b u + c u^2), its
+// variance and the noise's degrees of freedom: with the curvature where
+// the windows identify it and a degree of freedom is left for the
+// noise beyond one more, else the line alone.
+func (e *Evidence) fit(u float64) (gain, variance float64, df int) {
+	det := e.szz*e.sqq - e.szq*e.szq
+	if df = e.readings - e.windows - 2; df >= 2 && det > minCurvatureShare*e.szz*e.sqq {
+		b := (e.sqq*e.szl - e.szq*e.sql) / det
+		c := (e.szz*e.sql - e.szq*e.szl) / det
+		sigma2 := max(e.sll-b*e.szl-c*e.sql, 0) / float64(df)
+		// g' M^-1 g for g = (u, u^2), M the centred sums' matrix.
+		quad := (e.sqq*u*u - 2*e.szq*u*u*u + e.szz*u*u*u*u) / det
+		return -(b*u + c*u*u), sigma2 * quad, df
+	}
+	df = e.readings - e.windows - 1
+	if df < 1 {
+		return 0, 0, df
+	}
+	b := e.szl / e.szz
+	sigma2 := max(e.sll-b*e.szl, 0) / float64(df)
+	return -b * u, sigma2 * u * u / e.szz, df
+}
+
+// keptNote is the closing line's reason for keeping the script's value
+// when the verdict does not show u's move: which signal could not tell
+// which values apart, and what would let it.
+func (e *Evidence) keptNote(sc hparam.Scale, u float64, v Verdict) string {
+	signal := "the training loss"
+	if e.probe {
+		signal = "the probe loss"
+	}
+	if e.windows == 0 || v.DF < 1 {
+		return fmt.Sprintf("kept: %d search windows are too few to measure %s's noise between replicas", e.windows, signal)
+	}
+	moved := fmt.Sprintf("%+.3g", u)
+	span := fmt.Sprintf("%+.3g to %+.3g", e.lo, e.hi)
+	if sc == hparam.Log {
+		moved, span = fmt.Sprintf("x%.3g", math.Exp(u)), fmt.Sprintf("x%.3g to x%.3g", math.Exp(e.lo), math.Exp(e.hi))
+	}
+	out := fmt.Sprintf("kept: %s could not tell %s apart: the move to %s scored t %.2f over %d windows, %.2f needed",
+		signal, span, moved, v.T, e.windows, v.Need)
+	if !e.probe {
+		out += "; a probe lets hdet see held-out loss: docs/pytorch.md#probe"
+	}
+	return out
+}
+
+// studentT975 is the one-sided 97.5 % quantile of Student's t with
+// df >= 1 degrees of freedom: a table to 30, then the normal quantile with
+// the first two terms of its Cornish-Fisher expansion (within 0.001 there).
+func studentT975(df int) float64 {
+	table := [...]float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+		2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
+	if df <= len(table) {
+		return table[df-1]
+	}
+	const z = 1.959963984540054
+	n := float64(df)
+	return z + (z*z*z+z)/(4*n) + (5*math.Pow(z, 5)+16*z*z*z+3*z)/(96*n*n)
+}
+
+// evidenceStateLen is the size of Evidence's binary state: the six
+// sums, the two counts, lo, hi and the probe flag.
+const evidenceStateLen = 6*8 + 2*8 + 2*8 + 1
+
+// MarshalBinary encodes the pooled evidence bit-exactly.
+func (e *Evidence) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, evidenceStateLen)
+	for _, f := range []float64{e.szz, e.szq, e.sqq, e.szl, e.sql, e.sll} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(e.readings))
+	b = binary.LittleEndian.AppendUint64(b, uint64(e.windows))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.lo))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.hi))
+	return append(b, boolByte(e.probe)), nil
+}
+
+// UnmarshalBinary restores a state from MarshalBinary.
+func (e *Evidence) UnmarshalBinary(b []byte) error {
+	if len(b) != evidenceStateLen || b[evidenceStateLen-1] > 1 {
+		return fmt.Errorf("%w: evidence state: want %d bytes", hparam.ErrDecode, evidenceStateLen)
+	}
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
+	readings, windows := binary.LittleEndian.Uint64(b[48:]), binary.LittleEndian.Uint64(b[56:])
+	if readings > math.MaxInt32 || windows > readings {
+		return fmt.Errorf("%w: evidence state: %d readings in %d windows", hparam.ErrDecode, readings, windows)
+	}
+	e.szz, e.szq, e.sqq, e.szl, e.sql, e.sll = f(0), f(1), f(2), f(3), f(4), f(5)
+	e.readings, e.windows = int(readings), int(windows)
+	e.lo, e.hi, e.probe = f(8), f(9), b[evidenceStateLen-1] == 1
+	return nil
+}

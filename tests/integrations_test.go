@@ -107,6 +107,10 @@ type trainerSaw struct {
 	Cluster    string   `json:"cluster"`
 	RankZero   int      `json:"rank_zero"`
 	GlobalStep int      `json:"global_step"`
+	TorchWorld int      `json:"torch_world"`
+	// accelerate had set up a torch.distributed world before the script
+	// imported hdet's callback (tests/testdata/hf_regression.py)
+	WorldBeforeImport bool `json:"world_before_import"`
 }
 
 func trainerLines(t *testing.T, stdout string) []trainerSaw {
@@ -141,13 +145,21 @@ func needPythonModule(t *testing.T, name string) {
 func integrationRun(t *testing.T, dir string, launch func(ctx context.Context, args ...string) *exec.Cmd,
 	env []string, wrapper, example string, args ...string) (hdetRun, string) {
 	t.Helper()
+	script := filepath.Join(dir, "wrapper.py")
+	require.NoError(t, os.WriteFile(script, []byte(wrapper), 0o644))
+	return workerScriptRun(t, dir, launch, env, append([]string{script, examplePath(t, example)}, args...)...)
+}
+
+// workerScriptRun runs LAUNCHER hdet run --worker -- python SCRIPT ARGS in
+// dir, with HDET_TRACE_DIR set and env added.
+func workerScriptRun(t *testing.T, dir string, launch func(ctx context.Context, args ...string) *exec.Cmd,
+	env []string, script ...string) (hdetRun, string) {
+	t.Helper()
 	hdet, plugins := hdetBinaries(t)
 	runDir, traceDir := filepath.Join(dir, "run"), filepath.Join(dir, "trace")
 	require.NoError(t, os.MkdirAll(traceDir, 0o755))
-	script := filepath.Join(dir, "wrapper.py")
-	require.NoError(t, os.WriteFile(script, []byte(wrapper), 0o644))
 	full := append([]string{hdet, "run", "--run-dir", runDir, "--plugin-dir", plugins, "--progress", "none",
-		"--worker", "--", testenv.Python, script, examplePath(t, example)}, args...)
+		"--worker", "--", testenv.Python}, script...)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := launch(ctx, full...)
@@ -157,7 +169,13 @@ func integrationRun(t *testing.T, dir string, launch func(ctx context.Context, a
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
 	err := cmd.Run()
-	t.Logf("%s: %.1f s wall, %.1f s CPU (user+sys of hdet and both ranks' scripts)", example,
+	name := "" // the script's, not its wrapper's
+	for _, a := range script {
+		if strings.HasSuffix(a, ".py") {
+			name = filepath.Base(a)
+		}
+	}
+	t.Logf("%s: %.1f s wall, %.1f s CPU (user+sys of hdet and both ranks' scripts)", name,
 		time.Since(start).Seconds(), cpuSeconds(cmd))
 	return hdetRun{dir: runDir, stdout: out.String(), stderr: errb.String(), err: err}, traceDir
 }
@@ -329,6 +347,29 @@ func TestIntegrationsHuggingFace(t *testing.T) {
 torch.load(%q, weights_only=True); torch.load(%q, weights_only=True); torch.load(%q, weights_only=False)
 transformers.GPT2LMHeadModel.from_pretrained(%q)`, filepath.Join(ck, "optimizer.pt"), filepath.Join(ck, "scheduler.pt"),
 		filepath.Join(ck, "training_args.bin"), ck))
+}
+
+func testdataScript(t *testing.T, name string) string {
+	return filepath.Join(repoRoot(t), "tests", "testdata", name)
+}
+
+// A Trainer script that builds its TrainingArguments before it imports the
+// callback (tests/testdata/hf_regression.py), under mpirun, 2 ranks: the
+// arguments make accelerate set up a torch.distributed world of both
+// ranks, which the callback takes apart; each replica then trains alone.
+func TestIntegrationsHuggingFaceArgumentsFirst(t *testing.T) {
+	needPythonModule(t, "transformers")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	r, traceDir := workerScriptRun(t, dir, mpirun2(t), nil, testdataScript(t, "hf_regression.py"),
+		"--output-dir", out, "--max-steps", "24", "--window", "4")
+	_, saw := checkIntegrationRun(t, r, traceDir, 24)
+	for _, s := range saw {
+		assert.True(t, s.WorldBeforeImport, "rank %d %s: accelerate had set up its world before the import", s.Rank, s.Pass)
+		assert.Zero(t, s.TorchWorld, "rank %d %s: no torch.distributed world left", s.Rank, s.Pass)
+		assert.Equal(t, wantDir(out, s), s.OutputDir, "rank %d %s", s.Rank, s.Pass)
+	}
+	assert.FileExists(t, filepath.Join(out, "hdet.json"))
 }
 
 // checkLightningFolders: each process's logs and checkpoints in its own

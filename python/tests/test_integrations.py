@@ -395,6 +395,35 @@ class TransformersTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         self.assertEqual(out.stdout.strip(), "ok", out.stderr[-2000:])
 
+    def test_accelerate_world_taken_apart(self):
+        """TrainingArguments built before the callback's import: the world
+        accelerate set up for them goes, and they see a one-process world.
+        Also the test of the private parts of accelerate the callback reads
+        (PartialState._shared_state, AcceleratorState._reset_state): it
+        fails when they change."""
+        d = torch.distributed
+        d.init_process_group("gloo", store=d.HashStore(), rank=0, world_size=1)
+        try:
+            args = transformers.TrainingArguments(output_dir=self.dir, use_cpu=True, report_to="none")
+            self.assertEqual(args.distributed_state.num_processes, 1)
+            hidden = dict(_common._hidden)
+            # The world (1 process here) is not the replica's (2 here): accelerate's to take apart.
+            with mock.patch.dict(os.environ), mock.patch.object(_session, "under_hdet", return_value=True), \
+                    mock.patch.object(_common, "replica_size", return_value=2):
+                self.assertTrue(hf.leave_accelerate_world())
+                self.assertFalse(d.is_initialized())
+                self.assertFalse(hf.leave_accelerate_world(), "nothing left to take apart")
+            _common._hidden.clear()
+            _common._hidden.update(hidden)
+            self.assertEqual((args.world_size, args.process_index), (1, 0), "the arguments see the new world")
+            self.assertEqual(args.distributed_state.device.type, "cpu")
+            d.init_process_group("gloo", store=d.HashStore(), rank=0, world_size=1)
+            self.assertFalse(hf.leave_accelerate_world(), "outside hdet: nothing")
+            self.assertTrue(d.is_initialized())
+        finally:
+            if d.is_initialized():
+                d.destroy_process_group()
+
     def test_main_pass_rank0_writes_where_asked(self):
         cb = hf.HdetCallback()
         with fake_hdet(rank=0, main=True):

@@ -115,15 +115,16 @@ def replica_dir(path: str) -> str:
 
 
 def check_single_process(by: str) -> None:
-    """A trainer that already set up a world of several processes (imported
-    and configured before this module hid the launchers' variables) would
-    train the replicas as one DDP job."""
+    """A world of several processes that the script set up itself (the
+    Hugging Face module takes apart the one accelerate set up for
+    TrainingArguments built before its import) would train the replicas as
+    one DDP job."""
     d = torch.distributed
     if d.is_available() and d.is_initialized() and d.get_world_size() != replica_size():
         raise RuntimeError(
-            "%s: torch.distributed is set up with %d processes, but under hdet each replica trains alone; import "
-            "%s before the trainer's arguments are built (its import hides the launchers' rank and size "
-            "variables: docs/integrations.md)" % (by, d.get_world_size(), by.rsplit(".", 1)[0]))
+            "%s: torch.distributed is set up with %d processes, but under hdet each replica trains alone (a "
+            "replica of %d process(es)): leave init_process_group to the trainer, or give train.replica_size for "
+            "replicas of several processes (docs/integrations.md)" % (by, d.get_world_size(), replica_size()))
 
 
 def offset_data_order(loader: Any) -> int:

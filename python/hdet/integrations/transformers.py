@@ -22,6 +22,7 @@ has the whole story.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -32,9 +33,45 @@ from transformers import TrainerCallback
 from .. import _session
 from . import _common
 
-_common.hide_launcher_environment()
-
 _BY = "hdet.integrations.transformers.HdetCallback"
+
+
+def leave_accelerate_world() -> bool:
+    """Under hdet: hide the launchers' variables and, when the script built
+    its TrainingArguments before importing this module, take apart the
+    torch.distributed world of every rank that accelerate's PartialState set
+    up for them (the worker's RANK, WORLD_SIZE and MASTER_ADDR describe the
+    run's world): the default process group is destroyed and PartialState
+    set up again as a one-process world. The arguments keep their
+    PartialState object, whose state accelerate shares between all of them,
+    so they see the new world too. Returns True when it took a world apart.
+
+    Private parts of accelerate read here, for want of public ones (tested
+    with accelerate 1.16.0 and transformers 5.25.0; ReleaseAccelerateWorld
+    in python/tests/test_integrations.py fails if they change):
+    PartialState._shared_state (PartialState() would set a state up rather
+    than say whether there is one) and AcceleratorState._reset_state (the
+    reset TrainingArguments itself calls before setting its state up)."""
+    if not _session.under_hdet():
+        return False
+    _common.hide_launcher_environment()  # with what accelerate wrote there for a CPU world
+    d = torch.distributed
+    state_module = sys.modules.get("accelerate.state")
+    if state_module is None or not (d.is_available() and d.is_initialized()):
+        return False
+    shared = state_module.PartialState._shared_state  # PartialState() would set the state up
+    size = d.get_world_size()
+    if not shared or shared.get("num_processes") != size or size == _common.replica_size():
+        return False  # not accelerate's world (check_single_process says so), or the replica's own
+    cpu = shared["device"].type == "cpu"
+    d.destroy_process_group()
+    state_module.AcceleratorState._reset_state(reset_partial_state=True)
+    state_module.PartialState(cpu=cpu)
+    return True
+
+
+if _session.under_hdet():
+    leave_accelerate_world()
 
 
 class HdetCallback(TrainerCallback):
@@ -64,7 +101,7 @@ class HdetCallback(TrainerCallback):
         self._trainer: Any = None
         self._user_output_dir: str | None = None
         if _session.under_hdet():
-            _common.hide_launcher_environment()
+            leave_accelerate_world()
             _common.check_single_process(_BY)
 
     # -- set-up -----------------------------------------------------------

@@ -1,0 +1,95 @@
+"""A Hugging Face Trainer script written in the order many are: the
+TrainingArguments first, and hdet's callback imported where it is used,
+after them (tests/integrations_test.go). Under `hdet run --worker` the
+arguments' construction makes accelerate set up a torch.distributed world
+of every rank (the worker's RANK, WORLD_SIZE, MASTER_ADDR), which the
+callback must take apart: each replica trains alone.
+
+A regression MLP (8 -> 32 -> 1) on a fixed random linear problem, AdamW,
+the Trainer's cosine schedule with warm-up. --save-steps and --resume
+(a checkpoint folder, or "last") are the Trainer's. At the first
+training step the script prints one "HDET-TEST {json}" line of what the
+Trainer sees; at the end one "HDET-RESULT {json}" line: the parameters'
+sum and the Trainer's global step.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+
+    def forward(self, x, labels=None):
+        out = self.body(x).squeeze(-1)
+        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+
+class Items(torch.utils.data.Dataset):
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 8, generator=g)
+        w = torch.linspace(-1, 1, 8)
+        self.y = self.x @ w + 0.1 * torch.randn(n, generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"x": self.x[i], "labels": self.y[i]}
+
+
+class Report(TrainerCallback):
+    """The HDET-TEST line, at the first step this process trains."""
+
+    printed = False
+    world_before_import = False
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if Report.printed:
+            return
+        Report.printed = True
+        from hdet.integrations import hidden_environment
+
+        d = torch.distributed
+        print("HDET-TEST " + json.dumps({
+            "rank": int(os.environ.get("HDET_RANK", "0")), "pass": os.environ.get("HDET_PASS") or "search",
+            "hidden": sorted(hidden_environment()), "processes": args.world_size,
+            "torch_world": d.get_world_size() if d.is_initialized() else 0, "output_dir": args.output_dir,
+            "global_step": state.global_step, "world_before_import": Report.world_before_import}), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--output-dir", required=True)
+    ap.add_argument("--max-steps", type=int, default=24)
+    ap.add_argument("--save-steps", type=int, default=0, help="0: no checkpoints")
+    ap.add_argument("--resume", help="a checkpoint folder, or 'last'")
+    ap.add_argument("--window", type=int, help="HdetCallback's window")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    set_seed(0)
+    training_args = TrainingArguments(
+        output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=16,
+        per_device_eval_batch_size=64, learning_rate=3e-3, lr_scheduler_type="cosine", warmup_steps=4,
+        logging_steps=4, eval_strategy="no", save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500, report_to="none", seed=0, use_cpu=True, dataloader_num_workers=0,
+        disable_tqdm=True)
+    Report.world_before_import = torch.distributed.is_initialized()  # accelerate's, of every rank
+    from hdet.integrations.transformers import HdetCallback  # imported where it is used
+
+    trainer = Trainer(model=Net(), args=training_args, train_dataset=Items(512, 1), eval_dataset=Items(64, 2),
+                      callbacks=[HdetCallback(probe_examples=64, window=args.window), Report()])
+    trainer.train(resume_from_checkpoint=True if args.resume == "last" else args.resume)
+    total = sum(float(p.detach().double().sum()) for p in trainer.model.parameters())
+    print("HDET-RESULT " + json.dumps({"param_sum": total, "global_step": trainer.state.global_step}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

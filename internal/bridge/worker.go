@@ -188,7 +188,11 @@ type Worker struct {
 	closed     bool
 }
 
-var _ engine.Replica = (*Worker)(nil)
+var (
+	_ engine.Replica      = (*Worker)(nil)
+	_ engine.PeakLR       = (*Worker)(nil)
+	_ engine.Unrestorable = (*Worker)(nil)
+)
 
 // Start launches the worker, waits for it to connect and announce itself,
 // maps the sync buffer and waits until the worker has copied its initial
@@ -326,13 +330,19 @@ func (w *Worker) SyncBuffer(withOptimizer bool) []float32 {
 	return w.shm.data[:w.hello.ParamCount]
 }
 
-// PeakBaseLR is the highest learning rate the script set itself (its
-// first param group's, before hdet's multiplier) in the windows so far.
-func (w *Worker) PeakBaseLR() float64 {
+// PeakLR is the highest learning rate the script set itself (its first
+// param group's, before hdet's multiplier) in the windows so far: hdet's
+// learning rates are multipliers of it (engine.PeakLR).
+func (w *Worker) PeakLR() float64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.peakBaseLR
 }
+
+// Unrestorable: the script's own state (its data position, random
+// streams) is not in hdet's checkpoints, so a worker run neither rolls
+// back nor resumes (docs/pytorch.md).
+func (w *Worker) Unrestorable() {}
 
 // Applied returns the values the worker reported applying at each step of
 // the last window (already checked equal to the plan).

@@ -89,7 +89,7 @@ func TestWorkerTrainsWindows(t *testing.T) {
 			assert.False(t, math.IsNaN(l) || math.IsInf(l, 0), "loss %v", l)
 		}
 		assert.Equal(t, v, w.Applied(), "the worker applied exactly the plan")
-		assert.Equal(t, 0.05, w.PeakBaseLR(), "the script's own rate, before the multiplier")
+		assert.Equal(t, 0.05, w.PeakLR(), "the script's own rate, before the multiplier")
 		if k == 1 {
 			// Stand in for the all-reduce: the worker must load what is left here.
 			buf := w.SyncBuffer(true)

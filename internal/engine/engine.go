@@ -87,11 +87,6 @@ type Options struct {
 	// the main pass begins (docs/design.md §1.2); the replica's sync
 	// buffer may be a new one afterwards. nil: a run cannot commit.
 	Restart func(ctx context.Context) error
-	// ScriptPeakLR, for a worker script, is the highest learning rate the
-	// script set itself so far (its learning rates are multipliers of it);
-	// the commit record gives the peak rate a committed multiplier implies.
-	// nil for the built-in workloads.
-	ScriptPeakLR func() float64
 	// Stop is polled at each converge; when any rank's Stop returns true the
 	// ranks checkpoint together and Run returns ErrStopped.
 	Stop func() bool
@@ -109,7 +104,8 @@ type Options struct {
 	DivergenceFactor float64
 	// A window where every rank is unhealthy rolls back to the newest
 	// checkpoint in CheckpointDir (see Restore) with the learning rates
-	// halved, at most MaxRollbacks times; CheckpointDir "" disables it.
+	// halved, at most MaxRollbacks times; CheckpointDir "" disables it, and
+	// so does a replica that is Unrestorable.
 	MaxRollbacks  int
 	CheckpointDir string
 }

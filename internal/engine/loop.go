@@ -85,6 +85,9 @@ func newLoop(o Options) (*loop, error) {
 	if err := checkGroups(o, l.lay); err != nil {
 		return nil, err
 	}
+	if _, ok := As[Unrestorable](o.Replica); ok {
+		l.o.CheckpointDir = "" // no checkpoint holds its state: no rollback
+	}
 	l.rep = l.lay.Replica(l.rank)
 	cross := o.Comm
 	switch {
@@ -475,10 +478,11 @@ func (l *loop) recordCommit(end int, lrScale float64) {
 }
 
 func (l *loop) scriptPeakLR() float64 {
-	if l.o.ScriptPeakLR == nil {
+	p, ok := As[PeakLR](l.o.Replica)
+	if !ok {
 		return 0
 	}
-	return l.o.ScriptPeakLR()
+	return p.PeakLR()
 }
 
 // record logs a window record's events and writes it (rank 0); a write

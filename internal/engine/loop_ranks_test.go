@@ -102,6 +102,35 @@ func TestEveryRankUnhealthyRollsBackTogether(t *testing.T) {
 	assert.Equal(t, recs[3].Values["lr"][1]/2, recs[4].Values["lr"][1])
 }
 
+// A replica whose state no checkpoint holds (Unrestorable, a worker
+// script's) is not rolled back, even through a wrapper and with a
+// checkpoint directory: the window stops every rank.
+func TestUnrestorableReplicaDoesNotRollBack(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "checkpoints")
+	all := map[int][]int{0: {3}, 1: {3}}
+	r := runRanks(t, ranksSpec{world: 2, lr: constLR, nan: all, tweak: func(rank int, o *Options, rep *toyReplica) {
+		o.Checkpoint, o.CheckpointDir, o.MaxRollbacks, o.DivergenceFactor = saver(rank, 2, dir, o.Controller, rep), dir, 3, 10
+		o.Replica = wrapped{unrestorable{rep}}
+	}})
+	for rank, err := range r.errs {
+		require.ErrorIs(t, err, ErrAllUnhealthy, "rank %d", rank)
+		assert.Contains(t, err.Error(), "this run does not roll back (no checkpoint holds its training state")
+	}
+	for rank, rep := range r.reps {
+		assert.Len(t, rep.calls, 4, "rank %d stops in window 3", rank)
+	}
+}
+
+type unrestorable struct{ *toyReplica }
+
+func (unrestorable) Unrestorable() {}
+
+// wrapped hides the replica it wraps but for Unwrap, as the fault suite's
+// injector does.
+type wrapped struct{ Replica }
+
+func (w wrapped) Unwrap() Replica { return w.Replica }
+
 // saver is the real checkpoint.Saver for rank of ranks (rank 0 writes).
 func saver(rank, ranks int, dir string, ctrl *controller.Controller, rep *toyReplica) *checkpoint.Saver {
 	s := &checkpoint.Saver{Dir: dir, Every: 1, Keep: 2, Rank: rank, Ranks: ranks, ParamCount: toyParams,
@@ -296,6 +325,12 @@ func (c *recCheckpointer) AfterConverge(_ context.Context, pass, window, step, _
 	return nil
 }
 
+// scriptReplica is a toy replica as a worker script's looks to the engine:
+// its learning rates multiply the script's own peak rate.
+type scriptReplica struct{ *toyReplica }
+
+func (scriptReplica) PeakLR() float64 { return 0.002 }
+
 // commitLR searches until a third of the run, then commits and restarts.
 const commitLR = `{"schedule":0.05,"auto":{"enabled":false,"commit":"restart","until":0.3}}`
 
@@ -307,7 +342,7 @@ func TestCommitRestartsEveryRankForTheMainPass(t *testing.T) {
 	r := runRanks(t, ranksSpec{world: 3, lr: commitLR, tweak: func(rank int, o *Options, rep *toyReplica) {
 		cks[rank] = &recCheckpointer{}
 		o.Checkpoint, o.CheckpointDir, o.MaxRollbacks, o.Restart = cks[rank], t.TempDir(), 1, rep.restart
-		o.ScriptPeakLR = func() float64 { return 0.002 } // a worker script's own peak rate
+		o.Replica = scriptReplica{rep} // a worker script's, with its own peak rate
 	}})
 	for rank, err := range r.errs {
 		require.NoError(t, err, "rank %d: %s", rank, r.logs[rank])

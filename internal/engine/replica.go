@@ -64,3 +64,38 @@ type Replica interface {
 	// Evaluate returns the test loss and accuracy of the current parameters.
 	Evaluate(ctx context.Context) (loss, accuracy float64, err error)
 }
+
+// What only some replicas can do is a small interface of its own, which the
+// engine and the session look for with As (docs/design.md §2).
+
+// PeakLR is a replica whose learning rates are multipliers of its script's
+// own (a worker script's): PeakLR is the highest rate the script set itself
+// so far, from which the commit record gives the peak rate a committed
+// multiplier implies.
+type PeakLR interface{ PeakLR() float64 }
+
+// Unrestorable is a replica with training state that hdet's checkpoints do
+// not hold (a worker script's data position and random streams): the engine
+// does not roll it back to a checkpoint, and a relaunch of its run starts
+// the run over rather than resume it.
+type Unrestorable interface{ Unrestorable() }
+
+// Wrapper is a replica that wraps another (the fault suite's injector);
+// As looks through it.
+type Wrapper interface{ Unwrap() Replica }
+
+// As finds the optional interface T in r, or in the replica r wraps.
+func As[T any](r Replica) (T, bool) {
+	for r != nil {
+		if t, ok := r.(T); ok {
+			return t, true
+		}
+		w, ok := r.(Wrapper)
+		if !ok {
+			break
+		}
+		r = w.Unwrap()
+	}
+	var none T
+	return none, false
+}

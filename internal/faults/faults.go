@@ -113,6 +113,9 @@ type replica struct {
 	seen         map[int]bool // windows trained at least once (a rollback re-runs them)
 }
 
+// Unwrap lets engine.As find what only the wrapped replica can do.
+func (f *replica) Unwrap() engine.Replica { return f.Replica }
+
 func (f *replica) TrainWindow(ctx context.Context, w engine.Window) (engine.WindowResult, error) {
 	k := w.Start / f.window
 	first := !f.seen[k]

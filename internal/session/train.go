@@ -96,19 +96,13 @@ func (s *session) engineOptions() (engine.Options, error) {
 		}
 		prog = progress.New(s.o.Out, mode, s.resumePass, s.resumeAt) // under mpirun a rank's stdout is a pty when mpirun's is
 	}
-	rollbackDir := saver.Dir
-	var scriptPeak func() float64
-	if s.worker != nil {
-		rollbackDir = "" // the script's own state is not in the checkpoints (see resume)
-		scriptPeak = s.worker.PeakBaseLR
-	}
 	return engine.Options{
 		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl, Groups: s.groups(),
 		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt, StartPass: s.resumePass, StartRollbacks: s.resumeRollbacks,
 		Restart:  s.restoreStart,
 		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: saver, Stop: s.o.Stop,
-		Log: s.o.Log, Watch: s.wd, Events: s.events, ScriptPeakLR: scriptPeak,
-		DivergenceFactor: tc.DivergenceFactor, MaxRollbacks: tc.MaxRollbacks, CheckpointDir: rollbackDir,
+		Log: s.o.Log, Watch: s.wd, Events: s.events,
+		DivergenceFactor: tc.DivergenceFactor, MaxRollbacks: tc.MaxRollbacks, CheckpointDir: saver.Dir,
 	}, nil
 }
 
@@ -212,9 +206,9 @@ func (s *session) printCommitted(lrScale float64) {
 	parts := make([]string, len(cs))
 	for i, c := range cs {
 		c = engine.ScaleCommit(c, lrScale)
-		if s.worker != nil && hparam.IsLR(c.Name) && !c.Frozen {
+		if p, ok := engine.As[engine.PeakLR](s.replica); ok && hparam.IsLR(c.Name) && !c.Frozen {
 			// a multiplier of the script's own rate: what to write into it
-			peak := s.worker.PeakBaseLR()
+			peak := p.PeakLR()
 			parts[i] = fmt.Sprintf("%s x%.3g: peak lr %.3g -> %.3g (x%.3g)", c.Name, c.Value, peak, peak*c.Value, c.Value)
 			continue
 		}

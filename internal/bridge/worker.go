@@ -340,8 +340,9 @@ func (w *Worker) PeakLR() float64 {
 }
 
 // Unrestorable: the script's own state (its data position, random
-// streams) is not in hdet's checkpoints, so a worker run neither rolls
-// back nor resumes (docs/pytorch.md).
+// streams) is not in hdet's checkpoints, so a worker run does not roll
+// back; a relaunch resumes it only from the state files SaveState wrote
+// with them, when the script is Resumable (docs/pytorch.md#resume).
 func (w *Worker) Unrestorable() {}
 
 // Applied returns the values the worker reported applying at each step of

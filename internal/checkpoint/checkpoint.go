@@ -178,6 +178,10 @@ func removeDamagedAfter(dir string, names []string, name string) ([]string, erro
 	return kept, nil
 }
 
+// List returns the checkpoint file names in dir, oldest first (none when
+// dir does not exist).
+func List(dir string) ([]string, error) { return list(dir) }
+
 // list returns the checkpoint file names in dir, oldest first.
 func list(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)

@@ -61,32 +61,41 @@ func (s *Saver) AtStart(ctx context.Context, pass, rollbacks int) {
 // first cadence (a learning rate too high in the warm-up) then has a
 // checkpoint to roll back to instead of stopping.
 func (s *Saver) AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error {
-	if s.Rank != 0 {
+	if s.Rank != 0 || !s.Due(window, force) {
 		return nil
 	}
+	_, err := s.Save(ctx, pass, window, step, rollbacks)
+	return err
+}
+
+// Due (rank 0) reports whether a checkpoint is due after window: forced,
+// the session's first converge, or the window or time cadence.
+func (s *Saver) Due(window int, force bool) bool {
 	first := s.last.IsZero()
 	if first {
 		s.last = time.Now()
 	}
-	due := force || first || (s.Every > 0 && (window+1)%s.Every == 0) || (s.Interval > 0 && time.Since(s.last) >= s.Interval)
-	if !due {
-		return nil
-	}
+	return force || first || (s.Every > 0 && (window+1)%s.Every == 0) || (s.Interval > 0 && time.Since(s.last) >= s.Interval)
+}
+
+// Save (rank 0) writes the checkpoint Due asked for and reports whether it
+// is written; a failure is handled as AfterConverge says.
+func (s *Saver) Save(ctx context.Context, pass, window, step, rollbacks int) (bool, error) {
 	path, err := s.write(ctx, pass, window, step, rollbacks)
 	if err == nil {
 		s.last, s.failingAt = time.Now(), time.Time{}
 		s.Log.Info().Int("step", step).Str("path", path).Msg("checkpoint written")
-		return nil
+		return true, nil
 	}
 	if s.failingAt.IsZero() {
 		s.failingAt = time.Now()
 	}
 	if s.MaxFailing > 0 && time.Since(s.failingAt) >= s.MaxFailing {
-		return fmt.Errorf("checkpoint at step %d: %w; no checkpoint could be written for %s (run.checkpoint_max_failing %s); none written since %s, the previous checkpoint stays valid",
+		return false, fmt.Errorf("checkpoint at step %d: %w; no checkpoint could be written for %s (run.checkpoint_max_failing %s); none written since %s, the previous checkpoint stays valid",
 			step, err, time.Since(s.failingAt).Round(time.Millisecond), s.MaxFailing, s.last.Format(time.RFC3339))
 	}
 	s.Log.Warn().Err(err).Int("step", step).Msg("checkpoint failed; the previous one stays valid; retrying at the next cadence")
-	return nil
+	return false, nil
 }
 
 func (s *Saver) write(ctx context.Context, pass, window, step, rollbacks int) (string, error) {

@@ -22,14 +22,14 @@ func (s *session) checkpointDir() string { return filepath.Join(s.cfg.Run.Dir, "
 // checking it belongs to this run and fits this config.
 func (s *session) resume(ctx context.Context) error {
 	if s.worker != nil {
-		// The script's own state (data position, RNG) is not in hdet's
-		// checkpoints, so a worker run always starts from the beginning: a
-		// relaunch of the same run starts it over, and the windows it runs
-		// again are dropped from metrics.jsonl, as for a run that ended
-		// before its first checkpoint (found by the PyTorch chaos soak:
-		// every relaunch appended the whole run again).
-		return s.workerFresh()
+		return s.resumeWorker(ctx)
 	}
+	return s.restore(ctx)
+}
+
+// restore loads the newest valid checkpoint into the replica and the
+// controller (a fresh run when there is none).
+func (s *session) restore(ctx context.Context) error {
 	log := s.o.Log
 	got, evs, err := engine.Restore(ctx, engine.RestoreOptions{Comm: s.o.World, Dir: s.checkpointDir(),
 		Replica: s.replica, Controller: s.ctrl, Log: log, Check: s.compatible})
@@ -70,12 +70,8 @@ func (s *session) fresh(skipped []checkpoint.Skipped) error {
 	if fi, err := os.Stat(mpath); err == nil && fi.Size() > 0 {
 		if s.ownUnsavedLog(mpath) {
 			s.restarted = true
-			msg := "no checkpoint, but this run's own metrics.jsonl from a launch that ended before writing one: starting the run over"
-			if s.worker != nil {
-				msg = "a worker run is not resumed (the script's own state is not in hdet's checkpoints): starting the run over"
-			}
 			if s.rank == 0 {
-				s.o.Log.Warn().Str("run_dir", s.cfg.Run.Dir).Msg(msg)
+				s.o.Log.Warn().Str("run_dir", s.cfg.Run.Dir).Msg("no checkpoint, but this run's own metrics.jsonl from a launch that ended before writing one: starting the run over")
 			}
 			return nil
 		}
@@ -84,9 +80,10 @@ func (s *session) fresh(skipped []checkpoint.Skipped) error {
 	return nil
 }
 
-// workerFresh checks that a worker run's directory can take the run from
-// its beginning: empty, or this run's own unfinished log (the run starts
-// over); a finished run, or another run's log, is refused. Rank 0 alone
+// workerFresh checks that a worker run's directory without a checkpoint
+// can take the run from its beginning: empty, or this run's own unfinished
+// log (the run starts over, and the windows it runs again are dropped from
+// metrics.jsonl); a finished run, or another run's log, is refused. Rank 0 alone
 // decides (it alone writes metrics.jsonl, and its config holds the
 // script's explorers, which the hash covers).
 func (s *session) workerFresh() error {

@@ -139,9 +139,12 @@ type session struct {
 	// restarted: no checkpoint, but this run's own metrics.jsonl from a
 	// launch that ended before writing one; the run starts over.
 	restarted bool
-	events    []controller.Event // rank 0: setup's explorer events, for the first record
-	wd        *watchdog.Watchdog
-	closers   []func()
+	// workerResume: the checkpoint the worker was started to resume (nil:
+	// it started fresh).
+	workerResume *resumePoint
+	events       []controller.Event // rank 0: setup's explorer events, for the first record
+	wd           *watchdog.Watchdog
+	closers      []func()
 }
 
 // Run sets up this rank, trains, and writes the end of the run.

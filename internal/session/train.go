@@ -96,11 +96,15 @@ func (s *session) engineOptions() (engine.Options, error) {
 		}
 		prog = progress.New(s.o.Out, mode, s.resumePass, s.resumeAt) // under mpirun a rank's stdout is a pty when mpirun's is
 	}
+	var ckpt engine.Checkpointer = saver
+	if s.worker != nil && s.worker.Resumable() {
+		ckpt = workerCheckpointer{s: s, saver: saver, comm: w}
+	}
 	return engine.Options{
 		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl, Groups: s.groups(),
 		Steps: s.steps, Window: tc.Window, Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt, StartPass: s.resumePass, StartRollbacks: s.resumeRollbacks,
 		Restart:  s.restoreStart,
-		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: saver, Stop: s.o.Stop,
+		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: ckpt, Stop: s.o.Stop,
 		Log: s.o.Log, Watch: s.wd, Events: s.events,
 		DivergenceFactor: tc.DivergenceFactor, MaxRollbacks: tc.MaxRollbacks, CheckpointDir: saver.Dir,
 	}, nil
@@ -139,8 +143,8 @@ func (s *session) stopped(res engine.Result) {
 		return
 	}
 	msg := "stopped by a signal after checkpointing; launch the same command again to resume"
-	if s.worker != nil {
-		msg = "stopped by a signal after checkpointing; launch the same command again to run it again from step 0 (a worker run is not resumed: docs/pytorch.md)"
+	if s.worker != nil && !s.worker.Resumable() {
+		msg = "stopped by a signal after checkpointing; launch the same command again to run it again from step 0 (the script does not give hdet its state, attach(..., state=...): docs/pytorch.md#resume)"
 	}
 	s.o.Log.Warn().Int("step", res.Steps).Msg(msg)
 	s.requeue()

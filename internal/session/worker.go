@@ -100,6 +100,9 @@ func (s *session) startWorker(ctx context.Context) error {
 		MasterAddr: host, MasterPort: port, SyncMode: string(s.sync),
 	}
 	o.GPU, o.GPUIndex = s.workerGPU(local)
+	if err := s.workerStart(&o); err != nil {
+		return err
+	}
 	wk, err := bridge.Start(ctx, o)
 	if err != nil {
 		return usageIf(err)

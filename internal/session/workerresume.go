@@ -1,0 +1,208 @@
+package session
+
+// A worker run resumes at hdet's checkpoint: at each checkpoint every rank's
+// script saves its state first (bridge SAVE), and a relaunch starts the
+// script from that state, in the checkpoint's pass (docs/pytorch.md#resume).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hdet-dev/hdet/internal/bridge"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/plan"
+	"github.com/hdet-dev/hdet/mpi/reduce"
+)
+
+// resumePoint is the checkpoint a worker was started to resume.
+type resumePoint struct{ pass, step int }
+
+// stateDir is this rank's directory of worker state files.
+func (s *session) stateDir() string { return bridge.StateDir(s.cfg.Run.Dir, s.rank) }
+
+// workerStart sets where the worker starts: at the newest checkpoint, when
+// every rank's script saved its state there, else fresh in the search pass.
+// Every rank reads the checkpoint itself, as engine.Restore does next;
+// resume then checks that it restored the same one.
+func (s *session) workerStart(o *bridge.Options) error {
+	dir, err := filepath.Abs(s.cfg.Run.Dir) // the script may change its directory
+	if err != nil {
+		return err
+	}
+	o.RunDir, o.Pass = dir, plan.PassSearch
+	have := []float64{0}
+	var state string
+	if ck, _, _, err := checkpoint.Latest(s.checkpointDir()); err == nil {
+		state = filepath.Join(bridge.StateDir(dir, s.rank), bridge.StateFile(ck.Pass, ck.Step))
+		if _, err := os.Stat(state); err == nil {
+			have[0], s.workerResume = 1, &resumePoint{ck.Pass, ck.Step}
+		}
+	}
+	if err := s.o.World.AllreduceFloat64(have, reduce.Min); err != nil {
+		return err
+	}
+	if have[0] == 0 { // some rank's script saved nothing there: none resumes
+		s.workerResume = nil
+		return nil
+	}
+	o.Pass, o.ResumeState, o.ResumeStep = s.workerResume.pass, state, s.workerResume.step
+	return nil
+}
+
+// resumeWorker is resume for a worker run: the checkpoint the worker was
+// started at, else the run from step 0 (a checkpoint without the script's
+// state is started over, with a warning).
+func (s *session) resumeWorker(ctx context.Context) error {
+	if s.workerResume == nil {
+		return s.workerOver()
+	}
+	if err := s.restore(ctx); err != nil {
+		return err
+	}
+	if s.resumePass != s.workerResume.pass || s.resumeAt != s.workerResume.step {
+		return fmt.Errorf("the worker was started at step %d of the %s pass, but the checkpoint restored is at step %d of the %s pass: did another launch write into %s?",
+			s.workerResume.step, bridge.PassName(s.workerResume.pass), s.resumeAt, bridge.PassName(s.resumePass), s.cfg.Run.Dir)
+	}
+	return nil
+}
+
+// workerOver starts a worker run from step 0. A checkpoint of this run
+// whose script state is missing (the script did not give hdet its state)
+// is said so, and removed with the state files: a later relaunch must not
+// resume it.
+func (s *session) workerOver() error {
+	if s.rank != 0 {
+		return nil
+	}
+	ck, path, _, err := checkpoint.Latest(s.checkpointDir())
+	if err != nil {
+		return s.workerFresh()
+	}
+	if err := s.compatible(ck, path); err != nil {
+		return err
+	}
+	why := "this script does not give hdet its state (attach(..., state=...))"
+	if s.worker.Resumable() {
+		why = "the launch that wrote it had a script that did not give hdet its state"
+	}
+	s.o.Log.Warn().Int("pass", ck.Pass).Int("step", ck.Step).Str("run_dir", s.cfg.Run.Dir).
+		Msg(fmt.Sprintf("hdet's checkpoint is at step %d of the %s pass, but %s: the run starts over from step 0; %s", ck.Step, bridge.PassName(ck.Pass), why, "docs/pytorch.md#resume"))
+	if err := removeCheckpoints(s.checkpointDir(), filepath.Join(s.cfg.Run.Dir, "worker")); err != nil {
+		return fmt.Errorf("starting the run over: %w", err)
+	}
+	s.restarted = true
+	return nil
+}
+
+// removeCheckpoints removes a run's checkpoints and its worker state files.
+func removeCheckpoints(dir, workerDir string) error {
+	names, err := checkpoint.List(dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := os.Remove(filepath.Join(dir, n)); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(workerDir)
+}
+
+// workerCheckpointer is the engine's Checkpointer in a worker run whose
+// script is resumable: when rank 0's Saver says a checkpoint is due, every
+// rank's script saves its state, and only once all have does rank 0 write
+// hdet's checkpoint; then each rank removes the state files no kept
+// checkpoint refers to.
+type workerCheckpointer struct {
+	s     *session
+	saver *checkpoint.Saver
+	comm  World
+}
+
+// AtStart is the Saver's (the engine calls it only for runs that roll back,
+// which worker runs do not).
+func (c workerCheckpointer) AtStart(ctx context.Context, pass, rollbacks int) {
+	c.saver.AtStart(ctx, pass, rollbacks)
+}
+
+func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error {
+	s := c.s
+	due := []float64{0}
+	if s.rank == 0 && c.saver.Due(window, force) {
+		due[0] = 1
+	}
+	if err := c.comm.AllreduceFloat64(due, reduce.Max); err != nil || due[0] == 0 {
+		return err
+	}
+	if step < s.steps { // the run's end is never resumed: the script need not save it
+		path := filepath.Join(s.stateDir(), bridge.StateFile(pass, step))
+		saved := s.worker.SaveState(ctx, path, step, pass)
+		if err := agree(c.comm, saved); err != nil {
+			return err
+		}
+	}
+	ok := []float64{1}
+	if s.rank == 0 {
+		written, err := c.saver.Save(ctx, pass, window, step, rollbacks)
+		if err != nil {
+			ok[0] = -1
+		} else if !written {
+			ok[0] = 0
+		}
+	}
+	// After rank 0's write (and its removal of old checkpoints), every
+	// rank sees the kept ones.
+	if err := c.comm.AllreduceFloat64(ok, reduce.Min); err != nil {
+		return err
+	}
+	if ok[0] < 0 {
+		return fmt.Errorf("no checkpoint could be written for run.checkpoint_max_failing (rank 0 says why)")
+	}
+	if err := pruneStates(s.checkpointDir(), s.stateDir()); err != nil {
+		s.o.Log.Warn().Err(err).Str("dir", s.stateDir()).Msg("could not remove old worker state files")
+	}
+	return nil
+}
+
+// pruneStates removes the worker state files (and temporary files) in
+// stateDir that no checkpoint in dir refers to.
+func pruneStates(dir, stateDir string) error {
+	names, err := checkpoint.List(dir)
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(stateDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !slices.Contains(names, stateCheckpoint(e.Name())) {
+			errs = append(errs, os.Remove(filepath.Join(stateDir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stateCheckpoint is the name of the checkpoint a state file goes with,
+// "" for a name that is no state file's.
+func stateCheckpoint(name string) string {
+	rest, ok := strings.CutSuffix(name, ".pt")
+	passName, stepStr, found := strings.Cut(rest, "-step-")
+	step, err := strconv.Atoi(stepStr)
+	if !ok || !found || err != nil {
+		return ""
+	}
+	for _, pass := range []int{plan.PassSearch, plan.PassMain} {
+		if bridge.PassName(pass) == passName {
+			return checkpoint.FileName(pass, step)
+		}
+	}
+	return ""
+}

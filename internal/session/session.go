@@ -19,7 +19,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/watchdog"
-	"github.com/hdet-dev/hdet/internal/workload/mnist"
+	"github.com/hdet-dev/hdet/internal/workload"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 	"github.com/hdet-dev/hdet/slurm"
 )
@@ -72,11 +72,9 @@ type Outcome struct {
 	Report func() error
 }
 
-// UsageError marks an error caused by what the user typed or configured.
-type UsageError struct{ Err error }
-
-func (e *UsageError) Error() string { return e.Err.Error() }
-func (e *UsageError) Unwrap() error { return e.Err }
+// UsageError marks an error caused by what the user typed or configured;
+// a workload's Factory returns one too.
+type UsageError = workload.UsageError
 
 // Usagef builds a UsageError.
 func Usagef(format string, a ...any) error { return &UsageError{Err: fmt.Errorf(format, a...)} }
@@ -121,7 +119,6 @@ type session struct {
 	sync            engine.SyncMode
 	replica         engine.Replica
 	worker          *bridge.Worker  // --worker mode
-	model           *mnist.Replica  // the built-in workload, unwrapped
 	gpu             *device.Binding // nil in CPU mode
 	worldGPUs       string          // a worker's CUDA_VISIBLE_DEVICES: its torch world's GPUs on this node, "" for its own only
 	converge        device.Allreducer

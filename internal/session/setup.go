@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,11 +20,9 @@ import (
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
-	"github.com/hdet-dev/hdet/internal/memcheck"
 	"github.com/hdet-dev/hdet/internal/runlock"
 	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/internal/watchdog"
-	"github.com/hdet-dev/hdet/internal/workload/mnist"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 	"github.com/hdet-dev/hdet/plugins"
 	"github.com/hdet-dev/hdet/slurm"
@@ -150,15 +149,23 @@ func (s *session) bindDevice(context.Context) error {
 	return nil
 }
 
-// makeReplica builds this rank's replica: the built-in MNIST MLP, or the
-// external worker process of --worker, and the run's length.
+// makeReplica builds this rank's replica (the workload's Factory: see
+// workloads.go) and learns the run's length.
 func (s *session) makeReplica(ctx context.Context) error {
 	if len(s.o.Worker) > 0 {
 		if err := s.startWorker(ctx); err != nil {
 			return err
 		}
-	} else if err := s.makeMNIST(); err != nil {
-		return err
+	} else {
+		factory, ok := workloads[s.cfg.Workload.Kind]
+		if !ok {
+			return Usagef("workload.kind: got %q, want one of %s", s.cfg.Workload.Kind, strings.Join(slices.Sorted(maps.Keys(workloads)), ", "))
+		}
+		r, steps, err := factory(ctx, s.env())
+		if err != nil {
+			return err
+		}
+		s.replica, s.steps = r, steps
 	}
 	if WrapReplica == nil {
 		return nil
@@ -166,41 +173,6 @@ func (s *session) makeReplica(ctx context.Context) error {
 	var err error
 	s.replica, err = WrapReplica(s.replica, s.rank, s.cfg.Train.Window)
 	return err
-}
-
-func (s *session) makeMNIST() error {
-	cfg, w := s.cfg, s.o.World
-	ds, err := mnist.Load(cfg.Workload.Data)
-	if err != nil {
-		return &UsageError{Err: fmt.Errorf("workload.data: %w", err)}
-	}
-	wl := cfg.Workload
-	if err := memcheck.Fit(memcheck.MLPBytes(ds.Train.Dim, wl.Hidden, ds.Train.Classes, wl.BatchSize), w.LocalSize()); err != nil {
-		return Usagef("workload.hidden %v: %v", wl.Hidden, err)
-	}
-	mc := mnist.DefaultConfig()
-	mc.Hidden, mc.BatchSize, mc.Optimizer = wl.Hidden, wl.BatchSize, wl.Optimizer
-	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
-	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
-	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, w.Rank(), w.Size(), ds
-	mc.ProbeExamples = cfg.Train.ProbeExamples
-	r, err := mnist.New(mc)
-	if err != nil {
-		err = fmt.Errorf("workload: %w", err)
-		if errors.Is(err, mnist.ErrInvalidConfig) {
-			return &UsageError{Err: err}
-		}
-		return err // the machine, not the config: OpenBLAS missing
-	}
-	s.replica, s.model = r, r
-	s.steps = cfg.Train.Steps
-	if s.steps == 0 {
-		s.steps = cfg.Train.Epochs * r.StepsPerEpoch()
-		if cfg.Train.Window > s.steps {
-			return Usagef("train.window: got %d, want at most the run's %d steps (%d epochs)", cfg.Train.Window, s.steps, cfg.Train.Epochs)
-		}
-	}
-	return nil
 }
 
 // checkReplica makes sure every rank's replica has the same shape (an

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/workload"
 )
 
 // start applies a warm start (every rank, fresh runs) and opens the run
@@ -46,13 +48,20 @@ func (s *session) warmStart() error {
 }
 
 // restoreStart puts every rank back at its step-0 state for the main pass
-// (engine.Options.Restart): the built-in model drawn from the seed again
-// and warm-started again, or the worker's script started again.
+// (engine.Options.Restart): the replica's own (workload.Restarter), and
+// the warm start again where its parameters were drawn anew.
 func (s *session) restoreStart(ctx context.Context) error {
 	if s.worker != nil {
 		return s.restartWorker(ctx)
 	}
-	s.model.Reset()
+	r, ok := engine.As[workload.Restarter](s.replica)
+	if !ok {
+		return errors.New("this workload cannot go back to its step-0 state")
+	}
+	drawn, err := r.RestartMainPass(ctx)
+	if err != nil || !drawn {
+		return err
+	}
 	return s.warmStart()
 }
 

@@ -95,13 +95,13 @@ func checkAttachRun(t *testing.T, r hdetRun, traceDir, recDir string, explored [
 	t.Helper()
 	checkWorkerRun(t, r, attachRanks, attachSteps/attachWindow, traceDir)
 	assert.Regexp(t, `committed after a search pass of \d+ steps: lr`, r.stdout)
-	commits := typed(r.records(t), metrics.TypeCommit)
+	commits := metrics.Of[metrics.CommitRecord](r.records(t))
 	require.Len(t, commits, 1)
 
 	firstSearch := map[string][]float64{} // per explored name, each rank's multiplier at the first step
 	annealed := map[int]bool{}            // search windows that annealed (the script has no probe)
-	for _, rec := range r.records(t) {
-		if rec.Type == metrics.TypeWindow && rec.Pass == 0 && rec.Anneal {
+	for _, rec := range r.windows(t) {
+		if rec.Pass == 0 && rec.Anneal {
 			annealed[rec.Window] = true
 		}
 	}
@@ -177,7 +177,7 @@ func TestAttachSchedules(t *testing.T) {
 			if slices.Contains(tc.args, "--ddp") {
 				mode = "gradients"
 			}
-			assert.Equal(t, mode, r.records(t)[0].SyncMode)
+			assert.Equal(t, mode, r.records(t)[0].(metrics.StartRecord).SyncMode)
 		})
 	}
 }
@@ -190,11 +190,11 @@ func TestAttachManualLoop(t *testing.T) {
 	r, traceDir, recDir := attachRun(t, "", "--schedule", "manual", "--optimizer", "adamw", "--impl", "foreach", "--same-data")
 	checkAttachRun(t, r, traceDir, recDir, []string{"lr"}, 0)
 	var sameData bool
-	for _, rec := range r.records(t) {
+	for _, rec := range r.windows(t) {
 		for _, e := range rec.Events {
 			sameData = sameData || e.Kind == metrics.EventSameData
 		}
-		if rec.Type != metrics.TypeWindow || rec.Pass != 0 {
+		if rec.Pass != 0 {
 			continue
 		}
 		distinct := map[metrics.Float]bool{}

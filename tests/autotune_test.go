@@ -30,14 +30,9 @@ explorers:
 	r := runHDET(t, 4, conf)
 	require.NoError(t, r.err, r.stderr)
 	probed := 0
-	var commit *metrics.Record
-	for _, rec := range r.records(t) {
-		if rec.Type == metrics.TypeCommit {
-			commit = &rec
-		}
-		if rec.Type != metrics.TypeWindow {
-			continue
-		}
+	recs := r.records(t)
+	commits := metrics.Of[metrics.CommitRecord](recs)
+	for _, rec := range metrics.Of[metrics.WindowRecord](recs) {
 		if len(rec.Probe) == 4 {
 			probed++
 			for _, p := range rec.Probe {
@@ -46,7 +41,8 @@ explorers:
 		}
 	}
 	require.Positive(t, probed, "the controller got probe losses from the workload")
-	require.NotNil(t, commit, "the default (auto.commit restart) writes a commit record")
+	require.Len(t, commits, 1, "the default (auto.commit restart) writes a commit record")
+	commit := commits[0]
 	final := float64(commit.Committed["lr"].Value)
 	t.Logf("effective max_lr %.3g -> %.3g committed after %d steps", startLR, final, commit.Step)
 	require.InDelta(t, startLR*math.Exp(float64(commit.Committed["lr"].Offset)), final, 1e-12, "the committed max_lr is the start times exp(u)")

@@ -404,7 +404,7 @@ func (c *chaos) relaunch() {
 // finished reports whether metrics.jsonl ends with the end record.
 func (c *chaos) finished() bool {
 	recs, _, err := metrics.ReadFile(filepath.Join(c.runDir, "metrics.jsonl"))
-	return err == nil && len(recs) > 0 && recs[len(recs)-1].Type == metrics.TypeEnd
+	return err == nil && len(recs) > 0 && recs[len(recs)-1].Type() == metrics.TypeEnd
 }
 
 // stuck fails the test when launches keep failing with no fault in them: a

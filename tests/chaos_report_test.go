@@ -309,22 +309,22 @@ func (c *chaos) landed() map[string]int {
 }
 
 // lastCommit is the run's commit record, if any.
-func (c *chaos) lastCommit() *metrics.Record {
-	var last *metrics.Record
-	for _, r := range readMetrics(c.t, c.runDir) {
-		if r.Type == metrics.TypeCommit {
-			last = &r
-		}
+func (c *chaos) lastCommit() *metrics.CommitRecord {
+	commits := metrics.Of[metrics.CommitRecord](readMetrics(c.t, c.runDir))
+	if len(commits) == 0 {
+		return nil
 	}
-	return last
+	return &commits[len(commits)-1]
 }
 
 func (c *chaos) lastChecksum() string {
-	recs := readMetrics(c.t, c.runDir)
-	if len(recs) == 0 {
-		return "none"
+	switch last := lastOf(readMetrics(c.t, c.runDir)).(type) {
+	case metrics.WindowRecord:
+		return last.Checksum
+	case metrics.EndRecord:
+		return last.Checksum
 	}
-	return recs[len(recs)-1].Checksum
+	return "none"
 }
 
 // checkExpects asserts what the launches' logs had to show.

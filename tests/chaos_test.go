@@ -164,18 +164,18 @@ func (c *chaos) reference(runDir string) chaosRef {
 	recs := readMetrics(t, runDir)
 	ref := chaosRef{wall: l.end.Sub(l.start), setup: firstWindow.Sub(l.start), windows: map[[2]int]string{}}
 	for _, r := range recs {
-		switch r.Type {
-		case metrics.TypeWindow:
+		switch r := r.(type) {
+		case metrics.WindowRecord:
 			ref.windows[[2]int{r.Pass, r.Window}] = r.Checksum
 			if r.Pass == plan.PassSearch {
 				ref.search++
 			} else {
 				ref.main++
 			}
-		case metrics.TypeCommit:
+		case metrics.CommitRecord:
 			require.Nil(t, ref.commit, "the uninterrupted run committed twice")
 			ref.commit = &r
-		case metrics.TypeEnd:
+		case metrics.EndRecord:
 			ref.checksum = r.Checksum
 		}
 	}
@@ -197,10 +197,10 @@ func (c *chaos) reference(runDir string) chaosRef {
 type chaosRef struct {
 	wall, setup, window time.Duration
 	checksum            string
-	windows             map[[2]int]string // (pass, window) -> checksum after its converge
-	search, main        int               // windows of each pass
-	commit              *metrics.Record   // the commit record
-	script              string            // the worker script's checksum of its final parameters
+	windows             map[[2]int]string     // (pass, window) -> checksum after its converge
+	search, main        int                   // windows of each pass
+	commit              *metrics.CommitRecord // the commit record
+	script              string                // the worker script's checksum of its final parameters
 }
 
 // scriptLine is the reference's script checksum, for the report.
@@ -212,7 +212,7 @@ func (r chaosRef) scriptLine() string {
 }
 
 // committed is a commit record's values, for the report.
-func committed(r *metrics.Record) string {
+func committed(r *metrics.CommitRecord) string {
 	if r == nil {
 		return "none"
 	}
@@ -237,6 +237,14 @@ func readMetrics(t *testing.T, runDir string) []metrics.Record {
 	return recs
 }
 
+// lastOf is the last of recs, nil for none.
+func lastOf(recs []metrics.Record) metrics.Record {
+	if len(recs) == 0 {
+		return nil
+	}
+	return recs[len(recs)-1]
+}
+
 // verdict asserts what the soak promises.
 func (c *chaos) verdict() {
 	t := c.t
@@ -244,18 +252,18 @@ func (c *chaos) verdict() {
 	var seq []string
 	ends, commits := 0, 0
 	for i, r := range recs {
-		switch r.Type {
-		case metrics.TypeWindow:
+		switch r := r.(type) {
+		case metrics.WindowRecord:
 			seq = append(seq, fmt.Sprintf("%d/%d", r.Pass, r.Window))
 			want, ok := c.ref.windows[[2]int{r.Pass, r.Window}]
 			assert.True(t, ok, "pass %d window %d: not a window of the uninterrupted run", r.Pass, r.Window)
 			assert.Equal(t, want, r.Checksum, "pass %d window %d's parameters differ from the uninterrupted run's", r.Pass, r.Window)
-		case metrics.TypeCommit:
+		case metrics.CommitRecord:
 			commits++
 			seq = append(seq, "commit")
 			assert.Equal(t, c.ref.commit.Step, r.Step, "the search pass ended where the uninterrupted run's did")
 			assert.Equal(t, c.ref.commit.Committed, r.Committed, "the committed values differ from the uninterrupted run's")
-		case metrics.TypeEnd:
+		case metrics.EndRecord:
 			ends++
 			assert.Equal(t, len(recs)-1, i, "the end record is the last line")
 			assert.Equal(t, c.ref.checksum, r.Checksum, "the final parameters differ from the uninterrupted run's")

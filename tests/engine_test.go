@@ -91,10 +91,7 @@ func TestSpreadDivergesThenConverges(t *testing.T) {
 				assert.Len(t, lrs, 4, "window %d: four ranks, four learning rates", w)
 			}
 			// The values each rank used are those metrics.jsonl records.
-			for _, rec := range r.records(t) {
-				if rec.Type != metrics.TypeWindow {
-					continue
-				}
+			for _, rec := range metrics.Of[metrics.WindowRecord](r.records(t)) {
 				for _, c := range byWindow[rec.Window] {
 					assert.Equal(t, float64(rec.Values["lr"][c.Rank]), c.Values["lr"])
 				}
@@ -109,10 +106,7 @@ func TestNaNRankIsExcluded(t *testing.T) {
 	r := runHDET(t, 4, cfg("local", lrDropout)+"\n", faultsEnv+"nan=2@3")
 	require.NoError(t, r.err, r.stderr)
 	unhealthy := 0
-	for _, rec := range r.records(t) {
-		if rec.Type != metrics.TypeWindow {
-			continue
-		}
+	for _, rec := range metrics.Of[metrics.WindowRecord](r.records(t)) {
 		assert.Equal(t, rec.Window < 3, rec.Healthy[2], "window %d", rec.Window)
 		for _, e := range rec.Events {
 			if e.Kind == metrics.EventUnhealthy {
@@ -139,17 +133,15 @@ func TestLossFallsAndRunsAreDeterministic(t *testing.T) {
 	assert.Equal(t, a.end(t).Checksum, b.end(t).Checksum)
 
 	var first, last float64
-	for _, rec := range a.records(t) {
-		if rec.Type == metrics.TypeWindow {
-			m := 0.0
-			for _, l := range rec.Losses {
-				m += float64(l) / float64(len(rec.Losses))
-			}
-			if rec.Window == 0 {
-				first = m
-			}
-			last = m
+	for _, rec := range a.windows(t) {
+		m := 0.0
+		for _, l := range rec.Losses {
+			m += float64(l) / float64(len(rec.Losses))
 		}
+		if rec.Window == 0 {
+			first = m
+		}
+		last = m
 	}
 	assert.Less(t, last, first*0.6, "mean window loss falls from %g", first)
 	assert.Greater(t, float64(a.end(t).Eval.Accuracy), 0.8)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/runlock"
 	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/internal/testenv"
@@ -136,13 +137,7 @@ func TestFaultsLockAndSignals(t *testing.T) {
 		assert.ErrorIs(t, err, os.ErrNotExist, "neither run wrote a metrics record")
 		r := f.run(t)
 		require.NoError(t, r.err, r.stderr)
-		starts := 0
-		for _, rec := range r.records(t) {
-			if rec.Type == "start" {
-				starts++
-			}
-		}
-		assert.Equal(t, 1, starts, "one start record")
+		assert.Len(t, metrics.Of[metrics.StartRecord](r.records(t)), 1, "one start record")
 		assert.Equal(t, 10, windowsDone(f.runDir))
 	})
 

@@ -180,20 +180,14 @@ func requireNoRankLeft(t *testing.T, runDir string, n int, traceDir string) {
 }
 
 // windowRecords returns the run's window records in file order.
-func windowRecords(t *testing.T, r hdetRun) []metrics.Record {
-	var out []metrics.Record
-	for _, rec := range r.records(t) {
-		if rec.Type == metrics.TypeWindow {
-			out = append(out, rec)
-		}
-	}
-	return out
+func windowRecords(t *testing.T, r hdetRun) []metrics.WindowRecord {
+	return r.windows(t)
 }
 
 // windowPasses is every record of window k, in order: one per pass, so a
 // window that rolled back and ran again has two.
-func windowPasses(t *testing.T, r hdetRun, k int) []metrics.Record {
-	var out []metrics.Record
+func windowPasses(t *testing.T, r hdetRun, k int) []metrics.WindowRecord {
+	var out []metrics.WindowRecord
 	for _, rec := range windowRecords(t, r) {
 		if rec.Window == k {
 			out = append(out, rec)
@@ -206,7 +200,7 @@ func windowPasses(t *testing.T, r hdetRun, k int) []metrics.Record {
 // the window's two passes, the failed one ending with a rollback event
 // that says want, and the re-run, every rank healthy at half the learning
 // rate. It returns both passes.
-func rolledBack(t *testing.T, r hdetRun, k int, want string) (failed, again metrics.Record) {
+func rolledBack(t *testing.T, r hdetRun, k int, want string) (failed, again metrics.WindowRecord) {
 	t.Helper()
 	require.NoError(t, r.err, r.stderr)
 	passes := windowPasses(t, r, k)

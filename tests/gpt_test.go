@@ -111,14 +111,11 @@ func TestGPTWorker(t *testing.T) {
 	out := r.stdout + r.stderr
 
 	recs := r.records(t)
-	assert.Equal(t, "gradients", recs[0].SyncMode, "the script set up DDP")
+	assert.Equal(t, "gradients", recs[0].(metrics.StartRecord).SyncMode, "the script set up DDP")
 	assert.Equal(t, 40, r.end(t).Step)
 	distinct := map[string]map[metrics.Float]bool{"lr": {}, "temperature": {}}
 	probed := 0
-	for _, rec := range recs {
-		if rec.Type != metrics.TypeWindow {
-			continue
-		}
+	for _, rec := range metrics.Of[metrics.WindowRecord](recs) {
 		for name, seen := range distinct {
 			vs := rec.Values[name]
 			require.Len(t, vs, 4, "window %d: one %s per rank", rec.Window, name)

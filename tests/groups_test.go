@@ -43,15 +43,13 @@ func TestReplicaGroups(t *testing.T) {
 			}
 			require.Len(t, byWindow, 8)
 			recs := r.records(t)
-			require.Equal(t, metrics.TypeStart, recs[0].Type)
-			assert.Equal(t, 2, recs[0].Ranks, "the controller sees replicas")
-			assert.Equal(t, 2, recs[0].ReplicaSize)
-			assert.Equal(t, 4, recs[0].WorldSize)
+			start, ok := recs[0].(metrics.StartRecord)
+			require.True(t, ok)
+			assert.Equal(t, 2, start.Ranks, "the controller sees replicas")
+			assert.Equal(t, 2, start.ReplicaSize)
+			assert.Equal(t, 4, start.WorldSize)
 			windows := 0
-			for _, rec := range recs {
-				if rec.Type != metrics.TypeWindow {
-					continue
-				}
+			for _, rec := range metrics.Of[metrics.WindowRecord](recs) {
 				windows++
 				assert.Len(t, rec.Losses, 2, "window %d", rec.Window)
 				assert.Len(t, rec.Values["lr"], 2, "window %d", rec.Window)
@@ -89,10 +87,7 @@ func TestReplicaGroupNaNRankExcludesItsReplica(t *testing.T) {
 	r := runHDET(t, 4, cfg("local", lrDropout), "--set", "train.replica_size=2", faultsEnv+"nan=2@3")
 	require.NoError(t, r.err, r.stderr)
 	unhealthy := 0
-	for _, rec := range r.records(t) {
-		if rec.Type != metrics.TypeWindow {
-			continue
-		}
+	for _, rec := range metrics.Of[metrics.WindowRecord](r.records(t)) {
 		require.Len(t, rec.Healthy, 2)
 		assert.True(t, rec.Healthy[0], "window %d", rec.Window)
 		assert.Equal(t, rec.Window < 3, rec.Healthy[1], "window %d", rec.Window)

@@ -210,12 +210,12 @@ func plainRun(t *testing.T, dir, example string, args ...string) string {
 // commit, distinct learning rates per rank in every search window, each
 // replica with data of its own, and the Trainer's view of each of the 4
 // processes. Returns the commit record and the HDET-TEST lines.
-func checkIntegrationRun(t *testing.T, r hdetRun, traceDir string, steps int) (metrics.Record, []trainerSaw) {
+func checkIntegrationRun(t *testing.T, r hdetRun, traceDir string, steps int) (metrics.CommitRecord, []trainerSaw) {
 	t.Helper()
 	require.NoError(t, r.err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	recs := r.records(t)
 	main, probed := 0, 0
-	for _, w := range typed(recs, metrics.TypeWindow) {
+	for _, w := range metrics.Of[metrics.WindowRecord](recs) {
 		if w.Pass == 1 {
 			main++
 			continue
@@ -229,13 +229,13 @@ func checkIntegrationRun(t *testing.T, r hdetRun, traceDir string, steps int) (m
 	}
 	assert.Positive(t, probed, "search windows compared on the evaluation slice (the probe)")
 	checkWorkerRun(t, r, 2, main, traceDir)
-	starts := typed(recs, metrics.TypeStart)
+	starts := metrics.Of[metrics.StartRecord](recs)
 	require.NotEmpty(t, starts)
 	assert.Equal(t, steps, starts[0].TotalSteps, "the optimizer steps the Trainer takes")
-	commits := typed(recs, metrics.TypeCommit)
+	commits := metrics.Of[metrics.CommitRecord](recs)
 	require.Len(t, commits, 1)
 	assert.Contains(t, r.stdout, "committed after a search pass of ")
-	for _, rec := range recs {
+	for _, rec := range metrics.Of[metrics.WindowRecord](recs) {
 		for _, e := range rec.Events {
 			assert.NotEqual(t, metrics.EventSameData, e.Kind, "replicas trained on the same batches: %s", e.Message)
 		}

@@ -112,10 +112,8 @@ func (tb *testbed) txBytes(t *testing.T) []int64 {
 // meanConverge is the mean converge_seconds of a run's window records.
 func meanConverge(recs []metrics.Record) (float64, int) {
 	s, n := 0.0, 0
-	for _, r := range recs {
-		if r.Type == metrics.TypeWindow {
-			s, n = s+r.ConvergeSeconds, n+1
-		}
+	for _, r := range metrics.Of[metrics.WindowRecord](recs) {
+		s, n = s+r.ConvergeSeconds, n+1
 	}
 	return s / float64(max(n, 1)), n
 }

@@ -633,10 +633,7 @@ func TestExplorerOutsideTheAdmissibleRangeMidRunIsClamped(t *testing.T) {
 	require.NoError(t, r.err, "the run completes with exit 0:\n%s", r.stderr)
 	r.end(t)
 	kinds := map[int][]string{}
-	for _, rec := range r.records(t) {
-		if rec.Type != metrics.TypeWindow {
-			continue
-		}
+	for _, rec := range metrics.Of[metrics.WindowRecord](r.records(t)) {
 		for _, v := range rec.Values["dropout"] {
 			assert.True(t, v >= 0 && v <= 0.5, "window %d: dropout %v", rec.Window, v)
 		}

@@ -148,15 +148,13 @@ func readTrace(t testing.TB, dir string, rank int) []traceRecord {
 func checkWorkerRun(t *testing.T, r hdetRun, n, mainWindows int, traceDir string) {
 	t.Helper()
 	require.NoError(t, r.err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	passes := make([][]metrics.Record, 2)
-	for _, rec := range r.records(t) {
-		if rec.Type == metrics.TypeWindow {
-			passes[rec.Pass] = append(passes[rec.Pass], rec)
-		}
+	passes := make([][]metrics.WindowRecord, 2)
+	for _, rec := range r.windows(t) {
+		passes[rec.Pass] = append(passes[rec.Pass], rec)
 	}
 	require.NotEmpty(t, passes[0], "search windows")
 	require.Len(t, passes[1], mainWindows, "main-pass windows")
-	mean := func(rec metrics.Record) float64 {
+	mean := func(rec metrics.WindowRecord) float64 {
 		s := 0.0
 		for _, l := range rec.Losses {
 			s += float64(l)
@@ -188,7 +186,7 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, mainWindows int, traceDir string
 // hand-over went (docs/performance.md); a window after the pass's first
 // also has the previous DONE's write, the wait for this PLAN and the PLAN's
 // copy back, and the wait holds the sockets' trips and hdet's plan.
-func checkHandoverTiming(t *testing.T, pass []metrics.Record) {
+func checkHandoverTiming(t *testing.T, pass []metrics.WindowRecord) {
 	t.Helper()
 	for i, rec := range pass {
 		h := rec.HandoverSeconds
@@ -237,7 +235,7 @@ func workerProcesses(recs []traceRecord) []workerTrace {
 // checkWorkerPass compares one process's trace with its pass's windows: a
 // load before every PLAN (and one at STOP for the last process, which
 // finishes the run), and the values applied at each window's last step.
-func checkWorkerPass(t *testing.T, rank int, tr workerTrace, wins []metrics.Record, last bool) {
+func checkWorkerPass(t *testing.T, rank int, tr workerTrace, wins []metrics.WindowRecord, last bool) {
 	t.Helper()
 	loads := len(wins)
 	if last {
@@ -264,11 +262,11 @@ func checkWorkerPass(t *testing.T, rank int, tr workerTrace, wins []metrics.Reco
 func assertMainPassAtCommitted(t *testing.T, r hdetRun) {
 	t.Helper()
 	recs := r.records(t)
-	commits := typed(recs, metrics.TypeCommit)
+	commits := metrics.Of[metrics.CommitRecord](recs)
 	require.Len(t, commits, 1, "one commit")
 	want := float64(commits[0].Committed["lr"].Value)
 	peak := 0.0
-	for _, rec := range typed(recs, metrics.TypeWindow) {
+	for _, rec := range metrics.Of[metrics.WindowRecord](recs) {
 		if rec.Pass != 1 {
 			continue
 		}
@@ -294,10 +292,10 @@ func TestPyTorchWorkerRestart(t *testing.T) {
 	r := runWorker(t, 2, "", func(d string, _ *exec.Cmd) { traceDir = d }, workerScript(t), "--steps", "300", "--explore", "lr")
 	window := bridge.DefaultWindow(300)
 	require.Equal(t, 9, window)
-	assert.Equal(t, window, typed(r.records(t), metrics.TypeStart)[0].WindowSteps)
+	assert.Equal(t, window, metrics.Of[metrics.StartRecord](r.records(t))[0].WindowSteps)
 	checkWorkerRun(t, r, 2, mainWindows(300, window), traceDir)
 	assertMainPassAtCommitted(t, r)
-	assert.Equal(t, 81, typed(r.records(t), metrics.TypeCommit)[0].Step, "the search pass ends at the first boundary after a quarter of the run")
+	assert.Equal(t, 81, metrics.Of[metrics.CommitRecord](r.records(t))[0].Step, "the search pass ends at the first boundary after a quarter of the run")
 	assert.Regexp(t, `committed after a search pass of 81 steps: lr x[0-9.]+: peak lr 0.05 -> [0-9.e-]+ \(x[0-9.]+\)`, r.stdout)
 }
 
@@ -384,14 +382,12 @@ func checkConvNet(t *testing.T, script string, steps int, baseline []string, arg
 	assert.Equal(t, steps, end.Step, "the run is the script's schedule")
 	distinct := map[metrics.Float]bool{}
 	probed := 0
-	for _, rec := range r.records(t) {
-		if rec.Type == metrics.TypeWindow {
-			for _, v := range rec.Values["lr"] {
-				distinct[v] = true
-			}
-			if len(rec.Probe) == 4 {
-				probed++
-			}
+	for _, rec := range r.windows(t) {
+		for _, v := range rec.Values["lr"] {
+			distinct[v] = true
+		}
+		if len(rec.Probe) == 4 {
+			probed++
 		}
 	}
 	assert.GreaterOrEqual(t, len(distinct), 4, "the ranks applied different learning rates")
@@ -489,7 +485,7 @@ func TestPyTorchWorkerSettings(t *testing.T) {
 		"--explore", `["lr", {"name": "weight_decay", "base": 0.001, "alpha": 0.0005, "spread": "additive", "lower": 0, "upper": 0.01}]`)
 	require.NoError(t, r.err, "%s\n%s", r.stdout, r.stderr)
 	recs := r.records(t)
-	start := typed(recs, metrics.TypeStart)[0]
+	start := metrics.Of[metrics.StartRecord](recs)[0]
 	assert.Equal(t, 25, start.WindowSteps, "window")
 	params := map[string]metrics.Param{}
 	for _, p := range start.Hyperparameters {
@@ -497,10 +493,10 @@ func TestPyTorchWorkerSettings(t *testing.T) {
 	}
 	assert.Equal(t, metrics.Param{Name: "lr", Scale: "log", Spread: "multiplicative", Alpha: 0.2, Lower: 1e-4, Upper: 1e4}, params["lr"], "a multiplier's bounds")
 	assert.Equal(t, metrics.Param{Name: "weight_decay", Scale: "log", Spread: "additive", Alpha: 0.0005, Lower: 0, Upper: 0.01}, params["weight_decay"])
-	wins := typed(recs, metrics.TypeWindow)
+	wins := metrics.Of[metrics.WindowRecord](recs)
 	require.Len(t, wins, 2+4, "a search pass of two 25-step windows (auto until 0.5), then the main pass's four")
 	assert.Contains(t, r.stdout, "committed after a search pass of 50 steps: lr ")
-	require.Len(t, typed(recs, metrics.TypeCommit), 1)
+	require.Len(t, metrics.Of[metrics.CommitRecord](recs), 1)
 	lr, base := slices.Sorted(slices.Values(wins[0].Values["lr"])), float64(wins[0].Base["lr"])
 	require.Len(t, lr, 2)
 	assert.InDelta(t, 0.8, float64(lr[0])/base, 1e-9, "window 0: the ranks' lr multipliers spread by alpha")

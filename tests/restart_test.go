@@ -41,19 +41,17 @@ func TestRestartPassesAndResume(t *testing.T) {
 	assert.Equal(t, pinnedRestartSum, r.end(t).Checksum)
 	assert.Contains(t, r.stdout, "committed after a search pass of 20 steps: lr ")
 
-	var search, main []metrics.Record
-	var commit *metrics.Record
-	for _, rec := range r.records(t) {
-		switch {
-		case rec.Type == metrics.TypeCommit:
-			commit = &rec
-		case rec.Type == metrics.TypeWindow && rec.Pass == 0:
+	var search, main []metrics.WindowRecord
+	for _, rec := range r.windows(t) {
+		if rec.Pass == 0 {
 			search = append(search, rec)
-		case rec.Type == metrics.TypeWindow:
+		} else {
 			main = append(main, rec)
 		}
 	}
-	require.NotNil(t, commit)
+	commits := metrics.Of[metrics.CommitRecord](r.records(t))
+	require.Len(t, commits, 1)
+	commit := commits[0]
 	assert.Equal(t, 20, commit.Step)
 	require.Len(t, search, 2)
 	require.Len(t, main, 6)
@@ -74,8 +72,8 @@ func TestRestartPassesAndResume(t *testing.T) {
 	for _, from := range []string{"ckpt-000000000010.hdet", "ckpt-main-000000000030.hdet"} {
 		assert.Equal(t, pinnedRestartSum, resumeFromFile(t, r, files, from), "resumed from %s", from)
 		recs := r.records(t)
-		assert.Len(t, typed(recs, metrics.TypeWindow), 8, "resumed from %s: every window once", from)
-		assert.Len(t, typed(recs, metrics.TypeCommit), 1, "resumed from %s: one commit", from)
+		assert.Len(t, metrics.Of[metrics.WindowRecord](recs), 8, "resumed from %s: every window once", from)
+		assert.Len(t, metrics.Of[metrics.CommitRecord](recs), 1, "resumed from %s: one commit", from)
 	}
 }
 
@@ -93,8 +91,8 @@ explorers:
 	require.NoError(t, restart.err, restart.stderr)
 	plain := runHDET(t, 4, pinnedCfg("gradients", strings.Replace(explorers, "%s", "continue", 1)))
 	require.NoError(t, plain.err, plain.stderr)
-	assert.Len(t, typed(restart.records(t), metrics.TypeCommit), 1, "the restart run committed")
-	assert.Empty(t, typed(plain.records(t), metrics.TypeCommit))
+	assert.Len(t, metrics.Of[metrics.CommitRecord](restart.records(t)), 1, "the restart run committed")
+	assert.Empty(t, metrics.Of[metrics.CommitRecord](plain.records(t)))
 	assert.Equal(t, plain.end(t).Checksum, restart.end(t).Checksum)
 	assert.Equal(t, "537863013bb51584", plain.end(t).Checksum, "pinned")
 }
@@ -139,17 +137,7 @@ func resumeFromFile(t *testing.T, r hdetRun, files []string, from string) string
 	return hdetRun{dir: r.dir}.end(t).Checksum
 }
 
-func typed(recs []metrics.Record, kind string) []metrics.Record {
-	var out []metrics.Record
-	for _, rec := range recs {
-		if rec.Type == kind {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-func windowIndices(recs []metrics.Record) []int {
+func windowIndices(recs []metrics.WindowRecord) []int {
 	var out []int
 	for _, rec := range recs {
 		out = append(out, rec.Window)
@@ -190,7 +178,7 @@ func TestResumeKeepsRollbackHalving(t *testing.T) {
 	require.NoError(t, r.err, r.stderr)
 	want := r.end(t).Checksum
 	var rollbacks int
-	for _, rec := range typed(r.records(t), metrics.TypeWindow) {
+	for _, rec := range metrics.Of[metrics.WindowRecord](r.records(t)) {
 		for _, e := range rec.Events {
 			if e.Kind == metrics.EventRollback && rec.Pass == 1 {
 				rollbacks++
@@ -198,7 +186,7 @@ func TestResumeKeepsRollbackHalving(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, rollbacks, "the config's main pass rolls back twice")
-	commit := typed(r.records(t), metrics.TypeCommit)
+	commit := metrics.Of[metrics.CommitRecord](r.records(t))
 	require.Len(t, commit, 1)
 	lr := float64(commit[0].Committed["lr"].Value) / 4 // the two main-pass halvings
 	assert.Contains(t, r.stdout, fmt.Sprintf("committed after a search pass of 20 steps: lr %.3g ", lr))

@@ -28,13 +28,7 @@ func windowsDone(runDir string) int {
 	if err != nil {
 		return 0
 	}
-	n := 0
-	for _, r := range recs {
-		if r.Type == metrics.TypeWindow {
-			n++
-		}
-	}
-	return n
+	return len(metrics.Of[metrics.WindowRecord](recs))
 }
 
 // A run stopped by SIGUSR1 checkpoints, exits with code 3, and resumed ends

@@ -90,11 +90,16 @@ func (r hdetRun) records(t testing.TB) []metrics.Record {
 }
 
 // end is the run's end record.
-func (r hdetRun) end(t testing.TB) metrics.Record {
+func (r hdetRun) end(t testing.TB) metrics.EndRecord {
 	t.Helper()
 	recs := r.records(t)
 	require.NotEmpty(t, recs)
-	last := recs[len(recs)-1]
-	require.Equal(t, metrics.TypeEnd, last.Type, "the run did not finish:\n%s", r.stderr)
+	last, ok := recs[len(recs)-1].(metrics.EndRecord)
+	require.True(t, ok, "the run did not finish:\n%s", r.stderr)
 	return last
+}
+
+// windows are the run's window records.
+func (r hdetRun) windows(t testing.TB) []metrics.WindowRecord {
+	return metrics.Of[metrics.WindowRecord](r.records(t))
 }

@@ -47,28 +47,26 @@ func readNetMetrics(dir, sync string, target float64) (netMetrics, error) {
 		return netMetrics{}, err
 	}
 	m := netMetrics{ToTarget: math.NaN(), Accuracy: math.NaN()}
-	var start, end *metrics.Record
+	var start *metrics.StartRecord
+	var end *metrics.EndRecord
 	final := 0
-	for i, r := range recs {
-		switch r.Type {
-		case metrics.TypeStart:
+	for _, r := range recs {
+		switch r := r.(type) {
+		case metrics.StartRecord:
 			if start == nil {
-				start = &recs[i]
+				start = &r
 			}
-		case metrics.TypeCommit:
+		case metrics.CommitRecord:
 			final, m.SearchSteps = 1, r.Step
-		case metrics.TypeEnd:
-			end = &recs[i]
+		case metrics.EndRecord:
+			end = &r
 		}
 	}
 	if start == nil || end == nil {
 		return m, fmt.Errorf("%s: the run has no start or no end record", dir)
 	}
 	last := map[int]int{}
-	for _, w := range recs {
-		if w.Type != metrics.TypeWindow {
-			continue
-		}
+	for _, w := range metrics.Of[metrics.WindowRecord](recs) {
 		m.Windows++
 		last[w.Pass] = w.Step
 		m.EvalSecs += w.EvalSeconds
@@ -104,7 +102,7 @@ func readNetMetrics(dir, sync string, target float64) (netMetrics, error) {
 }
 
 // windowSpread says whether the window's ranks trained with different values.
-func windowSpread(w metrics.Record) bool {
+func windowSpread(w metrics.WindowRecord) bool {
 	for _, vs := range w.Values {
 		for _, v := range vs {
 			if v != vs[0] {

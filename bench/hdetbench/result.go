@@ -152,22 +152,22 @@ func readRun(dir string, diverged bool) (result, error) {
 	res := result{Dir: dir, TestLoss: nan, Accuracy: nan, Stopped: diverged, FinalBase: nan, FinalOffset: nan,
 		Committed: nan, ProcessSeconds: nan, LoopSeconds: nan}
 	var first, last float64
-	var end *metrics.Record
+	var end *metrics.EndRecord
 	for i, rec := range recs {
 		if i == 0 {
-			first = rec.Time
+			first = rec.UnixTime()
 		}
-		last = max(last, rec.Time)
-		switch rec.Type {
-		case metrics.TypeWindow:
-			res.addWindow(rec, recs[i-1].Time)
-		case metrics.TypeCommit:
+		last = max(last, rec.UnixTime())
+		switch rec := rec.(type) {
+		case metrics.WindowRecord:
+			res.addWindow(rec, recs[i-1].UnixTime())
+		case metrics.CommitRecord:
 			res.CommitStep = rec.Step
 			if c, ok := rec.Committed["lr"]; ok {
 				res.Committed, res.Multiplier = float64(c.Value), c.ScriptPeakLR > 0
 			}
-		case metrics.TypeEnd:
-			end = &recs[i]
+		case metrics.EndRecord:
+			end = &rec
 		}
 	}
 	if end == nil && !diverged {
@@ -193,7 +193,7 @@ func readRun(dir string, diverged bool) (result, error) {
 
 // addWindow takes one window record into its pass; before is the time of
 // the record before it.
-func (r *result) addWindow(w metrics.Record, before float64) {
+func (r *result) addWindow(w metrics.WindowRecord, before float64) {
 	for len(r.Passes) <= w.Pass {
 		r.Passes = append(r.Passes, passTimes{})
 	}

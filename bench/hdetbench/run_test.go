@@ -17,12 +17,12 @@ func TestReadResult(t *testing.T) {
 	dir := t.TempDir()
 	nan := metrics.Float(math.NaN())
 	writeRun(t, dir,
-		metrics.Record{Type: metrics.TypeStart, Time: 100, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
-		metrics.Record{Type: metrics.TypeWindow, Time: 101, Window: 0, Step: 10, Losses: []metrics.Float{1, 2}, Healthy: []bool{true, true},
+		metrics.StartRecord{Time: 100, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.WindowRecord{Time: 101, Window: 0, Step: 10, Losses: []metrics.Float{1, 2}, Healthy: []bool{true, true},
 			Base: map[string]metrics.Float{"lr": 0.01}, PlanSeconds: 0.002, FanoutSeconds: 0.5, ConvergeSeconds: 0.01},
-		metrics.Record{Type: metrics.TypeWindow, Time: 102, Window: 1, Step: 20, Losses: []metrics.Float{1, nan}, Healthy: []bool{true, false},
+		metrics.WindowRecord{Time: 102, Window: 1, Step: 20, Losses: []metrics.Float{1, nan}, Healthy: []bool{true, false},
 			Base: map[string]metrics.Float{"lr": 0.005}, PlanSeconds: 0.004, FanoutSeconds: 0.6, ConvergeSeconds: 0.02},
-		metrics.Record{Type: metrics.TypeEnd, Time: 103, Step: 20, Eval: &metrics.Eval{Loss: 0.5, Accuracy: 0.9}, WallSeconds: 3},
+		metrics.EndRecord{Time: 103, Step: 20, Eval: &metrics.Eval{Loss: 0.5, Accuracy: 0.9}, WallSeconds: 3},
 	)
 	r, err := readResult(dir)
 	require.NoError(t, err)
@@ -41,7 +41,7 @@ func TestReadResult(t *testing.T) {
 	assert.InDelta(t, 0.1, r.Passes[0].wallPerStep(), 1e-12, "from the start record to the last window: 2 s over 20 steps")
 
 	unfinished := t.TempDir()
-	writeRun(t, unfinished, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10})
+	writeRun(t, unfinished, metrics.StartRecord{Ranks: 2, TotalSteps: 20, WindowSteps: 10})
 	_, err = readResult(unfinished)
 	assert.ErrorContains(t, err, "no end record")
 }
@@ -50,8 +50,8 @@ func TestReadResult(t *testing.T) {
 // pass's windows (counting from 0 again), the end record.
 func TestReadRunSplitsThePasses(t *testing.T) {
 	dir := t.TempDir()
-	win := func(pass, w, step int, at, fanout, probe float64) metrics.Record {
-		rec := metrics.Record{Type: metrics.TypeWindow, Time: at, Pass: pass, Window: w, Step: step, Losses: []metrics.Float{1, 1},
+	win := func(pass, w, step int, at, fanout, probe float64) metrics.WindowRecord {
+		rec := metrics.WindowRecord{Time: at, Pass: pass, Window: w, Step: step, Losses: []metrics.Float{1, 1},
 			Healthy: []bool{true, true}, FanoutSeconds: fanout, ProbeSeconds: probe, ConvergeSeconds: 0.1, PlanSeconds: 0.1,
 			Offset: map[string]metrics.Float{"lr": 0.5}}
 		if probe > 0 {
@@ -62,11 +62,11 @@ func TestReadRunSplitsThePasses(t *testing.T) {
 	restart := win(1, 0, 10, 106, 1.0, 0)
 	restart.PlanSeconds = 0.5 // the restart happens in the main pass's first plan
 	writeRun(t, dir,
-		metrics.Record{Type: metrics.TypeStart, Time: 100, Ranks: 2, TotalSteps: 30, WindowSteps: 10},
+		metrics.StartRecord{Time: 100, Ranks: 2, TotalSteps: 30, WindowSteps: 10},
 		win(0, 0, 10, 102, 1.5, 0.3), win(0, 1, 20, 104, 1.5, 0),
-		metrics.Record{Type: metrics.TypeCommit, Time: 104.5, Step: 20, Committed: map[string]metrics.Commit{"lr": {Offset: 0.5, Value: 0.0042}}},
+		metrics.CommitRecord{Time: 104.5, Step: 20, Committed: map[string]metrics.Commit{"lr": {Offset: 0.5, Value: 0.0042}}},
 		restart, win(1, 1, 20, 107, 1.0, 0), win(1, 2, 30, 108.5, 1.0, 0),
-		metrics.Record{Type: metrics.TypeEnd, Time: 109, Step: 30, Eval: &metrics.Eval{Loss: 0.2, Accuracy: 0.95}, WallSeconds: 9},
+		metrics.EndRecord{Time: 109, Step: 30, Eval: &metrics.Eval{Loss: 0.2, Accuracy: 0.95}, WallSeconds: 9},
 	)
 	r, err := readResult(dir)
 	require.NoError(t, err)
@@ -166,9 +166,9 @@ func TestCacheReusesOnlyAnEqualKey(t *testing.T) {
 
 	run := filepath.Join(dir, "run")
 	require.NoError(t, os.MkdirAll(run, 0o755))
-	writeRun(t, run, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 10, WindowSteps: 10},
-		metrics.Record{Type: metrics.TypeWindow, Step: 10, Losses: []metrics.Float{1, 1}, Healthy: []bool{true, true}},
-		metrics.Record{Type: metrics.TypeEnd, Step: 10, Checksum: "ff", Eval: &metrics.Eval{Loss: 0.25}, WallSeconds: 2})
+	writeRun(t, run, metrics.StartRecord{Ranks: 2, TotalSteps: 10, WindowSteps: 10},
+		metrics.WindowRecord{Step: 10, Losses: []metrics.Float{1, 1}, Healthy: []bool{true, true}},
+		metrics.EndRecord{Step: 10, Checksum: "ff", Eval: &metrics.Eval{Loss: 0.25}, WallSeconds: 2})
 	_, ok := reuse(run, key, read)
 	assert.False(t, ok, "no key file yet")
 	require.NoError(t, os.WriteFile(filepath.Join(run, keyFile), []byte(key), 0o644))
@@ -191,8 +191,8 @@ func TestCacheReusesOnlyAnEqualKey(t *testing.T) {
 
 	diverged := filepath.Join(dir, "diverged")
 	require.NoError(t, os.MkdirAll(diverged, 0o755))
-	writeRun(t, diverged, metrics.Record{Type: metrics.TypeStart, Time: 100, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
-		metrics.Record{Type: metrics.TypeWindow, Time: 104, Step: 10, Losses: []metrics.Float{1e4, 1e4}, Healthy: []bool{true, true}})
+	writeRun(t, diverged, metrics.StartRecord{Time: 100, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.WindowRecord{Time: 104, Step: 10, Losses: []metrics.Float{1e4, 1e4}, Healthy: []bool{true, true}})
 	require.NoError(t, saveKey(diverged, key, true, 6.5))
 	r, ok = reuse(diverged, key, read)
 	require.True(t, ok, "a diverged run is a result too")
@@ -301,18 +301,18 @@ func TestGPTOverheadVerdict(t *testing.T) {
 // is the max_lr itself.
 func TestWorkerCommitIsAMultiplier(t *testing.T) {
 	run := t.TempDir()
-	writeRun(t, run, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
-		metrics.Record{Type: metrics.TypeWindow, Step: 10, Losses: []metrics.Float{1, 1}, Healthy: []bool{true, true}},
-		metrics.Record{Type: metrics.TypeCommit, Step: 10, Committed: map[string]metrics.Commit{"lr": {Value: 2.5, ScriptPeakLR: 0.004, PeakLR: 0.01}}},
-		metrics.Record{Type: metrics.TypeEnd, Step: 20, WallSeconds: 2})
+	writeRun(t, run, metrics.StartRecord{Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.WindowRecord{Step: 10, Losses: []metrics.Float{1, 1}, Healthy: []bool{true, true}},
+		metrics.CommitRecord{Step: 10, Committed: map[string]metrics.Commit{"lr": {Value: 2.5, ScriptPeakLR: 0.004, PeakLR: 0.01}}},
+		metrics.EndRecord{Step: 20, WallSeconds: 2})
 	r, err := workerRunReader(gptOutcome, 0.004)(run, gptOut, false)
 	require.NoError(t, err)
 	assert.InDelta(t, 0.01, r.Committed, 1e-12, "max_lr 0.004 x the committed 2.5")
 
 	builtin := t.TempDir()
-	writeRun(t, builtin, metrics.Record{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
-		metrics.Record{Type: metrics.TypeCommit, Step: 10, Committed: map[string]metrics.Commit{"lr": {Value: 0.003}}},
-		metrics.Record{Type: metrics.TypeEnd, Step: 20, Eval: &metrics.Eval{Loss: 0.5}, WallSeconds: 2})
+	writeRun(t, builtin, metrics.StartRecord{Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.CommitRecord{Step: 10, Committed: map[string]metrics.Commit{"lr": {Value: 0.003}}},
+		metrics.EndRecord{Step: 20, Eval: &metrics.Eval{Loss: 0.5}, WallSeconds: 2})
 	r, err = readRun(builtin, false)
 	require.NoError(t, err)
 	assert.Equal(t, 0.003, r.Committed)

@@ -108,14 +108,14 @@ func writeNetRun(t *testing.T) string {
 	flat := map[string][]metrics.Float{"lr": {1, 1}}
 	ev := func(acc float64) *metrics.Eval { return &metrics.Eval{Accuracy: metrics.Float(acc)} }
 	recs := []metrics.Record{
-		{Type: metrics.TypeStart, Time: 100},
-		{Type: metrics.TypeWindow, Time: 111, Window: 0, Step: 10, Values: spreadV, Eval: ev(0.99), EvalSeconds: 1, AllreduceSeconds: 2, ConvergeSeconds: 0.5, PlanSeconds: 0.1},
-		{Type: metrics.TypeWindow, Time: 122, Window: 1, Step: 20, Values: spreadV, Eval: ev(0.99), EvalSeconds: 1, AllreduceSeconds: 2, ConvergeSeconds: 0.5, PlanSeconds: 0.1},
-		{Type: metrics.TypeCommit, Time: 122, Step: 20},
-		{Type: metrics.TypeWindow, Time: 133, Pass: 1, Window: 0, Step: 10, Values: flat, Eval: ev(0.9), EvalSeconds: 1},
-		{Type: metrics.TypeWindow, Time: 144, Pass: 1, Window: 1, Step: 20, Values: flat, Eval: ev(0.98), EvalSeconds: 1},
-		{Type: metrics.TypeWindow, Time: 155, Pass: 1, Window: 2, Step: 25, Values: flat, Eval: ev(0.985), EvalSeconds: 1},
-		{Type: metrics.TypeEnd, Time: 156, Eval: ev(0.985)},
+		metrics.StartRecord{Time: 100},
+		metrics.WindowRecord{Time: 111, Window: 0, Step: 10, Values: spreadV, Eval: ev(0.99), EvalSeconds: 1, AllreduceSeconds: 2, ConvergeSeconds: 0.5, PlanSeconds: 0.1},
+		metrics.WindowRecord{Time: 122, Window: 1, Step: 20, Values: spreadV, Eval: ev(0.99), EvalSeconds: 1, AllreduceSeconds: 2, ConvergeSeconds: 0.5, PlanSeconds: 0.1},
+		metrics.CommitRecord{Time: 122, Step: 20},
+		metrics.WindowRecord{Time: 133, Pass: 1, Window: 0, Step: 10, Values: flat, Eval: ev(0.9), EvalSeconds: 1},
+		metrics.WindowRecord{Time: 144, Pass: 1, Window: 1, Step: 20, Values: flat, Eval: ev(0.98), EvalSeconds: 1},
+		metrics.WindowRecord{Time: 155, Pass: 1, Window: 2, Step: 25, Values: flat, Eval: ev(0.985), EvalSeconds: 1},
+		metrics.EndRecord{Time: 156, Eval: ev(0.985)},
 	}
 	for _, r := range recs {
 		require.NoError(t, mw.Write(r))

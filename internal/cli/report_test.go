@@ -18,11 +18,11 @@ func writeSmallRun(t *testing.T, dir string) {
 	t.Helper()
 	w, err := metrics.OpenWriter(filepath.Join(dir, "metrics.jsonl"))
 	require.NoError(t, err)
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeStart, Time: 100, Ranks: 2, TotalSteps: 30, WindowSteps: 10,
+	require.NoError(t, w.Write(metrics.StartRecord{Time: 100, Ranks: 2, TotalSteps: 30, WindowSteps: 10,
 		Hyperparameters: []metrics.Param{{Name: "lr", Scale: "log", Spread: "multiplicative", Alpha: 0.1, Lower: 1e-5, Upper: 1}}}))
 	for k := range 3 {
 		lr := 0.01 / float64(k+1)
-		require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeWindow, Time: 101 + float64(k), Window: k, Step: 10 * (k + 1),
+		require.NoError(t, w.Write(metrics.WindowRecord{Time: 101 + float64(k), Window: k, Step: 10 * (k + 1),
 			Losses:        []metrics.Float{metrics.Float(2 - 0.5*float64(k)), metrics.Float(2.1 - 0.5*float64(k))},
 			Healthy:       []bool{true, true},
 			Values:        map[string][]metrics.Float{"lr": {metrics.Float(lr * 0.9), metrics.Float(lr * 1.1)}},
@@ -31,7 +31,7 @@ func writeSmallRun(t *testing.T, dir string) {
 			FanoutSeconds: 0.9, ConvergeSeconds: 0.1,
 			Eval: &metrics.Eval{Loss: metrics.Float(1.9 - 0.5*float64(k)), Accuracy: metrics.Float(0.5 + 0.1*float64(k))}}))
 	}
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: 104, WallSeconds: 4}))
+	require.NoError(t, w.Write(metrics.EndRecord{Time: 104, WallSeconds: 4}))
 	require.NoError(t, w.Close())
 }
 

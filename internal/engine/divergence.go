@@ -161,7 +161,7 @@ func scaleLR(p *plan.Plan, s float64) {
 // scaleNextLR applies scaleLR's factor to a record's next learning-rate
 // bases (the explorers' feedback), so the record's numbers are all applied
 // values.
-func scaleNextLR(rec *metrics.Record, s float64) {
+func scaleNextLR(rec *metrics.WindowRecord, s float64) {
 	for name, b := range rec.NextBase {
 		if hparam.IsLR(name) {
 			rec.NextBase[name] = b * metrics.Float(s)
@@ -204,7 +204,7 @@ func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 		w.events = append(append(w.events, frozenEvents(evs)...), rollbackEvent(w.index, to, l.rollbacks, l.o.MaxRollbacks))
 		rec := windowRecord(&w.plan, nil, w.losses, w.healthyRanks, 0, 0, "", nil, w.events)
 		rec.Step = w.end()
-		l.record(rec) // the window has no converge and no feedback
+		l.recordWindow(rec) // the window has no converge and no feedback
 	}
 	return to, nil
 }

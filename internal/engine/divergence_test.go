@@ -358,7 +358,7 @@ func TestWindowRecordCarriesProbeSeconds(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	mw, err := metrics.OpenWriter(path)
 	require.NoError(t, err)
-	require.NoError(t, mw.Write(metrics.Record{Type: metrics.TypeStart})) // the CLI's part
+	require.NoError(t, mw.Write(metrics.StartRecord{})) // the CLI's part
 	rep := &lrReplica{buf: []float32{0}, nanFrom: -1, probeSecs: 0.25}
 	_, logs, err := soloRun(t, rep, 3, mw)
 	require.NoError(t, err, logs.String())
@@ -366,11 +366,9 @@ func TestWindowRecordCarriesProbeSeconds(t *testing.T) {
 	recs, _, err := metrics.ReadFile(path)
 	require.NoError(t, err)
 	windows := 0
-	for _, r := range recs {
-		if r.Type == metrics.TypeWindow {
-			windows++
-			assert.Equal(t, 0.25, r.ProbeSeconds, "window %d", r.Window)
-		}
+	for _, r := range metrics.Of[metrics.WindowRecord](recs) {
+		windows++
+		assert.Equal(t, 0.25, r.ProbeSeconds, "window %d", r.Window)
 	}
 	assert.Equal(t, 6, windows)
 }

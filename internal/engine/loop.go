@@ -447,7 +447,7 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 	drift := metrics.Float(w.drift)
 	rec.Drift = &drift
 	scaleNextLR(&rec, w.lrScale)
-	l.record(rec)
+	l.recordWindow(rec)
 	if l.o.Progress != nil {
 		l.o.Progress.Update(w.plan.Pass, w.end(), l.o.Steps, meanHealthy(w.losses), plan.BaseLR(&w.plan))
 	}
@@ -461,7 +461,7 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 // committed when the search pass ended at step end; learning rates carry
 // the rollbacks' halving lrScale, which the main pass keeps applying.
 func (l *loop) recordCommit(end int, lrScale float64) {
-	rec := metrics.Record{Type: metrics.TypeCommit, Time: now(), Step: end, Committed: map[string]metrics.Commit{}}
+	rec := metrics.CommitRecord{Time: now(), Step: end, Committed: map[string]metrics.Commit{}}
 	e := l.o.Log.Info().Int("search_steps", end)
 	for _, c := range l.o.Controller.Commitments() {
 		c = ScaleCommit(c, lrScale)
@@ -485,12 +485,16 @@ func (l *loop) scriptPeakLR() float64 {
 	return p.PeakLR()
 }
 
-// record logs a window record's events and writes it (rank 0); a write
-// failure only warns.
-func (l *loop) record(rec metrics.Record) {
+// recordWindow logs a window record's events and writes it (rank 0).
+func (l *loop) recordWindow(rec metrics.WindowRecord) {
 	for _, e := range rec.Events {
 		l.o.Log.Warn().Str("event", e.Kind).Str("param", e.Param).Msg(e.Message)
 	}
+	l.record(rec)
+}
+
+// record writes a record (rank 0); a write failure only warns.
+func (l *loop) record(rec metrics.Record) {
 	if l.o.Metrics == nil {
 		return
 	}

@@ -348,13 +348,11 @@ func TestCommitRestartsEveryRankForTheMainPass(t *testing.T) {
 		require.NoError(t, err, "rank %d: %s", rank, r.logs[rank])
 	}
 	var search int
-	for _, rec := range r.recs {
-		if rec.Type == metrics.TypeCommit {
-			search = rec.Step / 2
-			lr := rec.Committed["lr"]
-			assert.Equal(t, metrics.Float(0.002), lr.ScriptPeakLR)
-			assert.InDelta(t, 0.002*float64(lr.Value), float64(lr.PeakLR), 1e-15, "the peak the multiplier implies")
-		}
+	for _, rec := range metrics.Of[metrics.CommitRecord](r.recs) {
+		search = rec.Step / 2
+		lr := rec.Committed["lr"]
+		assert.Equal(t, metrics.Float(0.002), lr.ScriptPeakLR)
+		assert.InDelta(t, 0.002*float64(lr.Value), float64(lr.PeakLR), 1e-15, "the peak the multiplier implies")
 	}
 	require.Positive(t, search, "a commit record")
 	for rank, rep := range r.reps {

@@ -29,7 +29,7 @@ func TestSetupEventsReachTheFirstRecordAndSyncIsChecked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	mw, err := metrics.OpenWriter(path)
 	require.NoError(t, err)
-	require.NoError(t, mw.Write(metrics.Record{Type: metrics.TypeStart, Ranks: 1, TotalSteps: 4, WindowSteps: 2}))
+	require.NoError(t, mw.Write(metrics.StartRecord{Ranks: 1, TotalSteps: 4, WindowSteps: 2}))
 	o := Options{Comm: soloComm{}, Replica: &lrReplica{buf: []float32{0}, nanFrom: -1}, Controller: ctrl, Steps: 4, Window: 2,
 		Sync: "ring", Metrics: mw, Log: zerolog.Nop(),
 		Events: []controller.Event{{Kind: controller.EventFrozen, Param: "lr", Op: "plan", Err: errors.New("boom")}}}
@@ -43,10 +43,12 @@ func TestSetupEventsReachTheFirstRecordAndSyncIsChecked(t *testing.T) {
 	recs, _, err := metrics.ReadFile(path)
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
-	require.Len(t, recs[1].Events, 1)
-	assert.Equal(t, metrics.EventFrozen, recs[1].Events[0].Kind)
-	assert.Contains(t, recs[1].Events[0].Message, "boom")
-	assert.Empty(t, recs[2].Events, "once only")
+	wins := metrics.Of[metrics.WindowRecord](recs)
+	require.Len(t, wins, 2)
+	require.Len(t, wins[0].Events, 1)
+	assert.Equal(t, metrics.EventFrozen, wins[0].Events[0].Kind)
+	assert.Contains(t, wins[0].Events[0].Message, "boom")
+	assert.Empty(t, wins[1].Events, "once only")
 }
 
 // pairComm is rank 0 of two, whose peer contributes peer to every float32

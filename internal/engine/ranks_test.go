@@ -188,7 +188,7 @@ func (s ranksSpec) options(t *testing.T, r *ranksRun, rank int, metricsPath stri
 		require.NoError(t, err)
 		o.Metrics, err = metrics.OpenWriter(metricsPath)
 		require.NoError(t, err)
-		require.NoError(t, o.Metrics.Write(metrics.Record{Type: metrics.TypeStart, Ranks: s.world / s.g, TotalSteps: s.steps, WindowSteps: s.window}))
+		require.NoError(t, o.Metrics.Write(metrics.StartRecord{Ranks: s.world / s.g, TotalSteps: s.steps, WindowSteps: s.window}))
 	}
 	if s.tweak != nil {
 		s.tweak(rank, &o, r.reps[rank])
@@ -205,14 +205,8 @@ func orDefault(v, def int) int {
 }
 
 // windows are the window records of rank 0's metrics.
-func (r *ranksRun) windows() []metrics.Record {
-	var out []metrics.Record
-	for _, rec := range r.recs {
-		if rec.Type == metrics.TypeWindow {
-			out = append(out, rec)
-		}
-	}
-	return out
+func (r *ranksRun) windows() []metrics.WindowRecord {
+	return metrics.Of[metrics.WindowRecord](r.recs)
 }
 
 // converged is what the converge gives when the ranks' buffers are bufs

@@ -83,9 +83,9 @@ func frozenEvents(evs []controller.Event) []metrics.Event {
 func now() float64 { return float64(time.Now().UnixMilli()) / 1e3 }
 
 func windowRecord(p *plan.Plan, fb []controller.ParamFeedback, losses []float64, healthy []bool,
-	fanout, converge float64, sum string, eval *metrics.Eval, events []metrics.Event) metrics.Record {
-	rec := metrics.Record{
-		Type: metrics.TypeWindow, Time: now(), Pass: p.Pass, Window: p.Window, Anneal: p.Anneal,
+	fanout, converge float64, sum string, eval *metrics.Eval, events []metrics.Event) metrics.WindowRecord {
+	rec := metrics.WindowRecord{
+		Time: now(), Pass: p.Pass, Window: p.Window, Anneal: p.Anneal,
 		Losses: floats(losses), Healthy: healthy, FanoutSeconds: fanout, ConvergeSeconds: converge,
 		Checksum: sum, Eval: eval, Events: events,
 		Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{}, BaseSteps: map[string][]metrics.Float{},

@@ -69,7 +69,7 @@ func TestWindowRecordCarriesAllreduceAndEvalSeconds(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	mw, err := metrics.OpenWriter(path)
 	require.NoError(t, err)
-	require.NoError(t, mw.Write(metrics.Record{Type: metrics.TypeStart}))
+	require.NoError(t, mw.Write(metrics.StartRecord{}))
 	rep := &gradReplica{lrReplica: lrReplica{buf: []float32{0}, nanFrom: -1}, pause: 5 * time.Millisecond}
 	_, err = Run(ctx, Options{Comm: slowComm{pause: time.Millisecond}, Replica: rep, Controller: ctrl, Steps: 12, Window: 3,
 		Sync: SyncGradients, EvalEvery: 2, Metrics: mw, Log: zerolog.Nop()})
@@ -78,10 +78,7 @@ func TestWindowRecordCarriesAllreduceAndEvalSeconds(t *testing.T) {
 	recs, _, err := metrics.ReadFile(path)
 	require.NoError(t, err)
 	var evaluated []int
-	for _, r := range recs {
-		if r.Type != metrics.TypeWindow {
-			continue
-		}
+	for _, r := range metrics.Of[metrics.WindowRecord](recs) {
 		// 3 steps x 2 allreduces of 1 ms each.
 		assert.GreaterOrEqual(t, r.AllreduceSeconds, 0.006, "window %d", r.Window)
 		assert.Less(t, r.AllreduceSeconds, r.FanoutSeconds+1e-9, "window %d: inside fanout", r.Window)

@@ -20,7 +20,7 @@ func FuzzRead(f *testing.F) {
 			}
 			return
 		}
-		if len(recs) == 0 || recs[0].Type != TypeStart {
+		if _, ok := recs[0].(StartRecord); !ok {
 			t.Fatalf("accepted a file without a leading start record")
 		}
 	})

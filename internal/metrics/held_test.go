@@ -19,30 +19,30 @@ func TestWriterHoldsWhatAFullDiskRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	w, err := OpenWriter(path)
 	require.NoError(t, err)
-	require.NoError(t, w.Write(Record{Type: TypeStart, Ranks: 2}))
+	require.NoError(t, w.Write(StartRecord{Ranks: 2}))
 
 	good := w.f
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
 	require.NoError(t, err)
 	defer full.Close()
 	w.f = full // every write now fails with ENOSPC
-	err = w.Write(Record{Type: TypeWindow, Window: 0, Step: 5})
+	err = w.Write(WindowRecord{Window: 0, Step: 5})
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	assert.Contains(t, err.Error(), "1 record(s) held in memory")
 	assert.Contains(t, err.Error(), "free of", "the message says how much room there is")
-	err = w.Write(Record{Type: TypeWindow, Window: 1, Step: 10})
+	err = w.Write(WindowRecord{Window: 1, Step: 10})
 	assert.Contains(t, err.Error(), "2 record(s) held")
 	require.Error(t, w.Sync(), "no checkpoint while records are held")
 
 	w.f = good // the disk has room again
 	require.NoError(t, w.Sync(), "Sync writes what was held")
-	require.NoError(t, w.Write(Record{Type: TypeWindow, Window: 2, Step: 15}))
+	require.NoError(t, w.Write(WindowRecord{Window: 2, Step: 15}))
 	require.NoError(t, w.Close())
 	recs, truncated, err := ReadFile(path)
 	require.NoError(t, err)
 	assert.False(t, truncated)
 	var windows []int
-	for _, r := range recs[1:] {
+	for _, r := range Of[WindowRecord](recs) {
 		windows = append(windows, r.Window)
 	}
 	assert.Equal(t, []int{0, 1, 2}, windows)
@@ -65,7 +65,7 @@ func TestWriterCutsAShortWrite(t *testing.T) {
 	path := filepath.Join(dir, "metrics.jsonl")
 	w, err := OpenWriter(path)
 	require.NoError(t, err)
-	require.NoError(t, w.Write(Record{Type: TypeStart, Ranks: 2}))
+	require.NoError(t, w.Write(StartRecord{Ranks: 2}))
 	// Fill the rest of the file system but for less than a record.
 	var st syscall.Statfs_t
 	require.NoError(t, syscall.Statfs(dir, &st))
@@ -74,7 +74,7 @@ func TestWriterCutsAShortWrite(t *testing.T) {
 	_, _ = fill.Write(make([]byte, int(st.Bavail)*int(st.Bsize)-100))
 	require.NoError(t, fill.Close())
 
-	big := Record{Type: TypeWindow, Window: 0, Step: 5, Losses: make([]Float, 400)}
+	big := WindowRecord{Window: 0, Step: 5, Losses: make([]Float, 400)}
 	var lastErr error
 	for lastErr == nil {
 		lastErr = w.Write(big)
@@ -85,13 +85,14 @@ func TestWriterCutsAShortWrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasSuffix(string(b), "\n"), "no part of a line is left: %d bytes, %q... err %v", len(b), b[max(0, len(b)-80):], lastErr)
 	require.NoError(t, os.Remove(filepath.Join(dir, "fill")))
-	require.NoError(t, w.Write(Record{Type: TypeEnd}))
+	require.NoError(t, w.Write(EndRecord{}))
 	require.NoError(t, w.Close())
 	recs, truncated, err := ReadFile(path)
 	require.NoError(t, err)
 	assert.False(t, truncated)
-	for i, r := range recs[1 : len(recs)-1] {
+	for i, r := range Of[WindowRecord](recs) {
 		assert.Equal(t, i, r.Window, "each window once, in order")
 	}
-	assert.Equal(t, TypeEnd, recs[len(recs)-1].Type)
+	assert.Len(t, Of[WindowRecord](recs), len(recs)-2)
+	assert.Equal(t, TypeEnd, recs[len(recs)-1].Type())
 }

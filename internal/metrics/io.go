@@ -105,14 +105,14 @@ func cutPartialLine(f *os.File) (int64, error) {
 func (w *Writer) Write(r Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("metrics: encode %s record: %w", r.Type, err)
+		return fmt.Errorf("metrics: encode %s record: %w", r.Type(), err)
 	}
 	w.held = append(append(w.held, b...), '\n')
 	w.nHeld++
 	if err := w.flush(); err != nil {
 		return err
 	}
-	if r.Type == TypeWindow {
+	if r.Type() == TypeWindow {
 		w.unsynced++
 		if w.unsynced < SyncWindows && time.Since(w.synced) < SyncInterval {
 			return nil
@@ -169,7 +169,8 @@ func (w *Writer) Close() error { return errors.Join(w.Sync(), w.f.Close()) }
 
 // Read parses a metrics.jsonl stream. It tolerates a last line that does not
 // parse (a run still writing it, or one that crashed mid-write) and reports
-// it with truncated. A bad line anywhere else, a first line that is not
+// it with truncated. Lines of a type it does not know are skipped (see
+// decodeLine). A bad line anywhere else, a first line that is not
 // JSON, or a first record that is not a start record is an error wrapping
 // ErrCorrupt or ErrNoStart.
 func Read(r io.Reader) (recs []Record, truncated bool, err error) {
@@ -187,16 +188,14 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 			if pending != nil {
 				return nil, false, pending
 			}
-			var rec Record
-			if jerr := json.Unmarshal(trimmed, &rec); jerr != nil || rec.Type == "" {
-				if jerr == nil {
-					jerr = errors.New(`no "type" field`)
-				}
+			rec, jerr := decodeLine(trimmed)
+			switch {
+			case jerr != nil:
 				pending = fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo, jerr)
 				if lineNo == 1 {
 					return nil, false, pending
 				}
-			} else {
+			case rec != nil:
 				recs = append(recs, rec)
 			}
 		}
@@ -204,10 +203,17 @@ func Read(r io.Reader) (recs []Record, truncated bool, err error) {
 			break
 		}
 	}
-	if len(recs) == 0 || recs[0].Type != TypeStart {
+	if _, ok := first(recs).(StartRecord); !ok {
 		return nil, false, ErrNoStart
 	}
 	return recs, pending != nil, nil
+}
+
+func first(recs []Record) Record {
+	if len(recs) == 0 {
+		return nil
+	}
+	return recs[0]
 }
 
 // MaxLine bounds a line of metrics.jsonl: a window record of thousands of

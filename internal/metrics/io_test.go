@@ -24,9 +24,9 @@ func writeRecords(t *testing.T, path string, recs ...Record) {
 func TestWriterReaderRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	writeRecords(t, path,
-		Record{Type: TypeStart, Ranks: 2, TotalSteps: 10, WindowSteps: 5},
-		Record{Type: TypeWindow, Window: 0, Step: 5, Losses: []Float{Float(math.NaN()), 1.5}},
-		Record{Type: TypeEnd, WallSeconds: 3})
+		StartRecord{Ranks: 2, TotalSteps: 10, WindowSteps: 5},
+		WindowRecord{Window: 0, Step: 5, Losses: []Float{Float(math.NaN()), 1.5}},
+		EndRecord{WallSeconds: 3})
 
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -37,17 +37,17 @@ func TestWriterReaderRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, truncated)
 	require.Len(t, recs, 3)
-	assert.Equal(t, 10, recs[0].TotalSteps)
-	assert.True(t, math.IsNaN(float64(recs[1].Losses[0])))
-	assert.Equal(t, Float(1.5), recs[1].Losses[1])
-	assert.Equal(t, 3.0, recs[2].WallSeconds)
+	assert.Equal(t, 10, recs[0].(StartRecord).TotalSteps)
+	assert.True(t, math.IsNaN(float64(recs[1].(WindowRecord).Losses[0])))
+	assert.Equal(t, Float(1.5), recs[1].(WindowRecord).Losses[1])
+	assert.Equal(t, 3.0, recs[2].(EndRecord).WallSeconds)
 }
 
 func TestReadTruncatedLastLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	writeRecords(t, path,
-		Record{Type: TypeStart, Ranks: 2},
-		Record{Type: TypeWindow, Window: 0, Step: 5})
+		StartRecord{Ranks: 2},
+		WindowRecord{Window: 0, Step: 5})
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
 	_, err = f.WriteString(`{"type":"window","window":1,"st`)
@@ -60,12 +60,12 @@ func TestReadTruncatedLastLine(t *testing.T) {
 	assert.Len(t, recs, 2)
 
 	// A resumed writer cuts the partial line, so the file reads clean again.
-	writeRecords(t, path, Record{Type: TypeWindow, Window: 1, Step: 10})
+	writeRecords(t, path, WindowRecord{Window: 1, Step: 10})
 	recs, truncated, err = ReadFile(path)
 	require.NoError(t, err)
 	assert.False(t, truncated)
 	require.Len(t, recs, 3)
-	assert.Equal(t, 10, recs[2].Step)
+	assert.Equal(t, 10, recs[2].(WindowRecord).Step)
 }
 
 func TestReadErrors(t *testing.T) {
@@ -100,15 +100,15 @@ func TestWriterSyncsByBatch(t *testing.T) {
 	w, err := OpenWriter(filepath.Join(t.TempDir(), "metrics.jsonl"))
 	require.NoError(t, err)
 	defer w.Close()
-	require.NoError(t, w.Write(Record{Type: TypeStart}))
+	require.NoError(t, w.Write(StartRecord{}))
 	assert.Equal(t, 0, w.unsynced)
 	for i := 1; i < SyncWindows; i++ {
-		require.NoError(t, w.Write(Record{Type: TypeWindow, Window: i}))
+		require.NoError(t, w.Write(WindowRecord{Window: i}))
 	}
 	assert.Equal(t, SyncWindows-1, w.unsynced, "no sync before the batch is full")
-	require.NoError(t, w.Write(Record{Type: TypeWindow}))
+	require.NoError(t, w.Write(WindowRecord{}))
 	assert.Equal(t, 0, w.unsynced, "synced once the batch is full")
-	require.NoError(t, w.Write(Record{Type: TypeWindow}))
+	require.NoError(t, w.Write(WindowRecord{}))
 	require.NoError(t, w.Sync())
 	assert.Equal(t, 0, w.unsynced)
 }

@@ -3,7 +3,6 @@
 package metrics
 
 import (
-	"encoding/json"
 	"math"
 	"strconv"
 )
@@ -41,13 +40,19 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Record is one line of metrics.jsonl. Fields that do not apply to a line's
-// type are omitted.
-type Record struct {
-	Type string  `json:"type"`
-	Time float64 `json:"time"` // unix seconds
+// Record is one line of metrics.jsonl: a StartRecord, WindowRecord,
+// CommitRecord or EndRecord. Each writes the line it always has, with its
+// "type" first; Read gives back one of these four.
+type Record interface {
+	Type() string      // TypeStart, TypeWindow, TypeCommit or TypeEnd
+	UnixTime() float64 // when it was written, in unix seconds
+	record()           // no other type is a Record
+}
 
-	// start
+// StartRecord opens a run, and a resumed run again: its shape and the
+// hyperparameters it explores.
+type StartRecord struct {
+	Time            float64 `json:"time"` // unix seconds
 	Ranks           int     `json:"ranks,omitempty"`
 	TotalSteps      int     `json:"total_steps,omitempty"`
 	WindowSteps     int     `json:"window_steps,omitempty"`
@@ -60,17 +65,16 @@ type Record struct {
 	// (its G ranks' mean loss and probe; unhealthy events name replicas).
 	ReplicaSize int `json:"replica_size,omitempty"`
 	WorldSize   int `json:"world_size,omitempty"`
+}
 
-	// window, commit
+// WindowRecord is one window: what every rank trained with and reached,
+// what the explorers learned from it, and how long its phases took.
+type WindowRecord struct {
+	Time float64 `json:"time"` // unix seconds, after the evaluation
 	// Pass is 1 for the main pass of a run that committed (docs/design.md
 	// §1.2): windows and steps count from 0 again. 0 (absent) is the
 	// search pass, or the one pass of a run that never commits.
-	Pass int `json:"pass,omitempty"`
-	// Committed (commit) is each hyperparameter's committed value; Step
-	// is where the search pass ended.
-	Committed map[string]Commit `json:"committed,omitempty"`
-
-	// window
+	Pass            int                `json:"pass,omitempty"`
 	Window          int                `json:"window"`
 	Step            int                `json:"step"`                   // steps done at the end of this window
 	Losses          []Float            `json:"losses,omitempty"`       // per rank, mean over the window
@@ -92,12 +96,11 @@ type Record struct {
 	Drift           *Float             `json:"drift,omitempty"`    // the healthy replicas' RMS distance to their average before the converge, over the average's norm (0: the converge was skipped, every replica held the same parameters)
 	Eval            *Eval              `json:"eval,omitempty"`
 	Events          []Event            `json:"events,omitempty"`
-
 	// Timers inside the phases above, rank 0's: the per-step gradient
 	// allreduces of the window, part of fanout_seconds (gradients mode, or
 	// inside a replica group; absent when there are none), and the test
 	// evaluation after the converge (absent when the window did not
-	// evaluate). The record's time is taken after the evaluation.
+	// evaluate).
 	AllreduceSeconds float64 `json:"allreduce_seconds,omitempty"`
 	EvalSeconds      float64 `json:"eval_seconds,omitempty"`
 	// GatherSeconds is the gather (every rank's loss and health), the
@@ -109,10 +112,38 @@ type Record struct {
 	// (plan_socket) and its copy back (load); docs/performance.md.
 	GatherSeconds   float64            `json:"gather_seconds,omitempty"`
 	HandoverSeconds map[string]float64 `json:"handover_seconds,omitempty"`
+}
 
-	// end
+// CommitRecord ends the search pass: each hyperparameter's committed value.
+type CommitRecord struct {
+	Time      float64           `json:"time"`
+	Committed map[string]Commit `json:"committed,omitempty"`
+	Step      int               `json:"step"` // where the search pass ended
+}
+
+// EndRecord closes a finished run.
+type EndRecord struct {
+	Time        float64 `json:"time"`
+	Step        int     `json:"step"`               // steps of the last pass
+	Checksum    string  `json:"checksum,omitempty"` // of model.bin's parameters
+	Eval        *Eval   `json:"eval,omitempty"`
 	WallSeconds float64 `json:"wall_seconds,omitempty"`
 }
+
+func (StartRecord) Type() string  { return TypeStart }
+func (WindowRecord) Type() string { return TypeWindow }
+func (CommitRecord) Type() string { return TypeCommit }
+func (EndRecord) Type() string    { return TypeEnd }
+
+func (r StartRecord) UnixTime() float64  { return r.Time }
+func (r WindowRecord) UnixTime() float64 { return r.Time }
+func (r CommitRecord) UnixTime() float64 { return r.Time }
+func (r EndRecord) UnixTime() float64    { return r.Time }
+
+func (StartRecord) record()  {}
+func (WindowRecord) record() {}
+func (CommitRecord) record() {}
+func (EndRecord) record()    {}
 
 // Commit is one hyperparameter's committed value: the offset u in its
 // scale and what a config would say to train at it (OneCycle's max_lr).
@@ -162,5 +193,3 @@ type Event struct {
 	Param   string `json:"param,omitempty"`
 	Message string `json:"message"`
 }
-
-var _ json.Marshaler = Float(0)

@@ -25,13 +25,24 @@ func TruncateAfter(path string, pass, step int) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, r := range recs {
-		keep := r.Type == TypeStart || (r.Type == TypeCommit && pass > 0) ||
-			(r.Type == TypeWindow && (r.Pass < pass || (r.Pass == pass && r.Step <= step)))
-		if keep {
+		if keptAfterResume(r, pass, step) {
 			if err := enc.Encode(r); err != nil {
 				return err
 			}
 		}
 	}
 	return atomicfile.Write(path, buf.Bytes())
+}
+
+// keptAfterResume reports whether a run resumed at step of pass keeps r.
+func keptAfterResume(r Record, pass, step int) bool {
+	switch r := r.(type) {
+	case StartRecord:
+		return true
+	case CommitRecord:
+		return pass > 0
+	case WindowRecord:
+		return r.Pass < pass || (r.Pass == pass && r.Step <= step)
+	}
+	return false
 }

@@ -60,7 +60,7 @@ func csvHeader(r *Run) []string {
 	return append(header, "fanout_seconds", "converge_seconds", "plan_seconds", "eval_loss", "eval_accuracy")
 }
 
-func csvRow(r *Run, win metrics.Record) []string {
+func csvRow(r *Run, win metrics.WindowRecord) []string {
 	row := []string{strconv.Itoa(win.Pass), strconv.Itoa(win.Window), strconv.Itoa(win.Step)}
 	for k := range r.Ranks {
 		row = append(row, cell(at(win.Losses, k)))

@@ -55,14 +55,14 @@ func writeRun(t *testing.T, dir string, fx fixture) {
 		{Name: "dropout", Scale: "linear", Spread: "additive", Alpha: 0.05, Lower: 0, Upper: 0.5},
 		{Name: "weight_decay", Scale: "log", Spread: "geometric", Alpha: 1, Lower: 1e-5, Upper: 0.1},
 	}
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeStart, Time: t0, Ranks: fxRanks,
+	require.NoError(t, w.Write(metrics.StartRecord{Time: t0, Ranks: fxRanks,
 		TotalSteps: fx.total * fxT, WindowSteps: fxT, SyncMode: "local", Hyperparameters: params, ConfigHash: "abc"}))
 
 	rho := []float64{1 - 1.0/9, 1 - 1.0/27, 1 + 1.0/27, 1 + 1.0/9}
 	base := map[string]float64{"lr": 0.004 * fx.lrScale, "dropout": 0.1, "weight_decay": 1e-4}
 	now := t0
 	for k := range fx.windows {
-		rec := metrics.Record{Type: metrics.TypeWindow, Window: k, Step: (k + 1) * fxT,
+		rec := metrics.WindowRecord{Window: k, Step: (k + 1) * fxT,
 			Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{}, NextBase: map[string]metrics.Float{}}
 		if k < fxAutoStart { // warm-up of the schedule
 			base["lr"] = 0.004 * fx.lrScale * float64(k+1) / fxAutoStart
@@ -154,7 +154,7 @@ func writeRun(t *testing.T, dir string, fx fixture) {
 		require.NoError(t, w.Write(rec))
 	}
 	if fx.finished {
-		require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: now + 0.5, Step: fx.windows * fxT,
+		require.NoError(t, w.Write(metrics.EndRecord{Time: now + 0.5, Step: fx.windows * fxT,
 			WallSeconds: now + 0.5 - t0, Eval: fx.endEval}))
 	}
 }
@@ -205,7 +205,7 @@ func writeTwoPassRun(t *testing.T, dir string) {
 		{Name: "dropout", Scale: "linear", Spread: "additive", Alpha: 0.08, Lower: 0, Upper: 0.9},
 	}
 	t0 := 1.7e9
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeStart, Time: t0, Ranks: fxRanks,
+	require.NoError(t, w.Write(metrics.StartRecord{Time: t0, Ranks: fxRanks,
 		TotalSteps: fx2Steps, WindowSteps: fxT, SyncMode: "gradients", Hyperparameters: params}))
 	now := t0
 	for k := range fx2Search { // u grows towards the committed offset
@@ -213,21 +213,21 @@ func writeTwoPassRun(t *testing.T, dir string) {
 		now++
 		require.NoError(t, w.Write(fx2Window(passSearch, k, u, fx2Drop*float64(k+1)/fx2Search, now)))
 	}
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeCommit, Time: now, Step: fx2Search * fxT,
+	require.NoError(t, w.Write(metrics.CommitRecord{Time: now, Step: fx2Search * fxT,
 		Committed: map[string]metrics.Commit{"lr": {Offset: fx2U, Value: 0.008}, "dropout": {Offset: fx2Drop, Value: 0.15}}}))
 	for k := range (fx2Steps + fxT - 1) / fxT {
 		now++
 		require.NoError(t, w.Write(fx2Window(passMain, k, fx2U, fx2Drop, now)))
 	}
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: now + 1, Step: fx2Steps,
+	require.NoError(t, w.Write(metrics.EndRecord{Time: now + 1, Step: fx2Steps,
 		WallSeconds: now + 1 - t0, Eval: &metrics.Eval{Loss: 0.04, Accuracy: 0.985}}))
 }
 
 // fx2Window is window k of a pass at offsets u (lr) and d (dropout): the
 // search pass spreads the ranks, the main pass trains them all at the base.
-func fx2Window(pass, k int, u, d float64, now float64) metrics.Record {
+func fx2Window(pass, k int, u, d float64, now float64) metrics.WindowRecord {
 	first, end := k*fxT, min((k+1)*fxT, fx2Steps)
-	rec := metrics.Record{Type: metrics.TypeWindow, Time: now, Pass: pass, Window: k, Step: end,
+	rec := metrics.WindowRecord{Time: now, Pass: pass, Window: k, Step: end,
 		Values: map[string][]metrics.Float{}, Base: map[string]metrics.Float{}, BaseSteps: map[string][]metrics.Float{},
 		Losses: make([]metrics.Float, fxRanks), Healthy: make([]bool, fxRanks), FanoutSeconds: 0.5, ConvergeSeconds: 0.05}
 	for i := first; i < end; i++ {

@@ -156,7 +156,7 @@ func plotOffsets(r *Run, add addFunc) error {
 		xlabel = "step of the search pass"
 	}
 	for _, o := range offsetPaths(r) {
-		u := column(search, func(w metrics.Record) (metrics.Float, bool) { v, ok := w.Offset[o.Name]; return v, ok })
+		u := column(search, func(w metrics.WindowRecord) (metrics.Float, bool) { v, ok := w.Offset[o.Name]; return v, ok })
 		unit := "log of the factor on the schedule"
 		if o.Scale != "log" {
 			unit = "added to the schedule"

@@ -26,13 +26,13 @@ func writeOffsetRun(t *testing.T, dir string, config bool) {
 		{Name: "dropout", Scale: "linear", Spread: "additive", Alpha: 0.05, Lower: 0, Upper: 0.9},
 	}
 	const windows, T = 12, 50
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeStart, Time: 1.7e9, Ranks: 4, TotalSteps: windows * T,
+	require.NoError(t, w.Write(metrics.StartRecord{Time: 1.7e9, Ranks: 4, TotalSteps: windows * T,
 		WindowSteps: T, SyncMode: "gradients", Hyperparameters: params}))
 	for k := range windows {
 		f := float64(k+1) / windows
 		u := metrics.Float(math.Log(3) * f)
 		sched := 0.001 * math.Sin(math.Pi*float64(k+1)/(windows+1))
-		rec := metrics.Record{Type: metrics.TypeWindow, Time: 1.7e9 + float64(k), Window: k, Step: (k + 1) * T,
+		rec := metrics.WindowRecord{Time: 1.7e9 + float64(k), Window: k, Step: (k + 1) * T,
 			Losses: []metrics.Float{1, 0.9, 0.8, 0.85}, Healthy: []bool{true, true, true, true},
 			Base:     map[string]metrics.Float{"lr": metrics.Float(sched * math.Exp(float64(u))), "dropout": metrics.Float(0.1 - 0.05*f)},
 			Offset:   map[string]metrics.Float{"lr": u, "dropout": metrics.Float(-0.05 * f)},
@@ -41,7 +41,7 @@ func writeOffsetRun(t *testing.T, dir string, config bool) {
 		}
 		require.NoError(t, w.Write(rec))
 	}
-	require.NoError(t, w.Write(metrics.Record{Type: metrics.TypeEnd, Time: 1.7e9 + 20, Step: windows * T,
+	require.NoError(t, w.Write(metrics.EndRecord{Time: 1.7e9 + 20, Step: windows * T,
 		Eval: &metrics.Eval{Loss: 0.07, Accuracy: 0.98}, WallSeconds: 20}))
 	require.NoError(t, w.Close())
 	if config {

@@ -165,7 +165,7 @@ type paramTrace struct {
 	perStep  bool
 }
 
-func traceParam(ws []metrics.Record, p metrics.Param, ranks int) paramTrace {
+func traceParam(ws []metrics.WindowRecord, p metrics.Param, ranks int) paramTrace {
 	t := paramTrace{ranks: make([][]float64, ranks), perStep: len(ws) > 0}
 	for _, w := range ws {
 		t.perStep = t.perStep && len(w.BaseSteps[p.Name]) > 0
@@ -197,7 +197,7 @@ func (t *paramTrace) add(x float64, base metrics.Float, ok bool, value func(rank
 // addSteps appends window w's steps, every stride-th and its last. The x
 // of a step is the steps done after it, so a window's last step is at the
 // window's step, as in the other figures.
-func (t *paramTrace) addSteps(w metrics.Record, p metrics.Param, stride int) {
+func (t *paramTrace) addSteps(w metrics.WindowRecord, p metrics.Param, stride int) {
 	steps := w.BaseSteps[p.Name]
 	first := w.Step - len(steps)
 	last, lastOK := w.Base[p.Name]

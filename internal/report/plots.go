@@ -224,7 +224,7 @@ func fileStem(name string) string {
 }
 
 // windowSteps is the x coordinate of every window: the step at its end.
-func windowSteps(ws []metrics.Record) []float64 {
+func windowSteps(ws []metrics.WindowRecord) []float64 {
 	xs := make([]float64, len(ws))
 	for i, w := range ws {
 		xs[i] = float64(w.Step)
@@ -233,7 +233,7 @@ func windowSteps(ws []metrics.Record) []float64 {
 }
 
 // column extracts one value per window; missing values are NaN.
-func column(ws []metrics.Record, f func(metrics.Record) (metrics.Float, bool)) []float64 {
+func column(ws []metrics.WindowRecord, f func(metrics.WindowRecord) (metrics.Float, bool)) []float64 {
 	ys := make([]float64, len(ws))
 	for i, w := range ws {
 		ys[i] = math.NaN()
@@ -245,7 +245,7 @@ func column(ws []metrics.Record, f func(metrics.Record) (metrics.Float, bool)) [
 }
 
 // means is each window's mean loss over its healthy ranks.
-func means(ws []metrics.Record) []float64 {
+func means(ws []metrics.WindowRecord) []float64 {
 	ys := make([]float64, len(ws))
 	for i, w := range ws {
 		ys[i] = MeanLoss(w)
@@ -327,15 +327,15 @@ func plotTiming(r *Run, add addFunc) error {
 		c.mark(float64(r.SearchSteps()), "commit: the main pass starts")
 	}
 	for _, s := range []struct {
-		f     func(metrics.Record) float64
+		f     func(metrics.WindowRecord) float64
 		col   color.Color
 		label string
 	}{
-		{func(w metrics.Record) float64 { return w.FanoutSeconds }, color.RGBA{R: 31, G: 119, B: 180, A: 255}, "fan-out (training)"},
-		{func(w metrics.Record) float64 { return w.ConvergeSeconds }, color.RGBA{R: 214, G: 39, B: 40, A: 255}, "converge (all-reduce)"},
-		{func(w metrics.Record) float64 { return w.PlanSeconds }, color.RGBA{R: 44, G: 160, B: 44, A: 255}, "plan (controller + broadcast)"},
+		{func(w metrics.WindowRecord) float64 { return w.FanoutSeconds }, color.RGBA{R: 31, G: 119, B: 180, A: 255}, "fan-out (training)"},
+		{func(w metrics.WindowRecord) float64 { return w.ConvergeSeconds }, color.RGBA{R: 214, G: 39, B: 40, A: 255}, "converge (all-reduce)"},
+		{func(w metrics.WindowRecord) float64 { return w.PlanSeconds }, color.RGBA{R: 44, G: 160, B: 44, A: 255}, "plan (controller + broadcast)"},
 	} {
-		ys := column(r.Windows, func(w metrics.Record) (metrics.Float, bool) { return metrics.Float(s.f(w)), true })
+		ys := column(r.Windows, func(w metrics.WindowRecord) (metrics.Float, bool) { return metrics.Float(s.f(w)), true })
 		if err := c.series(xs, ys, s.col, vg.Points(1.5), vg.Points(2), false, s.label); err != nil {
 			return err
 		}
@@ -355,7 +355,7 @@ func plotLoss(r *Run, cols []color.Color, add addFunc) error {
 	ranks := make([][]float64, r.Ranks)
 	sp := newSpan()
 	for rank := range r.Ranks {
-		ranks[rank] = column(search, func(w metrics.Record) (metrics.Float, bool) { return at(w.Losses, rank) })
+		ranks[rank] = column(search, func(w metrics.WindowRecord) (metrics.Float, bool) { return at(w.Losses, rank) })
 		sp.add(ranks[rank]...)
 	}
 	mainMean := means(main)

@@ -539,7 +539,7 @@ func TestSummaryNamesReplicaGroups(t *testing.T) {
 	assert.Equal(t, "4", Summary{Ranks: 4}.ranksText())
 	assert.Equal(t, "4", Summary{Ranks: 4, ReplicaSize: 1}.ranksText())
 	assert.Equal(t, "3 replicas of 2 ranks (6 ranks)", Summary{Ranks: 3, ReplicaSize: 2}.ranksText())
-	r := &Run{Start: metrics.Record{Type: metrics.TypeStart, Ranks: 3, ReplicaSize: 2, WorldSize: 6}, Ranks: 3}
+	r := &Run{Start: metrics.StartRecord{Ranks: 3, ReplicaSize: 2, WorldSize: 6}, Ranks: 3}
 	assert.Equal(t, 2, Summarize(r).ReplicaSize)
 }
 
@@ -551,11 +551,11 @@ func TestRolledBackWindowKeepsItsEvents(t *testing.T) {
 	require.NoError(t, err)
 	nan, one := metrics.Float(math.NaN()), metrics.Float(1)
 	for _, rec := range []metrics.Record{
-		{Type: metrics.TypeStart, Ranks: 2, TotalSteps: 20, WindowSteps: 10},
-		{Type: metrics.TypeWindow, Window: 0, Step: 10, Losses: []metrics.Float{nan, nan}, Healthy: []bool{false, false},
+		metrics.StartRecord{Ranks: 2, TotalSteps: 20, WindowSteps: 10},
+		metrics.WindowRecord{Window: 0, Step: 10, Losses: []metrics.Float{nan, nan}, Healthy: []bool{false, false},
 			Events: []metrics.Event{{Kind: metrics.EventRollback, Message: "rolled back to the checkpoint at step 0"}}},
-		{Type: metrics.TypeWindow, Window: 0, Step: 10, Losses: []metrics.Float{one, one}, Healthy: []bool{true, true}},
-		{Type: metrics.TypeWindow, Window: 1, Step: 20, Losses: []metrics.Float{one, one}, Healthy: []bool{true, true}},
+		metrics.WindowRecord{Window: 0, Step: 10, Losses: []metrics.Float{one, one}, Healthy: []bool{true, true}},
+		metrics.WindowRecord{Window: 1, Step: 20, Losses: []metrics.Float{one, one}, Healthy: []bool{true, true}},
 	} {
 		require.NoError(t, w.Write(rec))
 	}
@@ -575,8 +575,8 @@ func TestRolledBackWindowKeepsItsEvents(t *testing.T) {
 func TestReplacedPassesKeepStepOrder(t *testing.T) {
 	clamped := []metrics.Event{{Kind: metrics.EventClamped, Param: "lr", Message: "clamped"}}
 	r := &Run{
-		Windows:  []metrics.Record{{Window: 0, Step: 10, Events: clamped}, {Window: 1, Step: 20}, {Window: 2, Step: 30, Events: clamped}},
-		Replaced: []metrics.Record{{Window: 1, Step: 20, Events: clamped}},
+		Windows:  []metrics.WindowRecord{{Window: 0, Step: 10, Events: clamped}, {Window: 1, Step: 20}, {Window: 2, Step: 30, Events: clamped}},
+		Replaced: []metrics.WindowRecord{{Window: 1, Step: 20, Events: clamped}},
 	}
 	s := Summarize(r)
 	require.Len(t, s.Events, 1)

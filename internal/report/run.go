@@ -24,19 +24,19 @@ type Run struct {
 
 	// Start is the last start record (a resumed run appends one); FirstStart
 	// is the first, whose time is when the run began.
-	Start, FirstStart metrics.Record
+	Start, FirstStart metrics.StartRecord
 	// Windows is by pass, then window index (a run that committed counts
 	// its main pass's windows from 0 again); a window redone after a resume
 	// or a rollback replaces the earlier one.
-	Windows []metrics.Record
+	Windows []metrics.WindowRecord
 	// Replaced is the window records that a later copy of the same window
 	// (same pass and index) replaced, in file order: a window that failed everywhere and rolled back holds
 	// the events (unhealthy, rollback) the summary must still count.
-	Replaced  []metrics.Record
-	Commit    *metrics.Record // the last commit record; nil for a run that never committed
-	End       *metrics.Record // nil while the run is going or after a crash
-	Truncated bool            // the last line was cut short
-	Resumes   int             // start records after the first
+	Replaced  []metrics.WindowRecord
+	Commit    *metrics.CommitRecord // the last commit record; nil for a run that never committed
+	End       *metrics.EndRecord    // nil while the run is going or after a crash
+	Truncated bool                  // the last line was cut short
+	Resumes   int                   // start records after the first
 
 	Ranks  int
 	Params []metrics.Param // the start record's hyperparameters, then any others the windows name
@@ -64,7 +64,8 @@ func Load(runDir string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
-	r := &Run{Dir: runDir, Name: filepath.Base(abs), Truncated: truncated, FirstStart: recs[0]}
+	first, _ := recs[0].(metrics.StartRecord) // Read's first record is always one
+	r := &Run{Dir: runDir, Name: filepath.Base(abs), Truncated: truncated, FirstStart: first}
 	r.take(recs)
 	if err := checkRecords(r); err != nil {
 		return nil, err
@@ -93,23 +94,23 @@ func Load(runDir string) (*Run, error) {
 // take sorts the records into r: the last start, commit and end, the
 // windows by pass and index (the last copy of each) and the rank count.
 func (r *Run) take(recs []metrics.Record) {
-	byWindow := map[[2]int]metrics.Record{}
+	byWindow := map[[2]int]metrics.WindowRecord{}
 	starts := 0
 	for _, rec := range recs {
-		switch rec.Type {
-		case metrics.TypeStart:
+		switch rec := rec.(type) {
+		case metrics.StartRecord:
 			r.Start = rec
 			r.End = nil // a start after an end record means the run went on
 			starts++
-		case metrics.TypeWindow:
+		case metrics.WindowRecord:
 			key := [2]int{rec.Pass, rec.Window}
 			if old, ok := byWindow[key]; ok {
 				r.Replaced = append(r.Replaced, old)
 			}
 			byWindow[key] = rec
-		case metrics.TypeCommit:
+		case metrics.CommitRecord:
 			r.Commit = &rec
-		case metrics.TypeEnd:
+		case metrics.EndRecord:
 			r.End = &rec
 		}
 	}
@@ -161,7 +162,7 @@ func checkRecords(r *Run) error {
 
 // healthy reports whether rank r counts in window w's mean: its loss is
 // finite and the engine did not mark it unhealthy.
-func healthy(w metrics.Record, r int) bool {
+func healthy(w metrics.WindowRecord, r int) bool {
 	if r >= len(w.Losses) || !finite(float64(w.Losses[r])) {
 		return false
 	}
@@ -169,7 +170,7 @@ func healthy(w metrics.Record, r int) bool {
 }
 
 // MeanLoss is the mean window loss over the healthy ranks, NaN if none is.
-func MeanLoss(w metrics.Record) float64 {
+func MeanLoss(w metrics.WindowRecord) float64 {
 	sum, n := 0.0, 0
 	for r := range w.Losses {
 		if healthy(w, r) {
@@ -185,13 +186,13 @@ func MeanLoss(w metrics.Record) float64 {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-// Passes of a run (metrics.Record.Pass).
+// Passes of a run (metrics.WindowRecord.Pass).
 const (
 	passSearch = 0 // the search pass, or the one pass of a run that never committed
 	passMain   = 1 // the main pass of a run that committed: steps count from 0 again
 )
 
-func windowBefore(a, b metrics.Record) bool {
+func windowBefore(a, b metrics.WindowRecord) bool {
 	if a.Pass != b.Pass {
 		return a.Pass < b.Pass
 	}
@@ -212,7 +213,7 @@ func (r *Run) finalPass() int {
 }
 
 // pass is the windows of pass p, in window order.
-func (r *Run) pass(p int) []metrics.Record {
+func (r *Run) pass(p int) []metrics.WindowRecord {
 	lo := sort.Search(len(r.Windows), func(i int) bool { return r.Windows[i].Pass >= p })
 	hi := sort.Search(len(r.Windows), func(i int) bool { return r.Windows[i].Pass > p })
 	return r.Windows[lo:hi]

@@ -107,7 +107,7 @@ func Summarize(r *Run) Summary {
 }
 
 // addLoss takes a window's mean loss.
-func (s *Summary) addLoss(w metrics.Record) {
+func (s *Summary) addLoss(w metrics.WindowRecord) {
 	if m := MeanLoss(w); finite(m) {
 		s.FinalLoss = m
 		if math.IsNaN(s.BestLoss) || m < s.BestLoss {
@@ -141,7 +141,7 @@ func (s *Summary) addEvals(evals []EvalAt) {
 func tallyRun(r *Run) ([]EventGroup, []RankHealth) {
 	t := tally{unhealthy: map[[2]int]map[int]bool{}, groups: map[eventKey]*EventGroup{}}
 	all := append(slices.Clone(r.Replaced), r.Windows...)
-	slices.SortStableFunc(all, func(a, b metrics.Record) int {
+	slices.SortStableFunc(all, func(a, b metrics.WindowRecord) int {
 		if a.Pass != b.Pass {
 			return a.Pass - b.Pass
 		}
@@ -175,7 +175,7 @@ func (t *tally) markUnhealthy(pass, rank, window int) {
 	t.unhealthy[key][window] = true
 }
 
-func (t *tally) add(w metrics.Record) {
+func (t *tally) add(w metrics.WindowRecord) {
 	for rank, ok := range w.Healthy {
 		if !ok {
 			t.markUnhealthy(w.Pass, rank, w.Window)

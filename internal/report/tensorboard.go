@@ -118,7 +118,7 @@ type addFn func(tag string, step int, wall float64, v float64)
 // each step (at the window's last step for runs recorded before
 // base_steps), each rank's value at the window's last step, the offset and
 // estimate.
-func paramScalars(add addFn, name string, w metrics.Record, ranks int) {
+func paramScalars(add addFn, name string, w metrics.WindowRecord, ranks int) {
 	if steps := w.BaseSteps[name]; len(steps) > 0 {
 		first := w.Step - len(steps)
 		for i, b := range steps {
@@ -138,7 +138,7 @@ func paramScalars(add addFn, name string, w metrics.Record, ranks int) {
 
 // perRank adds one curve per rank, group/rank_NN, the rank zero-padded so
 // that TensorBoard lists the ranks in order.
-func perRank(add addFn, group string, w metrics.Record, vs []metrics.Float, ranks int) {
+func perRank(add addFn, group string, w metrics.WindowRecord, vs []metrics.Float, ranks int) {
 	width := len(strconv.Itoa(max(ranks, len(vs)) - 1))
 	for i, v := range vs {
 		add(fmt.Sprintf("%s/rank_%0*d", group, width, i), w.Step, w.Time, float64(v))

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/tensorboard"
 	"github.com/hdet-dev/hdet/internal/testenv"
 )
@@ -103,7 +104,8 @@ func TestTensorBoardOnePassThenTwo(t *testing.T) {
 	assert.Equal(t, []string{filepath.Join(tb, tbTrain)}, dirs)
 	assert.FileExists(t, filepath.Join(tb, tbTrain, tbFile(r)))
 
-	r.Commit = &r.Windows[len(r.Windows)-1]
+	last := r.Windows[len(r.Windows)-1]
+	r.Commit = &metrics.CommitRecord{Time: last.Time, Step: last.Step}
 	dirs, err = writeTensorBoard(r, tb)
 	require.NoError(t, err)
 	assert.Equal(t, []string{filepath.Join(tb, tbSearch), filepath.Join(tb, tbMain)}, dirs)

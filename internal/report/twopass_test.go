@@ -156,13 +156,13 @@ func TestParamTraceOldRunIsPerWindow(t *testing.T) {
 // window's last step kept.
 func TestParamTraceThinsLongRuns(t *testing.T) {
 	p := metrics.Param{Name: "lr", Scale: "log", Spread: "multiplicative"}
-	var ws []metrics.Record
+	var ws []metrics.WindowRecord
 	for k := range 3 {
 		steps := make([]metrics.Float, 5000)
 		for i := range steps {
 			steps[i] = 1
 		}
-		ws = append(ws, metrics.Record{Window: k, Step: (k + 1) * 5000, BaseSteps: map[string][]metrics.Float{"lr": steps},
+		ws = append(ws, metrics.WindowRecord{Window: k, Step: (k + 1) * 5000, BaseSteps: map[string][]metrics.Float{"lr": steps},
 			Base: map[string]metrics.Float{"lr": 1}, Values: map[string][]metrics.Float{"lr": {2}}})
 	}
 	tr := traceParam(ws, p, 1)

@@ -91,7 +91,7 @@ func (s *session) workerFresh() error {
 		return nil
 	}
 	mpath := filepath.Join(s.cfg.Run.Dir, "metrics.jsonl")
-	if recs, _, err := metrics.ReadFile(mpath); err == nil && len(recs) > 0 && recs[len(recs)-1].Type == metrics.TypeEnd {
+	if recs, _, err := metrics.ReadFile(mpath); err == nil && len(recs) > 0 && recs[len(recs)-1].Type() == metrics.TypeEnd {
 		return Usagef("run.dir %s holds a finished run (metrics.jsonl ends with its end record); use another run.dir for a new run", s.cfg.Run.Dir)
 	}
 	return s.fresh(nil)
@@ -110,7 +110,10 @@ func (s *session) ownUnsavedLog(path string) bool {
 		return false
 	}
 	for _, r := range recs {
-		if r.Type == metrics.TypeEnd || (r.Type == metrics.TypeStart && r.ConfigHash != hash) {
+		if _, end := r.(metrics.EndRecord); end {
+			return false
+		}
+		if st, ok := r.(metrics.StartRecord); ok && st.ConfigHash != hash {
 			return false
 		}
 	}

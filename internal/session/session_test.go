@@ -67,10 +67,8 @@ func TestSessionRunsAndResumesBitExact(t *testing.T) {
 	recs, _, err := metrics.ReadFile(filepath.Join(dir, "metrics.jsonl"))
 	require.NoError(t, err)
 	var starts []int
-	for _, r := range recs {
-		if r.Type == metrics.TypeStart {
-			starts = append(starts, r.ResumedFrom)
-		}
+	for _, r := range metrics.Of[metrics.StartRecord](recs) {
+		starts = append(starts, r.ResumedFrom)
 	}
 	assert.Equal(t, []int{0, 20}, starts)
 }

@@ -110,15 +110,15 @@ func (s *session) openRunDir(ctx context.Context) error {
 // hyperparameter, the spread and bounds in force, which the first plan
 // carries (the controller hands the same plan to the loop, and its events
 // go into the first window's record).
-func (s *session) startRecord(ctx context.Context) (metrics.Record, error) {
+func (s *session) startRecord(ctx context.Context) (metrics.StartRecord, error) {
 	cfg := s.cfg
 	hash, err := cfg.Hash()
 	if err != nil {
-		return metrics.Record{}, err
+		return metrics.StartRecord{}, err
 	}
 	plan, evs, err := s.ctrl.Plan(ctx)
 	if err != nil {
-		return metrics.Record{}, Usagef("explorers: plan of window %d: %v", s.resumeAt/cfg.Train.Window, err)
+		return metrics.StartRecord{}, Usagef("explorers: plan of window %d: %v", s.resumeAt/cfg.Train.Window, err)
 	}
 	s.events = append(s.events, evs...)
 	var params []metrics.Param
@@ -127,7 +127,7 @@ func (s *session) startRecord(ctx context.Context) (metrics.Record, error) {
 		params = append(params, metrics.Param{Name: pp.Name, Scale: string(d.Scale), Spread: string(pp.Spread.Kind),
 			Alpha: pp.Spread.Alpha, Lower: pp.Bounds.Lower, Upper: pp.Bounds.Upper})
 	}
-	rec := metrics.Record{Type: metrics.TypeStart, Time: now(), Ranks: s.replicas(), TotalSteps: s.steps,
+	rec := metrics.StartRecord{Time: now(), Ranks: s.replicas(), TotalSteps: s.steps,
 		WindowSteps: cfg.Train.Window, SyncMode: cfg.Train.Sync, Hyperparameters: params, ConfigHash: hash, ResumedFrom: s.resumeAt}
 	if s.lay.Size > 1 { // ranks is then the replicas' count; the window records are per replica
 		rec.ReplicaSize, rec.WorldSize = s.lay.Size, s.lay.World

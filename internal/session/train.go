@@ -170,7 +170,7 @@ func (s *session) finish(res engine.Result, params []float32, wall time.Duration
 	dir := s.cfg.Run.Dir
 	err := checkpoint.WriteModel(filepath.Join(dir, "model.bin"), params)
 	if err == nil {
-		err = s.mw.Write(metrics.Record{Type: metrics.TypeEnd, Time: now(), Step: res.Steps,
+		err = s.mw.Write(metrics.EndRecord{Time: now(), Step: res.Steps,
 			Eval:     &metrics.Eval{Loss: metrics.Float(res.TestLoss), Accuracy: metrics.Float(res.TestAccuracy)},
 			Checksum: res.Checksum, WallSeconds: wall.Seconds()})
 	}

@@ -17,15 +17,10 @@ func windowSteps(t *testing.T, dir string) (steps []int, ends int) {
 	t.Helper()
 	recs, _, err := metrics.ReadFile(filepath.Join(dir, "metrics.jsonl"))
 	require.NoError(t, err)
-	for _, r := range recs {
-		switch r.Type {
-		case metrics.TypeWindow:
-			steps = append(steps, r.Step)
-		case metrics.TypeEnd:
-			ends++
-		}
+	for _, r := range metrics.Of[metrics.WindowRecord](recs) {
+		steps = append(steps, r.Step)
 	}
-	return steps, ends
+	return steps, len(metrics.Of[metrics.EndRecord](recs))
 }
 
 // A launch that ended before any checkpoint was written (killed in setup

@@ -14,6 +14,7 @@ import (
 	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/progress"
@@ -210,25 +211,29 @@ func (s *session) printCommitted(lrScale float64) {
 	parts := make([]string, len(cs))
 	for i, c := range cs {
 		c = engine.ScaleCommit(c, lrScale)
-		if p, ok := engine.As[engine.PeakLR](s.replica); ok && hparam.IsLR(c.Name) && !c.Frozen {
-			// a multiplier of the script's own rate: what to write into it
-			peak := p.PeakLR()
-			parts[i] = fmt.Sprintf("%s x%.3g: peak lr %.3g -> %.3g (x%.3g)", c.Name, c.Value, peak, peak*c.Value, c.Value)
-			continue
-		}
-		moved := fmt.Sprintf("x%.3g", math.Exp(c.Offset))
-		if descs[i].Scale != hparam.Log {
-			moved = fmt.Sprintf("%+.3g", c.Offset)
-		}
-		parts[i] = fmt.Sprintf("%s %.3g (%s the schedule's)", c.Name, c.Value, moved)
-		if c.Frozen {
-			parts[i] = fmt.Sprintf("%s %.3g (frozen)", c.Name, c.Value)
-		}
+		parts[i] = s.committedPart(c, descs[i].Scale)
 		if c.Note != "" { // the no-harm rule kept the script's value: why (docs/design.md §1.2)
 			parts[i] += " (" + c.Note + ")"
 		}
 	}
 	fmt.Fprintf(s.o.Out, "committed after a search pass of %d steps: %s\n", s.ctrl.SearchEnd(), strings.Join(parts, ", "))
+}
+
+// committedPart is one hyperparameter's part of printCommitted's line.
+func (s *session) committedPart(c controller.ParamCommit, sc hparam.Scale) string {
+	if p, ok := engine.As[engine.PeakLR](s.replica); ok && hparam.IsLR(c.Name) && !c.Frozen {
+		// a multiplier of the script's own rate: what to write into it
+		peak := p.PeakLR()
+		return fmt.Sprintf("%s x%.3g: peak lr %.3g -> %.3g (x%.3g)", c.Name, c.Value, peak, peak*c.Value, c.Value)
+	}
+	if c.Frozen {
+		return fmt.Sprintf("%s %.3g (frozen)", c.Name, c.Value)
+	}
+	moved := fmt.Sprintf("x%.3g", math.Exp(c.Offset))
+	if sc != hparam.Log {
+		moved = fmt.Sprintf("%+.3g", c.Offset)
+	}
+	return fmt.Sprintf("%s %.3g (%s the schedule's)", c.Name, c.Value, moved)
 }
 
 // unfinished (rank 0) handles a run trained to its end whose model.bin or

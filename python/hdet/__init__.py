@@ -12,7 +12,7 @@ whose rates anneal to zero, which is less exact). `from hdet import OneCycleLR` 
 import-only path.
 """
 
-from ._attach import attach, current
+from ._attach import attach, checkpoint_path, current, start_step
 from ._probe import probe_dataset
 from ._protocol import PROTOCOL_VERSION, ProtocolError
 from ._session import Stopped, local_rank, rank, under_hdet, world_size
@@ -25,12 +25,14 @@ __all__ = [
     "ProtocolError",
     "Stopped",
     "attach",
+    "checkpoint_path",
     "current",
     "dropout_setter",
     "local_rank",
     "probe",
     "probe_dataset",
     "rank",
+    "start_step",
     "under_hdet",
     "world_size",
 ]

@@ -21,11 +21,12 @@ import traceback
 import types
 import weakref
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
+from torch.optim import lr_scheduler
 
-from . import _args, _loss, _session
+from . import _args, _loss, _resume, _session
 from ._values import Saved, Values, as_float, dropout_setter, group_keys, restore
 
 
@@ -40,6 +41,7 @@ class _Process:
         self._run: Attachment | None = None
         self._ended: weakref.ref[Attachment] | None = None
         self.hooked = False
+        self.start_step: int | None = None  # set by attach: hdet.start_step()
 
     @property
     def run(self) -> Attachment | None:
@@ -78,6 +80,7 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
            auto: dict[str, Any] | None = None, dropout: Any = None,
            callbacks: dict[str, Callable[[float], Any]] | None = None,
            evaluate: Callable[[], Sequence[float]] | None = None, probe: Callable[[], float] | None = None,
+           state: dict[str, Any] | None = None, start_step: int | None = None,
            _by: str = "hdet.attach") -> torch.optim.Optimizer:
     """Run this optimizer's training under hdet; returns the optimizer.
 
@@ -101,6 +104,12 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
       explore entry gives its base).
     evaluate: function() -> (test loss, accuracy) for hdet's evaluations.
     probe: function() -> loss on fixed examples (see hdet.probe).
+    state: {name: object with state_dict()/load_state_dict()} (model,
+      scheduler, StatefulDataLoader, a train-state object): hdet saves them
+      with the optimizer at its checkpoints and, on a relaunch, loads them
+      before attach returns; the loop continues at hdet.start_step().
+    start_step: the step the script's own checkpoint resumed (a script that
+      restores itself); hdet checks it is the step hdet resumes.
 
     Outside hdet (no HDET_SOCKET) the arguments are checked and nothing is
     installed: the script runs bit for bit as without the line."""
@@ -113,8 +122,10 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
     for name, fn in (("evaluate", evaluate), ("probe", probe)):
         if fn is not None and not callable(fn):
             raise TypeError("%s: %s is not callable" % (_by, name))
+    objects, script_step = _resume.check_state(state, _by), _resume.check_start_step(start_step, _by)
     _process.attached[optimizer] = _by
     if not _session.under_hdet():
+        _process.start_step = script_step or 0
         return optimizer
     if _process.run is not None:
         raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one"
@@ -123,9 +134,29 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
         raise RuntimeError("%s: hdet runs one optimizer per process, and this process's run under hdet is over"
                            % _by)
     _reseed_replica()
-    _process.start(Attachment(optimizer, total, values, settings, evaluate, probe))
+    run = Attachment(optimizer, total, values, settings, evaluate, probe)
+    run.resume(objects, script_step)
+    _process.start_step = run.step_num
+    _process.start(run)
     _hook_exit()
     return optimizer
+
+
+def start_step() -> int:
+    """The optimizer step the script continues from: 0 for a fresh run, the
+    step hdet resumed at a relaunch (outside hdet, attach's start_step).
+    Loops write `for step in range(hdet.start_step(), total_steps)`."""
+    if _process.start_step is None:
+        raise RuntimeError("hdet.start_step() is known once hdet.attach(...) has run: call it after the attach line")
+    return _process.start_step
+
+
+def checkpoint_path(path: str) -> str:
+    """Where a script that saves and loads its own checkpoints keeps path:
+    path itself outside hdet and in the main pass; in the search pass (whose
+    replicas train at spread values) a file of the same name in this rank's
+    folder of the run directory, so the main pass never starts from it."""
+    return _resume.checkpoint_path(path, _session.under_hdet(), _session.rank())
 
 
 def prepare(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | None,
@@ -200,12 +231,24 @@ class Attachment:
         self.avg: list[torch.Tensor] = []
         self._expected: list[float] | None = None
         self._in_step = False
+        self.objects: dict[str, Any] | None = None  # attach's state=
+        self.script_step: int | None = None  # attach's start_step=
+        self.resumed = False  # loaded hdet's file at attach
+        # Each scheduler of state=: its last_epoch at the previous two step
+        # calls, to see whether the script steps it after every step.
+        self._epochs: dict[str, tuple[int | None, int]] = {}
         _loss.install()
         _loss.watch(optimizer)
         original = optimizer.step  # bound, or a scheduler's wrapper of it
 
         def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
             return self._step(original, *args, **kwargs)
+
+        if getattr(original, "_wrapped_by_lr_sched", False):
+            # A scheduler built before attach (one given in state=) wrapped the
+            # step to see it called; without the mark it warns that the step
+            # was overridden.
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
         # A bound method: torch's LR schedulers wrap optimizer.step and read
         # its __func__. torch's step post-hook would not run when the step
@@ -217,6 +260,8 @@ class Attachment:
 
     def _step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         _loss.stepped()
+        for name, sched in self._schedulers().items():
+            self._epochs[name] = (self._epochs[name][1] if name in self._epochs else None, sched.last_epoch)
         if self.stopped:
             self._past_end()
         if self.session is None:
@@ -278,6 +323,105 @@ class Attachment:
                                                                       _process.attached.get(self.optimizer)))
         raise _session.Stopped(self.step_num)
 
+    # -- resuming at the step (docs/pytorch.md#resume) --------------------
+
+    @property
+    def resumable(self) -> bool:
+        """The script gave hdet its state, or restores itself and says its step."""
+        return self.objects is not None or self.script_step is not None
+
+    def resume(self, objects: dict[str, Any] | None, script_step: int | None) -> None:
+        """At attach: when hdet launched this worker to resume, load the
+        file it named into the optimizer, its parameters, every state
+        object and the client, so the script continues at that step. A
+        script that gives hdet nothing is not resumed (hdet says so and
+        starts the run over)."""
+        self.objects, self.script_step = objects, script_step
+        req = _resume.request()
+        if req is None or not self.resumable:
+            return
+        path, step = req
+        if script_step is not None and script_step != step:
+            raise RuntimeError("hdet: the script resumed its own checkpoint at step %d (attach(..., start_step=%d)), "
+                               "but hdet resumes this run at step %d, the last window end it saved: load the "
+                               "checkpoint of step %d, or give hdet the script's state (attach(..., state={...})) "
+                               "and let it restore it; %s" % (script_step, script_step, step, step, _resume.DOCS))
+        self._load_saved(_resume.read(path, step), path)
+        self.step_num = self.start = step
+        self.resumed = True
+
+    @torch.no_grad()
+    def _load_saved(self, saved: dict[str, Any], path: str) -> None:
+        self.optimizer.load_state_dict(saved["optimizer"])
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        shapes = [tuple(_session.local(p).shape) for p in params]
+        if [tuple(t.shape) for t in saved["params"]] != shapes:
+            raise RuntimeError("hdet: %s holds parameters of other shapes than the attached optimizer's %s"
+                               % (path, shapes))
+        for p, t in zip(params, saved["params"]):
+            _session.local(p).copy_(t)
+        if self.objects is not None:
+            self._load_objects(saved)
+        self.peak_base, self.pass_ = saved["client"]["peak_base"], saved["client"]["pass"]
+        _resume.set_rng_state(saved["rng"])  # last: loading the objects may draw from them
+
+    def _load_objects(self, saved: dict[str, Any]) -> None:
+        objects = self.objects or {}
+        if sorted(saved["state"]) != sorted(objects):
+            raise RuntimeError("hdet: the state hdet saved at step %d holds %s, but attach's state= gives %s: give "
+                               "the relaunch the same names" % (saved["step"], sorted(saved["state"]), sorted(objects)))
+        for name, obj in objects.items():
+            obj.load_state_dict(saved["state"][name])
+        # hdet saved inside the window's last optimizer.step(): the script's
+        # scheduler.step() after it had not run yet (and does not, in a
+        # launch that stopped there). Run it for a scheduler the script
+        # steps after every optimizer step, as the script would have.
+        for name in saved["step_after"]:
+            objects[name].step()
+        for name, sched in self._schedulers().items():  # as if seen at the saved launch's steps
+            self._epochs[name] = (None, sched.last_epoch - (name in saved["step_after"]))
+
+    def _save(self, msg: dict[str, Any]) -> None:
+        """hdet's SAVE at a window end (the session has loaded the
+        converged parameters): write everything a relaunch needs to path."""
+        path, step = msg.get("path"), msg.get("step")
+        if not isinstance(path, str) or not path:
+            self._fail("save without a path: %r" % (msg,))
+        if step != self.step_num:
+            self._fail("hdet asked to save the state of step %r, but the script is at step %d" % (step, self.step_num))
+        objects = self.objects or {}
+        _resume.write(path, {
+            "format": _resume.FORMAT, "step": step, "pass": msg.get("pass", _resume.pass_name()),
+            "optimizer": self.optimizer.state_dict(),
+            "params": [_session.local(p).detach() for g in self.optimizer.param_groups for p in g["params"]],
+            "state": {name: obj.state_dict() for name, obj in objects.items()},
+            "step_after": [name for name, (prev, now) in self._epochs.items() if prev is None or now == prev + 1],
+            "client": {"peak_base": self.peak_base, "pass": self.pass_},
+            "rng": _resume.rng_state(),
+        })
+
+    def _schedulers(self) -> dict[str, lr_scheduler.LRScheduler]:
+        return {n: o for n, o in (self.objects or {}).items() if isinstance(o, lr_scheduler.LRScheduler)}
+
+    def _check_own_checkpoint(self) -> None:
+        """At the first step: a script that resumed a checkpoint hdet did
+        not resume (its optimizer has taken steps already, or it said so
+        with start_step=) would train on from another run's state."""
+        if self.resumed:
+            return
+        own = self.script_step or _optimizer_steps(self.optimizer)
+        if own == 0:
+            return
+        if _resume.pass_name() == "main" and _resume.request() is None:
+            self._fail("the main pass starts at step 0, but the script resumed a checkpoint at step %d: one it wrote "
+                       "in the search pass, whose replicas trained at spread values, and which would become the main "
+                       "pass's start. Keep the passes apart with one line: torch.save(..., "
+                       "hdet.checkpoint_path(\"ckpt.pt\")), and the same path for torch.load; %s" % (own, _resume.DOCS))
+        if self.script_step is not None or _resume.request() is not None:
+            self._fail("hdet starts this run at step %d, but the script resumed its own checkpoint at step %d: "
+                       "give hdet the script's state (attach(..., state={...})), or its step (attach(..., "
+                       "start_step=...)) so a relaunch resumes both at one step; %s" % (self.step_num, own, _resume.DOCS))
+
     # -- windows ----------------------------------------------------------
 
     def _connect(self) -> None:
@@ -297,10 +441,14 @@ class Attachment:
             "options": self.settings["options"],
             "evaluate": self.evaluate is not None,
             "probe": probe is not None,
+            "resumable": self.resumable,
+            "start_step": self.step_num,
         }
         if self.settings["window"] is not None:
             hello["hdet_window"] = self.settings["window"]
         self.session = _session.Session(self.optimizer, hello)
+        self.session.on_save = self._save if self.resumable else None
+        self._check_own_checkpoint()
         self._next_window()
 
     def _exchange(self) -> None:
@@ -378,7 +526,7 @@ class Attachment:
             for p, s in zip(params, saved):
                 p.copy_(s)
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str) -> NoReturn:
         if self.session is not None:
             self.session.fail(why)
         raise RuntimeError("hdet: " + why)
@@ -399,6 +547,12 @@ class Attachment:
     def report(self, message: str) -> None:
         if self.session is not None:
             self.session.report(message)
+
+
+def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """The steps the optimizer's state counts (Adam's "step"; 0 without)."""
+    steps = [as_float(st["step"]) for st in optimizer.state.values() if isinstance(st, dict) and "step" in st]
+    return int(max(steps)) if steps else 0
 
 
 def _skipped(optimizer: torch.optim.Optimizer) -> bool:

@@ -14,7 +14,7 @@ import struct
 import sys
 from array import array
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 MAGIC = b"HDET"
 _HEADER = struct.Struct("<4sII")
 _MAX_JSON = 64 << 20

@@ -9,7 +9,7 @@ import mmap
 import os
 import time
 from collections.abc import Sequence
-from typing import Any, Callable, cast
+from typing import Any, Callable, NoReturn, cast
 
 import torch
 
@@ -208,6 +208,8 @@ class Session:
         # the last DONE was written (perf_counter), 0 before the first.
         self.timing: dict[str, float] = {}
         self._sent = 0.0
+        # Writes the script's state at hdet's SAVE (None: not resumable).
+        self.on_save: Callable[[dict[str, Any]], None] | None = None
         self.conn = Connection.connect(os.environ[ENV_SOCKET])
         hello = dict(hello, protocol=PROTOCOL_VERSION, pid=os.getpid(), param_count=self.param_count,
                      state_count=state_count, dtype="float32", buffers=["fd"], sync_mode=self.mode,
@@ -253,7 +255,7 @@ class Session:
         except OSError:
             pass
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str) -> NoReturn:
         """Tell hdet why, then raise."""
         self.report(why)
         raise ProtocolError("hdet: " + why)
@@ -298,8 +300,11 @@ class Session:
         while True:
             msg, _ = self.conn.recv()
             kind = msg["type"]
-            if kind not in ("eval", "plan", "stop"):
+            if kind not in ("eval", "plan", "stop", "save"):
                 self.fail("unexpected %s from hdet between windows" % kind)
+            if kind == "save":
+                self._save(msg)
+                continue
             got = time.perf_counter()
             if self._sent and kind == "plan":
                 self.timing["wait"] = got - self._sent
@@ -322,6 +327,20 @@ class Session:
                 self.close()
                 return None
             return msg
+
+    def _save(self, msg: dict[str, Any]) -> None:
+        """SAVE: take the converged values as the next PLAN would, have the
+        script's state written, answer SAVED."""
+        if self.on_save is None:
+            self.fail("hdet asked to save the script's state, but the script gave hdet none (attach(..., state=...))")
+        self._copy(out=False, with_state=self.local)
+        try:
+            self.on_save(msg)
+        except Exception as e:  # whatever the script's objects raise in state_dict(), or the disk
+            if self.finished:  # on_save reported it
+                raise
+            self.fail("saving the script's state to %s failed: %s" % (msg.get("path"), e))
+        self.conn.send({"type": "saved", "path": msg.get("path"), "step": msg.get("step")})
 
     def hand_over(self) -> None:
         """The window is trained: its parameters go to the buffer."""

@@ -13,7 +13,7 @@ from unittest import mock
 import torch
 
 from hdet import _session
-from hdet._protocol import PROTOCOL_VERSION, Connection
+from hdet._protocol import PROTOCOL_VERSION, Connection, ProtocolError
 
 
 def serve_one_plan(listener: socket.socket, fd: int, got: dict) -> None:
@@ -71,6 +71,82 @@ class ResumedStateTest(unittest.TestCase):
         for k, st in enumerate(opt.state.values()):
             for v, w in zip([v for v in st.values() if torch.is_tensor(v)], want[k]):
                 self.assertTrue(torch.equal(v, w))
+
+
+def serve_save(listener: socket.socket, fd: int, got: dict) -> None:
+    """HELLO -> WELCOME -> READY, then the converge (the buffer's values
+    become 0.5) and a SAVE without load flags, then a PLAN; records what the
+    worker answered."""
+    sock, _ = listener.accept()
+    conn = Connection(sock)
+    hello = conn.recv()[0]["hello"]
+    floats = hello["param_count"] + hello["state_count"]
+    os.ftruncate(fd, floats * 4)
+    conn.send({"type": "welcome", "protocol": PROTOCOL_VERSION, "rank": 0, "world_size": 1,
+               "sync_mode": hello["sync_mode"], "buffer": {"kind": "fd", "fd": fd, "floats": floats}})
+    conn.recv()
+    with open(fd, "r+b", closefd=False) as f:
+        f.write(torch.full((floats,), 0.5).numpy().tobytes())
+    conn.send({"type": "save", "path": "/x/rank-0/search-step-0.pt", "step": 0, "pass": "search"})
+    got["answer"] = conn.recv()[0]
+    if got["answer"]["type"] == "saved":
+        conn.send({"type": "plan", "window": 0, "start": 0, "steps": 1, "values": {}})
+    sock.close()
+
+
+class SaveTest(unittest.TestCase):
+    def run_save(self, on_save):
+        torch.manual_seed(0)
+        opt = torch.optim.AdamW(torch.nn.Linear(4, 3).parameters(), lr=1e-2)
+        opt.param_groups[0]["params"][0].grad = None
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "hdet.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            listener.listen(1)
+            fd = os.memfd_create("hdet-test")
+            got: dict = {}
+            server = threading.Thread(target=serve_save, args=(listener, os.dup(fd), got))
+            server.start()
+            env = {_session.ENV_SOCKET: path, _session.ENV_BUFFER_FD: str(os.dup(fd))}
+            try:
+                with mock.patch.dict(os.environ, env):
+                    s = _session.Session(opt, {"hyperparameters": ["lr"], "param_groups": []})
+                    s.on_save = on_save(s) if on_save else None
+                    return s.next_message(None), got
+            finally:
+                server.join()
+                s.close()
+                listener.close()
+                os.close(fd)
+
+    def test_save_takes_the_converged_values_then_answers_saved(self):
+        seen = []
+
+        def on_save(s):
+            return lambda msg: seen.append((msg, [p.detach().clone() for p in s.params]))
+
+        plan, got = self.run_save(on_save)
+        self.assertEqual(plan["type"], "plan", "the window goes on after the save")
+        self.assertEqual(got["answer"], {"type": "saved", "path": "/x/rank-0/search-step-0.pt", "step": 0})
+        msg, params = seen[0]
+        self.assertEqual((msg["step"], msg["pass"]), (0, "search"))
+        for p in params:
+            self.assertTrue(torch.equal(p, torch.full_like(p, 0.5)), "saved after loading the converge")
+
+    def test_save_to_a_script_that_gave_no_state(self):
+        with self.assertRaisesRegex(ProtocolError, r"the script gave hdet none \(attach\(\.\.\., state=\.\.\.\)\)"):
+            self.run_save(None)
+
+    def test_a_failed_save_answers_error(self):
+        def on_save(s):
+            def fail(msg):
+                raise OSError(28, "No space left on device")
+            return fail
+
+        with self.assertRaisesRegex(ProtocolError, "saving the script's state to /x/rank-0/search-step-0.pt failed: "
+                                    r"\[Errno 28\] No space left on device"):
+            self.run_save(on_save)
 
 
 if __name__ == "__main__":

@@ -361,7 +361,7 @@ class TransformersTest(unittest.TestCase):
         self.assertEqual(s.hello["total_steps"], 7, "max_steps")
         self.assertEqual(t.state.global_step, 7)
         self.assertEqual([d["steps"] for d in s.done_calls], [3, 3, 1], "every step the Trainer counted")
-        self.assertEqual(cb._replica.skipped, 1)
+        self.assertEqual(cb._attached.skipped, 1)
         for k, d in enumerate(s.done_calls):
             self.assertEqual(d["applied"]["lr"], [PLAN[k]] * d["steps"])
             self.assertTrue(all(math.isfinite(x) for x in d["losses"]), d["losses"])
@@ -527,7 +527,7 @@ class LightningTest(unittest.TestCase):
         self.assertEqual(s.hello["total_steps"], 7, "estimated_stepping_batches (accumulating 2 batches)")
         self.assertEqual(trainer.global_step, 7)
         self.assertEqual([d["steps"] for d in s.done_calls], [3, 3, 1])
-        self.assertEqual(cb._replica.skipped, 1)
+        self.assertEqual(cb._attached.skipped, 1)
         for k, d in enumerate(s.done_calls):
             self.assertEqual(d["applied"]["lr"], [PLAN[k]] * d["steps"])
             self.assertTrue(math.isfinite(d["probe"]), "the probe on 40 validation items")

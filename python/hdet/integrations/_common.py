@@ -6,9 +6,10 @@
 - replica_dir(path): where this process writes what the script asked to
   write under path: the main pass's rank 0 writes there, every other
   process under path/hdet/<pass>/rank-<r>.
-- Replica: the attached optimizer as the callbacks drive it: the values of
-  the last step for the trainer's logs, a step the trainer counted but AMP
-  skipped handed to hdet as a step that moved nothing, and hdet.json.
+- AttachedOptimizer: the attached optimizer as the callbacks drive it: the
+  values of the last step for the trainer's logs, a step the trainer
+  counted but AMP skipped handed to hdet as a step that moved nothing, and
+  hdet.json.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ def value_keys(status: dict[str, Any], applied_lr: float) -> dict[str, float]:
     return out
 
 
-class Replica:
+class AttachedOptimizer:
     """The one optimizer a callback attaches, and what the callback keeps
     about its steps."""
 

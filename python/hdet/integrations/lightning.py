@@ -40,26 +40,47 @@ _common.hide_launcher_environment()
 
 try:
     import lightning.pytorch as pl
-    from lightning.pytorch.trainer import call as _call
 except ImportError:  # only the standalone package
     import pytorch_lightning as pl  # type: ignore[no-redef]
-    from pytorch_lightning.trainer import call as _call  # type: ignore[no-redef]
 
 _BY = "hdet.integrations.lightning.HdetCallback"
 
 
-def _rank_zero() -> None:
-    """rank_zero_only (loggers, checkpoints, warnings) read its rank from
-    RANK / LOCAL_RANK / SLURM_PROCID when lightning was imported, which may
-    have been before this module hid them: every replica is rank zero."""
-    if _common.replica_size() != 1:
-        return
-    for name in ("lightning_utilities.core.rank_zero", "lightning.fabric.utilities.rank_zero",
-                 "lightning_fabric.utilities.rank_zero"):
-        mod = sys.modules.get(name)
-        fn = getattr(mod, "rank_zero_only", None)
+_RANK_ZERO_MODULES = ("lightning_utilities.core.rank_zero", "lightning.fabric.utilities.rank_zero",
+                      "lightning_fabric.utilities.rank_zero")
+
+
+def _set_rank_zero_only(rank: int) -> None:
+    """rank_zero_only.rank, Lightning's public answer to "which process
+    writes" (read by its loggers, checkpoints and warnings), in each copy of
+    it that is loaded. Lightning reads it from RANK / LOCAL_RANK /
+    SLURM_PROCID when it is imported, which may have been before this
+    module hid them."""
+    for name in _RANK_ZERO_MODULES:
+        fn = getattr(sys.modules.get(name), "rank_zero_only", None)
         if fn is not None:
-            fn.rank = 0
+            fn.rank = rank
+
+
+def _rank_zero() -> None:
+    """Every replica (of one process) is rank zero."""
+    if _common.replica_size() == 1:
+        _set_rank_zero_only(0)
+
+
+def _hold_folders() -> None:
+    """Until the callback's setup has moved this process's folders, it is
+    not rank zero: Lightning opens every logger's experiment (its folder,
+    TensorBoard's event file) before any callback's setup runs, and a
+    logger's experiment on a process that is not rank zero is a dummy that
+    creates nothing. The main pass's rank 0 writes where the script asked
+    and is not held. Lightning's order (loggers' experiments, then the
+    callbacks' setup, ModelCheckpoint's last) is its internal
+    trainer.call._call_setup_hook, tested with Lightning 2.6.6:
+    LightningTest.test_under_hdet fails if a logger opens its folder where
+    the script asked."""
+    if _common.replica_size() == 1 and not _common.is_primary():
+        _set_rank_zero_only(1)
 
 
 class HdetCallback(pl.Callback):
@@ -93,23 +114,26 @@ class HdetCallback(pl.Callback):
         if probe_metric is not None and not isinstance(probe_metric, str):
             raise TypeError("%s: probe_metric must be a logged name, got %r" % (_BY, probe_metric))
         self._metric = probe_metric
-        self._replica = _common.Replica(self._opts)
+        self._attached = _common.AttachedOptimizer(self._opts)
         self._user_root: str | None = None
         self._prepared = False
         self._stepped = False
         if _session.under_hdet():
             _common.hide_launcher_environment()
-            install()
+            _silence_srun_warning()
+            _hold_folders()
             _common.check_single_process(_BY)
 
     # -- set-up -----------------------------------------------------------
 
     def prepare(self, trainer: Any) -> None:
-        """Before the Trainer's loggers open their folders (the patched
-        setup hook calls it; setup() too): every process but the main pass's
-        rank 0 writes under <dir>/hdet/<pass>/rank-<r>. A ckpt_path given to
-        fit ("last" included) was resolved before, in the folders the user
-        gave: every replica of both passes resumes from the same checkpoint."""
+        """At the fit's setup, before any logger opened its folder (each
+        was a dummy until now: _hold_folders) and before ModelCheckpoint's
+        setup (Lightning runs checkpoint callbacks last): every process but
+        the main pass's rank 0 writes under <dir>/hdet/<pass>/rank-<r>, and
+        is rank zero from here on. A ckpt_path given to fit ("last"
+        included) was resolved before, in the folders the user gave: every
+        replica of both passes resumes from the same checkpoint."""
         if self._prepared or not _session.under_hdet():
             return
         self._prepared = True
@@ -157,65 +181,48 @@ class HdetCallback(pl.Callback):
             return
         opt = optimizers[0]
         if not _session.under_hdet():
-            self._replica.attach(opt, total, None, pl_module)  # the checks alone
+            self._attached.attach(opt, total, None, pl_module)  # the checks alone
             return
         probe = self._opts.probe
         if probe is None and self._opts.probe_examples > 0:
             probe = _val_probe(trainer, pl_module, self._opts.probe_examples, self._metric)
-        self._replica.attach(opt, total, probe, pl_module)
+        self._attached.attach(opt, total, probe, pl_module)
 
     # -- steps ------------------------------------------------------------
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if self._stepped:  # manual optimization: a second step in the same batch
-            self._replica.after_step()
-        self._replica.before_step()
+            self._attached.after_step()
+        self._attached.before_step()
         self._stepped = True
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self._stepped:
             return  # accumulating
         self._stepped = False
-        self._replica.after_step()
-        last = self._replica.last
+        self._attached.after_step()
+        last = self._attached.last
         if not last:
             return
         for k, v in last.items():
             pl_module.log(k, v, on_step=True, on_epoch=False, logger=True, prog_bar=False, batch_size=1)
-        start = self._replica.window_start()
+        start = self._attached.window_start()
         if start:  # each window's values once, at its first step, whatever log_every_n_steps is
             for lg in trainer.loggers:
                 lg.log_metrics(start, step=trainer.global_step)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if not _session.under_hdet() or self._replica.optimizer is None:
+        if not _session.under_hdet() or self._attached.optimizer is None:
             return
-        one_pass = self._replica.finished_in_search() and _common.replica_rank() == 0
+        one_pass = self._attached.finished_in_search() and _common.replica_rank() == 0
         if _common.is_primary() or one_pass:
-            self._replica.write_report(self._user_root or trainer.default_root_dir, None)
+            self._attached.write_report(self._user_root or trainer.default_root_dir, None)
 
 
-def _call_setup_hook(trainer: Any) -> None:
-    """Lightning's setup hook, after the HdetCallbacks moved the folders:
-    it opens the loggers' experiments before any callback's setup runs."""
-    for cb in trainer.callbacks:
-        if isinstance(cb, HdetCallback):
-            cb.prepare(trainer)
-    _lightning_setup_hook(trainer)
-
-
-_lightning_setup_hook = _call._call_setup_hook
-
-
-def install() -> None:
-    """Under hdet (at import, and again when a callback is built): every
-    replica is rank zero, Lightning's setup hook lets the callbacks move the
-    folders first, and the warning that srun is installed but not used
-    (the task variables are hidden) is silenced."""
-    _rank_zero()
+def _silence_srun_warning() -> None:
+    """Lightning warns that srun is installed but not used: under hdet the
+    task's variables are hidden on purpose."""
     warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
-    if _call._call_setup_hook is not _call_setup_hook:
-        _call._call_setup_hook = _call_setup_hook
 
 
 def _first_loader(loaders: Any) -> Any:
@@ -328,4 +335,5 @@ def _pick_loss(out: Any, logged: dict[str, Any], metric: str | None) -> Any:
 
 
 if _session.under_hdet():
-    install()
+    _rank_zero()
+    _silence_srun_warning()

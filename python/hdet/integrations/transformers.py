@@ -97,7 +97,7 @@ class HdetCallback(TrainerCallback):
         self._opts = _common.Options(_BY, probe_examples=probe_examples, probe=probe, window=window,
                                      explore=explore, alpha=alpha, spread=spread, auto=auto, dropout=dropout,
                                      callbacks=callbacks, report=report)
-        self._replica = _common.Replica(self._opts)
+        self._attached = _common.AttachedOptimizer(self._opts)
         self._trainer: Any = None
         self._user_output_dir: str | None = None
         if _session.under_hdet():
@@ -130,7 +130,7 @@ class HdetCallback(TrainerCallback):
         if total <= 0:
             return  # resumed at the end: nothing to train
         if not _session.under_hdet():
-            self._replica.attach(inner, total, None, model)  # the checks alone
+            self._attached.attach(inner, total, None, model)  # the checks alone
             return
         if self._trainer is None:  # trainer.add_callback(...) after the Trainer was built
             trainer = _common.find_self(transformers.Trainer)
@@ -147,7 +147,7 @@ class HdetCallback(TrainerCallback):
         probe = self._opts.probe
         if probe is None and self._opts.probe_examples > 0:
             probe = _eval_probe(trainer, self._opts.probe_examples)
-        self._replica.attach(inner, total, probe, trainer.model)
+        self._attached.attach(inner, total, probe, trainer.model)
         _repoint_accelerate(optimizer, inner)
 
     def _redirect(self, args: Any, trainer: Any) -> None:
@@ -177,13 +177,13 @@ class HdetCallback(TrainerCallback):
     # -- steps ------------------------------------------------------------
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._replica.before_step()
+        self._attached.before_step()
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._replica.after_step()
+        self._attached.after_step()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        values = self._replica.window_start()
+        values = self._attached.window_start()
         if values and self._trainer is not None:
             self._trainer.log(values)  # each window's values once, at its first step
 
@@ -192,7 +192,7 @@ class HdetCallback(TrainerCallback):
         """Training logs (those with the loss) get this replica's rate and
         multiplier of the last step beside the Trainer's learning_rate (the
         script's rate); the callbacks after this one see them."""
-        last = self._replica.last
+        last = self._attached.last
         if not last or logs is None or "loss" not in logs or "hdet/lr" in logs:
             return
         logs.update(last)
@@ -201,13 +201,13 @@ class HdetCallback(TrainerCallback):
             hist[-1].update(last)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not _session.under_hdet() or self._replica.optimizer is None:
+        if not _session.under_hdet() or self._attached.optimizer is None:
             return
-        one_pass = self._replica.finished_in_search() and _common.replica_rank() == 0
+        one_pass = self._attached.finished_in_search() and _common.replica_rank() == 0
         if one_pass and self._user_output_dir:
             args.output_dir = self._user_output_dir  # the run's model is this one: save_model() writes there
         if _common.is_primary() or one_pass:
-            self._replica.write_report(self._user_output_dir or "", float(args.learning_rate))
+            self._attached.write_report(self._user_output_dir or "", float(args.learning_rate))
 
 
 def _torch_optimizer(optimizer: Any) -> torch.optim.Optimizer:

@@ -293,6 +293,10 @@ func (j Job) header(b *scriptWriter, tpn int) {
 	b.w("# at its next converge and exits; Slurm may send it earlier than asked.")
 	b.w("#SBATCH --signal=B:USR1@%d", j.SignalLead)
 	b.w("# A requeued job keeps its id, so it finds its run directory and resumes.")
+	if len(j.Worker) > 0 {
+		b.w("# The script resumes at hdet's last checkpoint when it gives hdet its state")
+		b.w("# (hdet.attach(..., state={...})); else it starts over: docs/pytorch.md#resume.")
+	}
 	b.w("#SBATCH --requeue")
 	b.w("#SBATCH --open-mode=append")
 	b.w("# Relative to the directory sbatch was run in; %%j is the job id.")

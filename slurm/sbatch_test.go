@@ -268,6 +268,7 @@ func TestScriptWorkerWithReplicaGroups(t *testing.T) {
 	s, err := Script(j)
 	require.NoError(t, err)
 	assert.NotContains(t, s, "CONFIG=")
+	assert.Contains(t, s, "# The script resumes at hdet's last checkpoint when it gives hdet its state\n# (hdet.attach(..., state={...})); else it starts over: docs/pytorch.md#resume.")
 	assert.Contains(t, strings.Split(s, "\n"), `srun --mpi=pmix --nodes=2 --ntasks-per-node=8 --distribution=block:block --gpus-per-node=8 "$HDET" run --run-dir "$RUN_DIR" --set train.replica_size=2 --worker -- '/envs/llm/bin/python' 'train.py' '--lr' 'it'\''s 3e-4' &`)
 	bashSyntax(t, s)
 

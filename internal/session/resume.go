@@ -124,9 +124,18 @@ func (s *session) ownUnsavedLog(path string) bool {
 // it cannot continue (docs/run-directory.md, "What may change on resume"), naming each field that differs
 // with both values.
 func (s *session) compatible(ck *checkpoint.State, path string) error {
-	old, err := config.Load(ck.Config, nil)
+	load := config.Load
+	if s.worker != nil {
+		load = config.LoadWorker // the script gave the run's length
+	}
+	old, err := load(ck.Config, nil)
 	if err != nil {
 		return Usagef("checkpoint %s: its config does not load: %v", path, err)
+	}
+	if s.worker != nil && s.rank != 0 {
+		// Only rank 0 merges the script's explorers into its config
+		// (openExplorers); its check compares them.
+		old.Explorers = s.cfg.Explorers
 	}
 	why := configChanges(old, s.cfg)
 	if ck.ParamCount != s.replica.ParamCount() || len(ck.Buffer) != len(s.replica.SyncBuffer(true)) {

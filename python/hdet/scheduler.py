@@ -8,7 +8,7 @@ from typing import Any, Callable, Literal
 import torch
 from torch.optim.lr_scheduler import OneCycleLR as _TorchOneCycleLR
 
-from . import _attach
+from . import _attach, _resume
 
 
 def probe(fn: Callable[[], float] | None) -> Callable[[], float] | None:
@@ -32,8 +32,11 @@ class OneCycleLR(_TorchOneCycleLR):
     torch's OneCycleLR (the same rates at every step, the same state_dict)
     plus hdet.attach(optimizer, total_steps) with these keyword arguments:
     hdet_window, hdet_alpha, hdet_spread, hdet_auto, explore,
-    dropout_callback, callbacks, evaluate, probe (attach's window, alpha,
-    spread, auto, explore, dropout, callbacks, evaluate, probe). verbose is
+    dropout_callback, callbacks, evaluate, probe, hdet_state,
+    hdet_start_step (attach's window, alpha, spread, auto, explore,
+    dropout, callbacks, evaluate, probe, state, start_step). With hdet_state
+    (a dict, {} included) the scheduler itself is saved and resumed with it,
+    as "hdet.OneCycleLR". verbose is
     accepted for scripts written for torch < 2.7 and must be False.
 
     step(loss) accepts a loss for compatibility; hdet records each step's
@@ -50,7 +53,8 @@ class OneCycleLR(_TorchOneCycleLR):
                  explore: Sequence[Any] | None = None, dropout_callback: Callable[[float], Any] | None = None,
                  callbacks: dict[str, Callable[[float], Any]] | None = None,
                  evaluate: Callable[[], Sequence[float]] | None = None,
-                 probe: Callable[[], float] | None = None) -> None:
+                 probe: Callable[[], float] | None = None, hdet_state: dict[str, Any] | None = None,
+                 hdet_start_step: int | None = None) -> None:
         if verbose:
             raise ValueError("hdet.OneCycleLR: verbose=True is not supported (torch 2.7 removed the argument); "
                              "print get_last_lr() instead")
@@ -60,9 +64,12 @@ class OneCycleLR(_TorchOneCycleLR):
                          base_momentum=base_momentum, max_momentum=max_momentum,
                          div_factor=div_factor, final_div_factor=final_div_factor,
                          three_phase=three_phase, last_epoch=last_epoch)
+        state = None if hdet_state is None else dict(_resume.check_state(hdet_state, "hdet.OneCycleLR") or {},
+                                                      **{"hdet.OneCycleLR": self})
         _attach.attach(optimizer, self.total_steps, window=hdet_window, explore=explore, alpha=hdet_alpha,
                        spread=hdet_spread, auto=hdet_auto, dropout=dropout_callback, callbacks=callbacks,
-                       evaluate=evaluate, probe=probe, _by="hdet.OneCycleLR")
+                       evaluate=evaluate, probe=probe, state=state, start_step=hdet_start_step,
+                       _by="hdet.OneCycleLR")
 
     def step(self, loss: Any = None, epoch: Any = None) -> None:  # type: ignore[override]
         if epoch is not None:

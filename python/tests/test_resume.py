@@ -20,7 +20,7 @@ from torch.optim import lr_scheduler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
 import hdet
-from hdet import _attach, _loss, _session
+from hdet import _attach, _loss, _resume, _session
 
 TOTAL, WINDOW = 17, 5
 
@@ -98,15 +98,19 @@ def script(state="all"):
     """A user's loop, as a launch runs it from the top: the model (with
     dropout: the RNG matters), AdamW, a cosine schedule and a train state
     given to attach (state="all"; "empty": state={} and a constant rate;
-    "none": no state=), batches from torch's global generator. Returns what
+    "none": no state=; "onecycle": hdet.OneCycleLR with hdet_state), batches from torch's global generator. Returns what
     it ends with; hdet.Stopped propagates as in a script."""
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 2))
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.01)
-    sched = lr_scheduler.CosineAnnealingLR(opt, T_max=TOTAL, eta_min=1e-4) if state != "empty" else None
     train = TrainState()
-    objects = {"all": {"model": model, "sched": sched, "train": train}, "none": None, "empty": {}}[state]
-    hdet.attach(opt, TOTAL, window=WINDOW, state=objects)
+    if state == "onecycle":  # the import-only path: the scheduler attaches, and is saved with hdet_state
+        sched = hdet.OneCycleLR(opt, max_lr=0.02, total_steps=TOTAL, hdet_window=WINDOW,
+                                hdet_state={"model": model, "train": train})
+    else:
+        sched = lr_scheduler.CosineAnnealingLR(opt, T_max=TOTAL, eta_min=1e-4) if state != "empty" else None
+        objects = {"all": {"model": model, "sched": sched, "train": train}, "none": None, "empty": {}}[state]
+        hdet.attach(opt, TOTAL, window=WINDOW, state=objects)
     for _ in range(hdet.start_step(), TOTAL):
         train.step += 1  # torchtitan's order: the train state counts before the step
         x = torch.randn(8, 4)
@@ -199,6 +203,13 @@ class ResumeTest(unittest.TestCase):
                                  [d["losses"] for d in self.sessions[0].done_calls[save_at // WINDOW:]])
                 self.sessions.clear()
 
+    def test_hdet_onecycle_resumes_with_hdet_state(self):
+        whole = self.launch(state="onecycle", save_at=10, path=self.path)
+        self.launch(state="onecycle", save_at=10, path=self.path, stop=True)
+        again = self.launch(state="onecycle", resume=10)
+        self.assert_same_end(again, whole)
+        self.assertIn("hdet.OneCycleLR", torch.load(self.path, weights_only=False)["step_after"])
+
     def test_the_save_holds_the_converged_parameters(self):
         self.launch(save_at=10, path=self.path, stop=True)
         params = [p.detach().clone() for p in self.sessions[-1].params]  # scaled at the window end
@@ -274,6 +285,25 @@ class OwnCheckpointTest(unittest.TestCase):
                     with mock.patch.dict(os.environ, {"HDET_PASS": pass_}):
                         self.assertEqual(hdet.checkpoint_path("out/ckpt.pt"), want)
                 self.assertTrue(os.path.isdir(os.path.join(d, "worker", "search", "rank-3")), "ready to save into")
+
+    def test_a_fresh_search_pass_does_not_find_an_earlier_launchs_files(self):
+        d = self.dir.name
+        old = os.path.join(d, "worker", "search", "rank-0", "ckpt.pt")
+        os.makedirs(os.path.dirname(old))
+        for resume, kept in (({"HDET_RESUME_STATE": "/r/rank-0/search-step-5.pt", "HDET_RESUME_STEP": "5"}, True),
+                             ({}, False)):
+            with self.subTest(resume=resume):
+                _resume._emptied.clear()  # a new process
+                torch.save({"step": 100}, old)
+                clean = {k: v for k, v in os.environ.items() if not k.startswith("HDET_RESUME_")}
+                with mock.patch.dict(os.environ, dict(clean, HDET_RANK="0", HDET_RUN_DIR=d, HDET_PASS="search",
+                                                      **resume), clear=True), \
+                        mock.patch.object(_session, "under_hdet", return_value=True):
+                    self.assertEqual(hdet.checkpoint_path("ckpt.pt"), old)
+                    self.assertEqual(os.path.exists(old), kept, "kept only where hdet resumes the search pass")
+                    torch.save({"step": 5}, old)
+                    self.assertEqual(hdet.checkpoint_path("ckpt.pt"), old)
+                    self.assertTrue(os.path.exists(old), "what this launch saved stays")
 
     def test_outside_hdet_start_step_is_the_scripts(self):
         with mock.patch.dict(os.environ, {"HDET_SOCKET": ""}):

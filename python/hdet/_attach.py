@@ -406,10 +406,13 @@ class Attachment:
     def _check_own_checkpoint(self) -> None:
         """At the first step: a script that resumed a checkpoint hdet did
         not resume (its optimizer has taken steps already, or it said so
-        with start_step=) would train on from another run's state."""
+        with start_step=) would train on from another launch's state: in
+        the main pass's first launch one of the search pass, whose replicas
+        trained at spread values. start_step=0 says the script means it (a
+        start from another run's optimizer state)."""
         if self.resumed:
             return
-        own = self.script_step or _optimizer_steps(self.optimizer)
+        own = self.script_step if self.script_step is not None else _optimizer_steps(self.optimizer)
         if own == 0:
             return
         if _resume.pass_name() == "main" and _resume.request() is None:
@@ -417,10 +420,11 @@ class Attachment:
                        "in the search pass, whose replicas trained at spread values, and which would become the main "
                        "pass's start. Keep the passes apart with one line: torch.save(..., "
                        "hdet.checkpoint_path(\"ckpt.pt\")), and the same path for torch.load; %s" % (own, _resume.DOCS))
-        if self.script_step is not None or _resume.request() is not None:
-            self._fail("hdet starts this run at step %d, but the script resumed its own checkpoint at step %d: "
-                       "give hdet the script's state (attach(..., state={...})), or its step (attach(..., "
-                       "start_step=...)) so a relaunch resumes both at one step; %s" % (self.step_num, own, _resume.DOCS))
+        self._fail("hdet starts this run at step %d of the %s pass, but the script resumed its own checkpoint at "
+                   "step %d: give hdet the script's state (attach(..., state={...})) so a relaunch resumes both at "
+                   "hdet's step, and keep the search pass's files apart (hdet.checkpoint_path); a deliberate start "
+                   "from another run's optimizer state says attach(..., start_step=0); %s"
+                   % (self.step_num, _resume.pass_name(), own, _resume.DOCS))
 
     # -- windows ----------------------------------------------------------
 

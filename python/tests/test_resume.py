@@ -349,9 +349,24 @@ class OwnCheckpointTest(unittest.TestCase):
 
     def test_start_step_that_is_not_hdets(self):
         model, opt = self.stepped_optimizer(3)
-        with self.assertRaisesRegex(RuntimeError, "hdet starts this run at step 0, but the script resumed its own "
-                                    "checkpoint at step 3"):
+        with self.assertRaisesRegex(RuntimeError, "hdet starts this run at step 0 of the search pass, but the script "
+                                    "resumed its own checkpoint at step 3"):
             self.run_under_hdet({"HDET_PASS": "search"}, opt, model, start_step=3)
+
+    def test_a_search_pass_started_over_on_the_scripts_own_checkpoint(self):
+        """hdet starts a script that gave it no state over from step 0; the
+        script's own checkpoint of the main pass must not silently become
+        the search pass's start."""
+        model, opt = self.stepped_optimizer(3)
+        with self.assertRaisesRegex(RuntimeError, r"hdet starts this run at step 0 of the search pass, but the script "
+                                    r"resumed its own checkpoint at step 3: give hdet the script's state"):
+            self.run_under_hdet({"HDET_PASS": "search"}, opt, model)
+
+    def test_a_deliberate_start_from_another_runs_optimizer(self):
+        model, opt = self.stepped_optimizer(3)
+        sessions = self.run_under_hdet({"HDET_PASS": "main"}, opt, model, start_step=0)
+        self.assertEqual(sessions[0].hello["start_step"], 0)
+        self.assertEqual(hdet.current(opt)["step"], 1)
 
     def test_start_step_at_hdets_step_resumes(self):
         """A script that restores itself at hdet's step: hdet's file gives

@@ -62,9 +62,17 @@ func (s *session) resumeWorker(ctx context.Context) error {
 	if s.workerResume == nil {
 		return s.workerOver()
 	}
+	// FSDP2 shards differ by position, and a checkpoint holds rank 0's:
+	// each rank keeps the shards its worker resumed (and copied into the
+	// buffer at READY), which it saved from the converged buffer.
+	var own []float32
+	if s.worker.Hello().Sharded {
+		own = slices.Clone(s.replica.SyncBuffer(true))
+	}
 	if err := s.restore(ctx); err != nil {
 		return err
 	}
+	copy(s.replica.SyncBuffer(true), own)
 	if s.resumePass != s.workerResume.pass || s.resumeAt != s.workerResume.step {
 		return fmt.Errorf("the worker was started at step %d of the %s pass, but the checkpoint restored is at step %d of the %s pass: did another launch write into %s?",
 			s.workerResume.step, bridge.PassName(s.workerResume.pass), s.resumeAt, bridge.PassName(s.resumePass), s.cfg.Run.Dir)
@@ -89,7 +97,7 @@ func (s *session) workerOver() error {
 	}
 	why := "this script does not give hdet its state (attach(..., state=...))"
 	if s.worker.Resumable() {
-		why = "the launch that wrote it had a script that did not give hdet its state"
+		why = "not every rank's script state was saved with it (the launch that wrote it had a script without state=, or fewer ranks)"
 	}
 	s.o.Log.Warn().Int("pass", ck.Pass).Int("step", ck.Step).Str("run_dir", s.cfg.Run.Dir).
 		Msg(fmt.Sprintf("hdet's checkpoint is at step %d of the %s pass, but %s: the run starts over from step 0; %s", ck.Step, bridge.PassName(ck.Pass), why, "docs/pytorch.md#resume"))

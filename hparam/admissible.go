@@ -3,7 +3,6 @@ package hparam
 import (
 	"fmt"
 	"math"
-	"strings"
 )
 
 // Range is what a hyperparameter admits: the values between Lower and
@@ -21,25 +20,11 @@ var (
 	finite      = Range{Lower: math.Inf(-1), Upper: math.Inf(1), LowerOpen: true, UpperOpen: true}
 )
 
-// admissibleRanges are the ranges of the hyperparameters hdet knows, by
-// group: the name before any "/", so "lr/hidden" is an lr.
-var admissibleRanges = map[string]Range{
-	"lr":              positive,
-	"weight_decay":    nonNegative,
-	"dropout":         fraction,
-	"momentum":        fraction,
-	"label_smoothing": fraction,
-	"beta1":           fraction,
-	"beta2":           fraction,
-	"eps":             positive,
-}
-
-// Admissible is the range hyperparameter name admits; for a name hdet does
-// not know, any finite value.
+// Admissible is the range hyperparameter name admits (Builtins); for a
+// name hdet does not know, any finite value.
 func Admissible(name string) Range {
-	group, _, _ := strings.Cut(name, "/")
-	if r, ok := admissibleRanges[group]; ok {
-		return r
+	if b, ok := BuiltinOf(name); ok {
+		return b.Admits
 	}
 	return finite
 }
@@ -70,6 +55,27 @@ func (r Range) Clamp(v float64) float64 {
 		return lo
 	}
 	return math.Min(math.Max(v, lo), hi)
+}
+
+// Describe says what r admits in words, as a config error's "want": "a
+// finite number > 0", "a number in [0, 1)".
+func (r Range) Describe() string {
+	lower, upper := ">=", "<="
+	if r.LowerOpen {
+		lower = ">"
+	}
+	if r.UpperOpen {
+		upper = "<"
+	}
+	switch lo, hi := math.IsInf(r.Lower, 0), math.IsInf(r.Upper, 0); {
+	case lo && hi:
+		return "a finite number"
+	case hi:
+		return fmt.Sprintf("a finite number %s %g", lower, r.Lower)
+	case lo:
+		return fmt.Sprintf("a finite number %s %g", upper, r.Upper)
+	}
+	return "a number in " + r.String()
 }
 
 func (r Range) String() string {

@@ -19,24 +19,20 @@ type builtinKind struct {
 }
 
 var builtinKinds = map[string]builtinKind{
-	LR: {
-		desc: hparam.Descriptor{Name: LR, Version: Version, Hyperparameter: "lr", Scale: hparam.Log,
-			Bounds: hparam.Bounds{Lower: 1e-8, Upper: 10}, Spread: hparam.Spread{Kind: hparam.Multiplicative, Alpha: 0.5},
-			ExampleConfig: []byte(`{"schedule": {"max_lr": 0.003}}`)},
-		scheduleKind: schedule.KindOneCycle,
-	},
-	Dropout: {
-		desc: hparam.Descriptor{Name: Dropout, Version: Version, Hyperparameter: "dropout", Scale: hparam.Linear,
-			Bounds: hparam.Bounds{Lower: 0, Upper: 0.9}, Spread: hparam.Spread{Kind: hparam.Additive, Alpha: 1.0 / 9},
-			ExampleConfig: []byte(`{"schedule": 0.1}`)},
-		scheduleKind: schedule.KindConstant,
-	},
-	WeightDecay: {
-		desc: hparam.Descriptor{Name: WeightDecay, Version: Version, Hyperparameter: "weight_decay", Scale: hparam.Log,
-			Bounds: hparam.Bounds{Lower: 0, Upper: 1}, Spread: hparam.Spread{Kind: hparam.Geometric, Alpha: 1.0 / 9},
-			ExampleConfig: []byte(`{"schedule": 0.01}`)},
-		scheduleKind: schedule.KindConstant,
-	},
+	LR:          kindOf(LR, schedule.KindOneCycle, `{"schedule": {"max_lr": 0.003}}`),
+	Dropout:     kindOf(Dropout, schedule.KindConstant, `{"schedule": 0.1}`),
+	WeightDecay: kindOf(WeightDecay, schedule.KindConstant, `{"schedule": 0.01}`),
+}
+
+// kindOf is a built-in explorer kind's defaults: the hyperparameter it
+// explores, its scale, bounds and spread are its row of hparam.Builtins.
+func kindOf(kind, scheduleKind, example string) builtinKind {
+	b, _ := hparam.BuiltinExplored(kind) // every kind has a row: TestEveryKindHasItsRow
+	return builtinKind{
+		desc: hparam.Descriptor{Name: kind, Version: Version, Hyperparameter: b.Name, Scale: b.Scale,
+			Bounds: b.Bounds, Spread: b.Spread, ExampleConfig: []byte(example)},
+		scheduleKind: scheduleKind,
+	}
 }
 
 // Config is a built-in explorer's config block (Setup.Config), in
@@ -75,7 +71,8 @@ var builtinKinds = map[string]builtinKind{
 //	  }
 //	}
 //
-// Defaults by kind:
+// Defaults by kind (their hyperparameter, spread, bounds and scale are
+// hparam.Builtins'):
 //
 //	kind          schedule                   spread               bounds       scale
 //	lr            onecycle (max_lr required) multiplicative 0.5   [1e-8, 10]   log

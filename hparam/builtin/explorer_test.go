@@ -224,3 +224,19 @@ func TestBuiltinStateRoundTrip(t *testing.T) {
 	assert.ErrorIs(t, b.LoadState(ctx, nil), hparam.ErrDecode)
 	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{2, 99}, st[2:]...)), hparam.ErrDecode, "window count past the run")
 }
+
+// Each built-in explorer kind describes itself with its row of
+// hparam.Builtins.
+func TestEveryKindHasItsRow(t *testing.T) {
+	for _, kind := range []string{LR, Dropout, WeightDecay} {
+		row, ok := hparam.BuiltinExplored(kind)
+		require.True(t, ok, kind)
+		d := builtinKinds[kind].desc
+		assert.Equal(t, row.Name, d.Hyperparameter, kind)
+		assert.Equal(t, row.Scale, d.Scale, kind)
+		assert.Equal(t, row.Bounds, d.Bounds, kind)
+		assert.Equal(t, row.Spread, d.Spread, kind)
+		assert.NoError(t, hparam.AdmitBounds(row.Name, row.Bounds), kind)
+	}
+	assert.Len(t, hparam.Explored(), len(builtinKinds), "a row for each kind, and no other row names an explorer")
+}

@@ -100,13 +100,13 @@ func describeDiff(root, mine agreement) string {
 }
 
 // builtinPlugin names the built-in explorer for what a script may explore
-// without a configuration ("lr/KEY" and "weight_decay/KEY" are one param
-// group's); "" when there is none.
+// without a configuration (hparam.Builtins; "lr/KEY" and "weight_decay/KEY"
+// are one param group's); "" when there is none.
 func builtinPlugin(name string) string {
-	base, _, _ := strings.Cut(name, "/")
-	return map[string]string{
-		"lr": "hdet-explorer-lr", "dropout": "hdet-explorer-dropout", "weight_decay": "hdet-explorer-weight-decay",
-	}[base]
+	if b, ok := hparam.BuiltinOf(name); ok && b.Explorer != "" {
+		return "hdet-explorer-" + b.Explorer
+	}
+	return ""
 }
 
 // Explorers merges the explorers the script implies (a multiplier of its

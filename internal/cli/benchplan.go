@@ -13,9 +13,9 @@ import (
 	"github.com/hdet-dev/hdet/mpi"
 )
 
-// planParams are the hyperparameters of the benchmark's plan: the default
-// trio of explorers.
-var planParams = []string{"lr", "dropout", "weight_decay"}
+// planParams are the hyperparameters of the benchmark's plan: those with a
+// built-in explorer (lr, dropout, weight_decay).
+var planParams = hparam.Explored()
 
 func runBenchPlan(s Streams, args []string) error {
 	fs := newFlagSet(s, "bench plan")

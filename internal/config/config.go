@@ -238,6 +238,13 @@ func (c *Config) validate(worker bool) error {
 
 func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
 
+// admits checks the workload's value v of the built-in hyperparameter
+// name against what it admits (hparam.Builtins).
+func admits(name string, v float64) check {
+	r := hparam.Admissible(name)
+	return check{!r.Contains(v), "workload." + name, r.Describe(), v}
+}
+
 func inRange(v, lo, hi int) bool { return v >= lo && v <= hi }
 
 func (w Workload) checks() []check {
@@ -247,13 +254,10 @@ func (w Workload) checks() []check {
 		{len(w.Hidden) == 0, "workload.hidden", "a non-empty list of layer widths", w.Hidden},
 		{!inRange(w.BatchSize, 1, MaxBatch), "workload.batch_size", fmt.Sprintf("an integer in [1, %d]", MaxBatch), w.BatchSize},
 		{!slices.Contains([]string{"adamw", "sgd"}, w.Optimizer), "workload.optimizer", "adamw or sgd", w.Optimizer},
-		{!(w.LR > 0) || !finite(w.LR), "workload.lr", "a finite number > 0", w.LR},
-		{!(w.Momentum >= 0 && w.Momentum < 1), "workload.momentum", "a number in [0, 1)", w.Momentum},
+		admits("lr", w.LR), admits("momentum", w.Momentum),
 		{!(w.Beta2 > 0 && w.Beta2 < 1), "workload.beta2", "a number in (0, 1)", w.Beta2},
-		{!(w.Eps > 0) || !finite(w.Eps), "workload.eps", "a finite number > 0", w.Eps},
-		{!(w.WeightDecay >= 0) || !finite(w.WeightDecay), "workload.weight_decay", "a finite number >= 0", w.WeightDecay},
-		{!(w.Dropout >= 0 && w.Dropout < 1), "workload.dropout", "a number in [0, 1)", w.Dropout},
-		{!(w.LabelSmoothing >= 0 && w.LabelSmoothing < 1), "workload.label_smoothing", "a number in [0, 1)", w.LabelSmoothing},
+		admits("eps", w.Eps), admits("weight_decay", w.WeightDecay), admits("dropout", w.Dropout),
+		admits("label_smoothing", w.LabelSmoothing),
 	}
 }
 

@@ -78,7 +78,10 @@ class Values:
         keys = group_keys(self.groups)
         g0 = self.groups[0]
         every = list(range(len(self.groups)))
-        # name -> the indices of the groups it sets
+        # name -> the indices of the groups it sets. The built-in names this
+        # client applies (here, and "dropout" through attach's dropout=) are
+        # the rows of Go's hparam.Builtins with a PyTorch field;
+        # tests/builtins_test.go checks the two agree.
         self.in_step: dict[str, list[int]] = {"lr": every}
         if "weight_decay" in g0:
             decayed = [i for i, g in enumerate(self.groups) if as_float(g["weight_decay"]) > 0] or every

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/hdet-dev/hdet/hparam"
 )
 
 // Hyperparameter names accepted in engine.Values.
@@ -164,18 +166,15 @@ func (c *Config) validate() error {
 // ErrInvalidValue marks a hyperparameter value out of its range.
 var ErrInvalidValue = errors.New("hyperparameter value out of range")
 
-// checkValue checks one hyperparameter value against its range.
+// checkValue checks one hyperparameter value against the range it admits
+// (hparam.Builtins); a learning rate may also be 0, where a schedule ends.
 func checkValue(name string, v float64) error {
-	var ok bool
-	var allowed string
-	switch name {
-	case HLR, HLRHidden, HLROutput, HWeightDecay:
-		ok, allowed = v >= 0 && !math.IsInf(v, 0), ">= 0 and finite"
-	case HDropout, HLabelSmoothing, HMomentum:
-		ok, allowed = v >= 0 && v < 1, "in [0, 1)"
+	r := hparam.Admissible(name)
+	if hparam.IsLR(name) {
+		r = r.Closure()
 	}
-	if !ok { // NaN fails every comparison and lands here too
-		return fmt.Errorf("%w: %s = %g, must be %s", ErrInvalidValue, name, v, allowed)
+	if !r.Contains(v) { // never NaN
+		return fmt.Errorf("%w: %s = %g, must be %s", ErrInvalidValue, name, v, r.Describe())
 	}
 	return nil
 }

@@ -234,6 +234,8 @@ class Attachment:
         self.objects: dict[str, Any] | None = None  # attach's state=
         self.script_step: int | None = None  # attach's start_step=
         self.resumed = False  # loaded hdet's file at attach
+        self._start_file: str | None = None  # the file it loaded
+        self._planned = False  # a PLAN of this launch came
         # Each scheduler of state=: its last_epoch at the previous two step
         # calls, to see whether the script steps it after every step.
         self._epochs: dict[str, tuple[int | None, int]] = {}
@@ -346,9 +348,12 @@ class Attachment:
                                "but hdet resumes this run at step %d, the last window end it saved: load the "
                                "checkpoint of step %d, or give hdet the script's state (attach(..., state={...})) "
                                "and let it restore it; %s" % (script_step, script_step, step, step, _resume.DOCS))
-        self._load_saved(_resume.read(path, step), path)
+        saved = _resume.read(path, step)
+        if saved.get("fresh"):  # saved before its launch's first step: that launch started fresh
+            return
+        self._load_saved(saved, path)
         self.step_num = self.start = step
-        self.resumed = True
+        self.resumed, self._start_file = True, path
 
     @torch.no_grad()
     def _load_saved(self, saved: dict[str, Any], path: str) -> None:
@@ -389,6 +394,12 @@ class Attachment:
             self._fail("save without a path: %r" % (msg,))
         if step != self.step_num:
             self._fail("hdet asked to save the state of step %r, but the script is at step %d" % (step, self.step_num))
+        if not self._planned:
+            # Before this launch's first PLAN, inside its first step: the
+            # script has drawn that step's batch already. Its state at the
+            # step's start is what attach loaded, or a fresh start.
+            _resume.write(path, self._start_file)
+            return
         objects = self.objects or {}
         _resume.write(path, {
             "format": _resume.FORMAT, "step": step, "pass": msg.get("pass", _resume.pass_name()),
@@ -489,6 +500,7 @@ class Attachment:
             if not all(math.isfinite(v) for v in vals):
                 self._fail("non-finite value planned for %r" % name)
         self.window, self.start, self.steps, self.plan = msg.get("window", 0), start, steps, plan
+        self._planned = True
         self.pass_ = msg.get("pass", 0)
         self.tail = msg.get("probe_tail", 0) if self._probe_fn is not None else 0
         if self.tail and not self.avg:

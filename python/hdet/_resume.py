@@ -117,14 +117,18 @@ def set_rng_state(saved: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(saved["cuda"])
 
 
-def write(path: str, contents: dict[str, Any]) -> None:
-    """torch.save to path.tmp, fsync, rename: a kill leaves the old file or
-    the new one, never half of one."""
+def write(path: str, contents: dict[str, Any] | str | None) -> None:
+    """torch.save contents to path.tmp (a str: copy that file; None: a
+    file that says the launch starts fresh), fsync, rename: a kill leaves
+    the old file or the new one, never half of one."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        torch.save(contents, f)
+    if isinstance(contents, str):
+        shutil.copyfile(contents, tmp)
+    with open(tmp, "ab" if isinstance(contents, str) else "wb") as f:
+        if not isinstance(contents, str):
+            torch.save(contents if contents is not None else {"format": FORMAT, "fresh": True}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -146,6 +150,8 @@ def read(path: str, step: int) -> dict[str, Any]:
     if not isinstance(contents, dict) or contents.get("format") != FORMAT:
         raise RuntimeError("hdet: %s is not a state file of this hdet package (format %r, want %d)"
                            % (path, contents.get("format") if isinstance(contents, dict) else None, FORMAT))
+    if contents.get("fresh"):
+        return contents
     if contents.get("step") != step:
         raise RuntimeError("hdet: %s holds step %s, but hdet resumes at step %d" % (path, contents.get("step"), step))
     return contents

@@ -373,7 +373,10 @@ class UnderHdetTest(unittest.TestCase):
             model, opt = make_optimizer("adamw", groups=2)
             if order == "before":
                 opt.load_state_dict(ckpt["opt"])
-            hdet.attach(opt, STEPS - 3)
+            # start_step=0: the run means to start from that state (without it
+            # the client stops a launch hdet did not resume whose optimizer
+            # has taken steps: test_resume.py)
+            hdet.attach(opt, STEPS - 3, start_step=0)
             sched = lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS, eta_min=1e-4)
             sched.load_state_dict(ckpt["sched"])
             if order != "before":

@@ -8,6 +8,7 @@ resumes its own checkpoint gets: hdet.start_step, hdet.checkpoint_path, and
 a stop naming the step where hdet cannot keep the passes apart."""
 
 import copy
+import itertools
 import os
 import sys
 import tempfile
@@ -109,8 +110,11 @@ def script(state="all"):
                                 hdet_state={"model": model, "train": train})
     else:
         sched = lr_scheduler.CosineAnnealingLR(opt, T_max=TOTAL, eta_min=1e-4) if state != "empty" else None
-        objects = {"all": {"model": model, "sched": sched, "train": train}, "none": None, "empty": {}}[state]
+        objects = {"all": {"model": model, "sched": sched, "train": train}, "none": None, "empty": {},
+                   "loader": {"model": model, "sched": sched, "train": train}}[state]
         hdet.attach(opt, TOTAL, window=WINDOW, state=objects)
+    if state == "loader":
+        return loader_loop(model, opt, sched, train)
     for _ in range(hdet.start_step(), TOTAL):
         train.step += 1  # torchtitan's order: the train state counts before the step
         x = torch.randn(8, 4)
@@ -120,6 +124,31 @@ def script(state="all"):
         opt.zero_grad(set_to_none=True)
         if sched is not None:
             sched.step()
+    return model, opt, sched, train
+
+
+def loader_loop(model, opt, sched, train):
+    """docs/pytorch.md#resume's data order without a StatefulDataLoader:
+    a shuffling DataLoader with its own generator seeded by the epoch, the
+    epoch's consumed batches skipped (7 batches an epoch: the 17 steps
+    cross two epoch ends)."""
+    data = torch.utils.data.TensorDataset(torch.linspace(-1, 1, 56 * 4).reshape(56, 4))
+    gen = torch.Generator()
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, generator=gen)
+    step = hdet.start_step()
+    epoch, skip = divmod(step, len(loader))
+    while step < TOTAL:
+        gen.manual_seed(100 + epoch)
+        for (x,) in itertools.islice(loader, skip, None):
+            train.step += 1
+            F.mse_loss(model(x), x[:, :2].cos()).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            step += 1
+            if step == TOTAL:
+                break
+        epoch, skip = epoch + 1, 0
     return model, opt, sched, train
 
 
@@ -203,12 +232,40 @@ class ResumeTest(unittest.TestCase):
                                  [d["losses"] for d in self.sessions[0].done_calls[save_at // WINDOW:]])
                 self.sessions.clear()
 
+    def test_a_shuffling_loader_resumes_with_its_epoch_and_skip(self):
+        for save_at in (5, 10, 15):  # inside the first, second and third epoch
+            with self.subTest(save_at=save_at):
+                whole = self.launch(state="loader", save_at=save_at, path=self.path)
+                self.launch(state="loader", save_at=save_at, path=self.path, stop=True)
+                self.assert_same_end(self.launch(state="loader", resume=save_at), whole)
+
     def test_hdet_onecycle_resumes_with_hdet_state(self):
         whole = self.launch(state="onecycle", save_at=10, path=self.path)
         self.launch(state="onecycle", save_at=10, path=self.path, stop=True)
         again = self.launch(state="onecycle", resume=10)
         self.assert_same_end(again, whole)
         self.assertIn("hdet.OneCycleLR", torch.load(self.path, weights_only=False)["step_after"])
+
+    def test_a_save_before_a_launchs_first_window(self):
+        """hdet may save before a launch's first PLAN (a stop right at its
+        start), inside its first optimizer.step(), when the script has drawn
+        that step's batch: the file is then the state the launch started
+        from (a fresh start's, or the file it resumed)."""
+        whole = self.launch(save_at=10, path=self.path)
+        for resume in (None, 10):
+            with self.subTest(resume=resume):
+                if resume is None:
+                    path0 = self.path.replace("search-step-10", "search-step-0")
+                    stopped = self.launch(save_at=0, path=path0, stop=True)
+                    self.assertEqual(stopped.step, 0)
+                    self.path = path0
+                    self.assert_same_end(self.launch(resume=0), whole)
+                    self.path = path0.replace("search-step-0", "search-step-10")
+                    continue
+                self.launch(save_at=10, path=self.path, stop=True)
+                again = self.launch(resume=10, save_at=10, path=self.path, stop=True)  # stopped at once
+                self.assertEqual(again.step, 10)
+                self.assert_same_end(self.launch(resume=10), whole)
 
     def test_the_save_holds_the_converged_parameters(self):
         self.launch(save_at=10, path=self.path, stop=True)
@@ -376,7 +433,7 @@ class OwnCheckpointTest(unittest.TestCase):
         _, writer = copy.deepcopy((model, opt))  # the launch that saved; this one restored itself
         run = _attach.Attachment(writer, 20, _attach.Values(writer, {}), {"window": WINDOW}, None, None)
         run.resume({}, None)
-        run.step_num = 5
+        run.step_num, run._planned = 5, True  # in the middle of a launch
         run._save({"path": path, "step": 5})
         fresh()
         env = {"HDET_PASS": "main", "HDET_RESUME_STATE": path, "HDET_RESUME_STEP": "5"}

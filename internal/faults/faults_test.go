@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,13 +15,28 @@ import (
 func TestParse(t *testing.T) {
 	set, err := Parse("nan=2@3, nan_all=4,diverge=3@5")
 	require.NoError(t, err)
-	assert.Equal(t, &At{Rank: 2, Window: 3}, set.NaN)
-	assert.Equal(t, &At{Rank: -1, Window: 4}, set.NaNAll)
-	assert.Equal(t, &At{Rank: 3, Window: 5}, set.Diverge)
-	assert.Nil(t, set.Stop)
+	assert.Equal(t, Set{"nan": {Rank: 2, Window: 3}, "nan_all": {Rank: -1, Window: 4}, "diverge": {Rank: 3, Window: 5}}, set)
 	for _, bad := range []string{"nan=2", "nan=x@1", "stop=1@-2", "nan_all=1@2", "explode=1@1"} {
 		_, err := Parse(bad)
 		assert.Error(t, err, bad)
+	}
+	_, err = Parse("explode=1@1")
+	assert.ErrorContains(t, err, "want nan, nan_all, stop, diverge or blowup_all")
+}
+
+// Every kind is written as its row says and is in the package's doc.
+func TestEveryKindParsesAndIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("faults.go")
+	require.NoError(t, err)
+	for _, k := range Kinds {
+		spec := k.Name + "=1@2"
+		if k.EveryRank {
+			spec = k.Name + "=2"
+		}
+		set, err := Parse(spec)
+		require.NoError(t, err, spec)
+		assert.Equal(t, 2, set[k.Name].Window, spec)
+		assert.Contains(t, string(doc), "//\t"+spec[:len(k.Name)+1], "the package doc shows %s", k.Name)
 	}
 }
 
@@ -54,4 +70,8 @@ func TestFaultsHitTheirRankAndWindow(t *testing.T) {
 	assert.True(t, math.IsNaN(got[1]))
 	assert.Equal(t, []float64{1, 1, 1}, []float64{got[0], got[2], got[3]})
 	assert.Equal(t, []float64{1, 1000, 1000}, losses(t, "diverge=0@1", 0, 0, 10, 20))
+	assert.Equal(t, []float64{1, 100, 1}, losses(t, "blowup_all=1", 2, 0, 10, 10))
+	got = losses(t, "nan=0@1,diverge=0@1,blowup_all=1", 0, 10)
+	assert.True(t, math.IsNaN(got[0]), "the first row's scale wins: %v", got)
+	assert.Equal(t, []float64{1000}, losses(t, "diverge=0@1,blowup_all=1", 0, 10))
 }

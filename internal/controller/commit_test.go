@@ -115,3 +115,52 @@ func TestControllerNoticesAShortSearchPass(t *testing.T) {
 	assert.Contains(t, n[0], "shorter window")
 	assert.Empty(t, c.Notices(), "said once")
 }
+
+// With a main-pass window of 3T (RunShape.MainWindowSteps) the main pass
+// is planned in windows of 30 steps, the last one cut at the run's end,
+// each the explorers' plans of the T-step windows it spans put together:
+// the same values at every step as with T-step windows. A state saved in
+// the main pass resumes it in the same windows; a main window that is not
+// a multiple of T is refused.
+func TestControllerPlansALongerMainWindow(t *testing.T) {
+	ctx := context.Background()
+	mk := func(mainWindow int) *Controller {
+		lr := builtinNamed(t, builtin.LR, "lr", fmtCfg(restartLR, ""))
+		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, MainWindowSteps: mainWindow, Seed: 3}, []NamedExplorer{lr})
+		require.NoError(t, err)
+		return c
+	}
+	bases := func(plans [][]byte) (starts, steps []int, base []float64) {
+		for _, b := range plans {
+			var p plan.Plan
+			require.NoError(t, p.UnmarshalBinary(b))
+			require.Equal(t, plan.PassMain, p.Pass)
+			starts, steps, base = append(starts, p.Start), append(steps, p.Steps), append(base, p.Params[0].Base...)
+		}
+		return starts, steps, base
+	}
+	short, long := mk(0), mk(30)
+	runWindows(t, short, 0, 4, lossesFor)
+	runWindows(t, long, 0, 4, lossesFor)
+	require.Equal(t, plan.PassMain, long.Pass())
+	st, _, err := long.SaveState(ctx)
+	require.NoError(t, err)
+	shortPlans, _ := runWindows(t, short, 0, 10, lossesFor)
+	longPlans, _ := runWindows(t, long, 0, 4, lossesFor)
+	_, _, wantBase := bases(shortPlans)
+	starts, steps, base := bases(longPlans)
+	assert.Equal(t, []int{0, 30, 60, 90}, starts)
+	assert.Equal(t, []int{30, 30, 30, 10}, steps)
+	assert.Equal(t, wantBase, base, "the same values at every step")
+	_, _, err = long.Plan(ctx)
+	assert.ErrorIs(t, err, hparam.ErrOrder, "the main pass ends with the run")
+
+	resumed := mk(30)
+	_, err = resumed.LoadState(ctx, st)
+	require.NoError(t, err)
+	again, _ := runWindows(t, resumed, 0, 4, lossesFor)
+	assert.Equal(t, longPlans, again, "a main-pass state plans the same windows")
+
+	_, err = NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, MainWindowSteps: 25, Seed: 3}, nil)
+	assert.ErrorIs(t, err, hparam.ErrInvalid)
+}

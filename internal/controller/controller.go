@@ -31,11 +31,17 @@ var ErrExplorer = errors.New("explorer failed")
 
 // RunShape is what the controller needs to know about the run.
 type RunShape struct {
-	Ranks       int    // N
-	TotalSteps  int    // S
-	WindowSteps int    // T
-	Seed        uint64 // seeds the permutations and, derived, each explorer
-	Probe       bool   // the workload can evaluate the probe signal (hparam.Setup.Probe)
+	Ranks       int // N
+	TotalSteps  int // S
+	WindowSteps int // T
+	// MainWindowSteps is the main pass's window, a multiple of T (0: T).
+	// Where the main pass has nothing to average (gradients mode: every
+	// rank holds the same parameters) its windows need only come as often
+	// as checkpoints and evaluations do; each of its plans joins the
+	// explorers' plans of the T-step windows it spans (docs/performance.md).
+	MainWindowSteps int
+	Seed            uint64 // seeds the permutations and, derived, each explorer
+	Probe           bool   // the workload can evaluate the probe signal (hparam.Setup.Probe)
 }
 
 // NamedExplorer is one explored hyperparameter: the instance name the
@@ -99,6 +105,9 @@ func NewController(ctx context.Context, shape RunShape, explorers []NamedExplore
 	if err := (hparam.Setup{Ranks: shape.Ranks, TotalSteps: shape.TotalSteps, WindowSteps: shape.WindowSteps}).Validate(); err != nil {
 		return nil, err
 	}
+	if m, t := shape.MainWindowSteps, shape.WindowSteps; m < 0 || m > hparam.MaxWindowSteps || m%t != 0 {
+		return nil, fmt.Errorf("%w: the main pass's window of %d steps is not a multiple of the %d-step window in [0, %d]", hparam.ErrInvalid, m, t, hparam.MaxWindowSteps)
+	}
 	if shape.Ranks > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: %d ranks", hparam.ErrInvalid, shape.Ranks)
 	}
@@ -158,6 +167,20 @@ func explorerSeed(seed uint64, i int) uint64 {
 
 // Windows is the number of windows in the run, ceil(S/T).
 func (c *Controller) Windows() int { return c.windows }
+
+// windowSteps is the window of the pass in force: T, or the main pass's.
+func (c *Controller) windowSteps() int {
+	if c.pass == plan.PassMain && c.shape.MainWindowSteps > 0 {
+		return c.shape.MainWindowSteps
+	}
+	return c.shape.WindowSteps
+}
+
+// passWindows is the number of windows of the pass in force.
+func (c *Controller) passWindows() int {
+	t := c.windowSteps()
+	return (c.shape.TotalSteps + t - 1) / t
+}
 
 // Next is the window the next Plan is for, in the pass Pass says.
 func (c *Controller) Next() int { return c.next }

@@ -36,8 +36,8 @@ func (c *Controller) Plan(ctx context.Context) (*plan.Plan, []Event, error) {
 	if c.plan != nil {
 		return c.plan, nil, nil
 	}
-	if c.next >= c.windows {
-		return nil, nil, fmt.Errorf("%w: all %d windows have been planned", hparam.ErrOrder, c.windows)
+	if c.next >= c.passWindows() {
+		return nil, nil, fmt.Errorf("%w: all %d windows have been planned", hparam.ErrOrder, c.passWindows())
 	}
 	for _, p := range c.params {
 		if p.frozen && !p.hasBase {
@@ -63,7 +63,7 @@ func (c *Controller) Plan(ctx context.Context) (*plan.Plan, []Event, error) {
 		c.genBefore = c.ahead.gen
 	}
 	c.plan, c.ahead = pl, nil
-	if c.pass == plan.PassMain && c.next+1 < c.windows {
+	if c.pass == plan.PassMain && c.next+1 < c.passWindows() {
 		c.prefetch(ctx, c.request(c.next+1))
 	}
 	return pl, events, nil
@@ -76,10 +76,21 @@ func (c *Controller) keep(a *answers) {
 	c.fetching = ch
 }
 
-// request is the explorers' request for window k.
+// request is the request for window k of the pass in force.
 func (c *Controller) request(k int) hparam.WindowRequest {
-	t, s := c.shape.WindowSteps, c.shape.TotalSteps
+	t, s := c.windowSteps(), c.shape.TotalSteps
 	return hparam.WindowRequest{Window: k, Start: k * t, Steps: min(t, s-k*t)}
+}
+
+// parts are the explorers' requests for the T-step windows that req
+// spans: req itself, except in a main pass with a longer window.
+func (c *Controller) parts(req hparam.WindowRequest) []hparam.WindowRequest {
+	t, s := c.shape.WindowSteps, c.shape.TotalSteps
+	var out []hparam.WindowRequest
+	for start := req.Start; start < req.Start+req.Steps; start += t {
+		out = append(out, hparam.WindowRequest{Window: start / t, Start: start, Steps: min(t, s-start)})
+	}
+	return out
 }
 
 // answers are the live explorers' plans for one request (errs[i] the
@@ -93,13 +104,23 @@ type answers struct {
 // ask asks every live explorer for req's plan; meanwhile as in each.
 func (c *Controller) ask(ctx context.Context, req hparam.WindowRequest, meanwhile func()) *answers {
 	a := &answers{req: req, wps: make([]hparam.WindowPlan, len(c.params))}
+	parts := c.parts(req)
 	a.errs = c.each(func(i int, p *param) error {
-		wp, err := p.ex.Plan(ctx, req)
-		if err == nil {
-			err = checkWindowPlan(wp, req.Steps)
+		var base []float64
+		for _, r := range parts {
+			wp, err := p.ex.Plan(ctx, r)
+			if err == nil {
+				err = checkWindowPlan(wp, r.Steps)
+			}
+			if err != nil {
+				return err
+			}
+			// The last part's spread, bounds and probe stand for the
+			// window: a main pass has neither spread nor probe.
+			base, a.wps[i] = append(base, wp.Base...), wp
 		}
-		a.wps[i] = wp
-		return err
+		a.wps[i].Base = base
+		return nil
 	}, meanwhile)
 	return a
 }

@@ -70,6 +70,10 @@ type Options struct {
 	Controller *controller.Controller // rank 0 only; nil elsewhere
 	Steps      int                    // S
 	Window     int                    // T
+	// MainWindow is the main pass's window, a multiple of T (0: T), the
+	// controller's RunShape.MainWindowSteps: evaluations and checkpoints
+	// keep their cadence in T-step windows.
+	MainWindow int
 	Sync       SyncMode
 	EvalEvery  int // windows between evaluations; 0: at the end only
 	StartStep  int // > 0 when resuming

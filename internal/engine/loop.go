@@ -163,9 +163,10 @@ func (l *loop) window(ctx context.Context, step int) (int, error) {
 // plan: rank 0's controller decides, every rank receives the same bytes and
 // turns them into this rank's values.
 func (l *loop) plan(ctx context.Context, step int) (*window, error) {
-	w := &window{index: step / l.o.Window, start: step, steps: min(l.o.Window, l.o.Steps-step)}
+	t := l.windowSteps()
+	w := &window{index: step / t, start: step, steps: min(t, l.o.Steps-step)}
 	l.watch.Enter(w.index, step, PhasePlan)
-	t := time.Now()
+	began := time.Now()
 	var msg []byte
 	if l.rank == 0 {
 		p, evs, err := l.o.Controller.Plan(ctx)
@@ -209,9 +210,23 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 	if w.plan.Anneal {
 		annealLR(&w.plan, w.values)
 	}
-	w.planSeconds = time.Since(t).Seconds()
+	w.planSeconds = time.Since(began).Seconds()
 	return w, nil
 }
+
+// windowSteps is the window of the pass in force: T, or the main pass's
+// (Options.MainWindow).
+func (l *loop) windowSteps() int {
+	if l.pass == plan.PassMain && l.o.MainWindow > 0 {
+		return l.o.MainWindow
+	}
+	return l.o.Window
+}
+
+// cadence is the index, in T-step windows, of the one w ends in: what the
+// evaluation and checkpoint cadences (every so many windows) count, in a
+// main pass with longer windows as in the search pass.
+func (l *loop) cadence(w *window) int { return (w.end()+l.o.Window-1)/l.o.Window - 1 }
 
 // restart begins the main pass when the plan is its first (docs/design.md
 // §1.2): every rank restores its step-0 state, the divergence
@@ -232,7 +247,7 @@ func (l *loop) restart(ctx context.Context, w *window) error {
 	l.params = l.buf[:l.o.Replica.ParamCount()]
 	// The rollbacks' halving stays: the search found its rate at that scale.
 	l.pass, l.lastMedian, l.lastProbe = plan.PassMain, 0, 0
-	w.index, w.start, w.steps = 0, 0, min(l.o.Window, l.o.Steps)
+	w.index, w.start, w.steps = 0, 0, min(l.windowSteps(), l.o.Steps)
 	l.o.Log.Info().Msg("search pass over: the main pass trains from step 0 at the committed values, without spread")
 	if l.o.Checkpoint != nil && l.canRollBack() {
 		l.watch.Enter(0, 0, PhaseCheckpoint)
@@ -409,7 +424,7 @@ func (l *loop) measureDrift(w *window) error {
 // evaluate measures the test set after the last window and every EvalEvery
 // windows.
 func (l *loop) evaluate(ctx context.Context, w *window) error {
-	if w.end() != l.o.Steps && (l.o.EvalEvery <= 0 || (w.index+1)%l.o.EvalEvery != 0) {
+	if w.end() != l.o.Steps && (l.o.EvalEvery <= 0 || (l.cadence(w)+1)%l.o.EvalEvery != 0) {
 		return nil
 	}
 	l.watch.Enter(w.index, w.end(), PhaseEvaluate)
@@ -509,5 +524,5 @@ func (l *loop) checkpoint(ctx context.Context, w *window) error {
 		return nil
 	}
 	l.watch.Enter(w.index, w.end(), PhaseCheckpoint)
-	return l.o.Checkpoint.AfterConverge(ctx, l.pass, w.index, w.end(), l.rollbacks, w.stop || w.end() == l.o.Steps)
+	return l.o.Checkpoint.AfterConverge(ctx, l.pass, l.cadence(w), w.end(), l.rollbacks, w.stop || w.end() == l.o.Steps)
 }

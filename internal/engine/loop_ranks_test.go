@@ -367,6 +367,49 @@ func TestCommitRestartsEveryRankForTheMainPass(t *testing.T) {
 	}
 }
 
+// With a main-pass window of 3T (Options.MainWindow) the main pass trains
+// in windows of 6 steps, while evaluations and checkpoints keep their
+// cadence in T-step windows (every 3: at steps 6 and 12, as with T-step
+// windows), and the main pass ends at the same parameters as with T-step
+// windows: in gradients mode every rank holds the same parameters, so the
+// converge has nothing to average.
+func TestMainPassInLongerWindows(t *testing.T) {
+	run := func(mainWindow int) (*ranksRun, []*recCheckpointer) {
+		cks := make([]*recCheckpointer, 2)
+		return runRanks(t, ranksSpec{world: 2, lr: commitLR, mainWindow: mainWindow, tweak: func(rank int, o *Options, rep *toyReplica) {
+			cks[rank] = &recCheckpointer{}
+			o.Checkpoint, o.CheckpointDir, o.Restart, o.EvalEvery, o.Sync = cks[rank], t.TempDir(), rep.restart, 3, SyncGradients
+		}}), cks
+	}
+	short, _ := run(0)
+	long, cks := run(6)
+	for rank, err := range long.errs {
+		require.NoError(t, err, "rank %d: %s", rank, long.logs[rank])
+		require.NoError(t, short.errs[rank])
+		assert.Equal(t, short.res[rank].Checksum, long.res[rank].Checksum, "rank %d: the same parameters", rank)
+	}
+	var mainEnds, evals []int
+	for _, rec := range long.windows() {
+		if rec.Pass == plan.PassMain {
+			mainEnds = append(mainEnds, rec.Step)
+			if rec.Eval != nil {
+				evals = append(evals, rec.Step)
+			}
+		}
+	}
+	assert.Equal(t, []int{6, 12}, mainEnds, "two main windows of 6 steps")
+	assert.Equal(t, []int{6, 12}, evals, "evaluated every 3 T-step windows")
+	var mainCkpts []ckptCall
+	for _, c := range cks[0].calls {
+		if c.pass == plan.PassMain && !c.atStart {
+			mainCkpts = append(mainCkpts, c)
+		}
+	}
+	require.Len(t, mainCkpts, 2)
+	assert.Equal(t, ckptCall{pass: plan.PassMain, window: 2, step: 6}, mainCkpts[0], "the cadence counts T-step windows")
+	assert.Equal(t, 12, mainCkpts[1].step)
+}
+
 // Without Options.Restart every rank refuses the main pass alike; a
 // Restart that fails on one rank fails that rank, and its peers find it
 // gone at the next collective instead of hanging (under MPI: until the

@@ -113,6 +113,7 @@ func (r *toyReplica) restart(context.Context) error {
 type ranksSpec struct {
 	world, g      int
 	steps, window int
+	mainWindow    int // Options.MainWindow and the controller's
 	lr            string
 	nan           map[int][]int // per rank, the TrainWindow calls that end NaN
 	fail          func(enginetest.Call) error
@@ -175,7 +176,7 @@ func runRanks(t *testing.T, s ranksSpec) *ranksRun {
 // options are rank's, made on the test's goroutine: rank 0 gets the
 // controller and the metrics writer.
 func (s ranksSpec) options(t *testing.T, r *ranksRun, rank int, metricsPath string) Options {
-	o := Options{Comm: r.w.Comm(rank), Replica: r.reps[rank], Steps: s.steps, Window: s.window, Sync: SyncLocal,
+	o := Options{Comm: r.w.Comm(rank), Replica: r.reps[rank], Steps: s.steps, Window: s.window, MainWindow: s.mainWindow, Sync: SyncLocal,
 		Log: zerolog.New(r.logs[rank]).With().Int("rank", rank).Logger()}
 	if s.g > 1 {
 		o.Groups = &Groups{Layout: Layout{World: s.world, Size: s.g}, Replica: r.w.ReplicaComm(rank), Cross: r.w.CrossComm(rank)}
@@ -183,7 +184,7 @@ func (s ranksSpec) options(t *testing.T, r *ranksRun, rank int, metricsPath stri
 	if rank == 0 {
 		ex, err := builtin.NewExplorer(builtin.LR)
 		require.NoError(t, err)
-		o.Controller, err = controller.NewController(context.Background(), controller.RunShape{Ranks: s.world / s.g, TotalSteps: s.steps, WindowSteps: s.window, Seed: 7},
+		o.Controller, err = controller.NewController(context.Background(), controller.RunShape{Ranks: s.world / s.g, TotalSteps: s.steps, WindowSteps: s.window, MainWindowSteps: s.mainWindow, Seed: 7},
 			[]controller.NamedExplorer{{Name: "lr", Explorer: ex, Config: []byte(s.lr)}})
 		require.NoError(t, err)
 		o.Metrics, err = metrics.OpenWriter(metricsPath)

@@ -274,7 +274,7 @@ func (s *session) openExplorers(ctx context.Context) error {
 			named = append(named, ex)
 		}
 	}
-	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
+	ctrl, err := controller.NewController(ctx, controller.RunShape{Ranks: s.replicas(), TotalSteps: s.steps, WindowSteps: cfg.Train.Window, MainWindowSteps: s.mainWindow(), Seed: cfg.Train.Seed, Probe: s.replica.CanProbe()}, named)
 	if err != nil {
 		if errors.Is(err, hparam.ErrInvalid) || errors.Is(err, controller.ErrExplorer) {
 			return Usagef("explorers: %v%s", err, s.settingsHint())

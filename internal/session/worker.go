@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/engine"
 )
@@ -123,6 +124,39 @@ func (s *session) startWorker(ctx context.Context) error {
 		return Usagef("train.window: got %d, want at most the run's %d steps", s.cfg.Train.Window, s.steps)
 	}
 	return nil
+}
+
+// mainWindow is the main pass's window (controller.RunShape.MainWindowSteps,
+// docs/performance.md), 0 for T. A worker script in gradients mode has
+// nothing to average there: its DDP keeps every rank's parameters the same,
+// so it hands them over only as often as checkpoints (run.checkpoint_every)
+// and evaluations (train.eval_every) need them, at the same steps as with
+// T-step windows. A stop request waits for the window's end.
+func (s *session) mainWindow() int {
+	t, tc := s.cfg.Train.Window, s.cfg.Train
+	if s.worker == nil || s.sync != engine.SyncGradients || tc.ReplicaSize > 1 || t < 1 {
+		return 0
+	}
+	windows := (s.steps + t - 1) / t
+	k := windows
+	if e := s.cfg.Run.CheckpointEvery; e > 0 {
+		k = e
+	}
+	if tc.EvalEvery > 0 {
+		k = gcd(k, tc.EvalEvery)
+	}
+	k = min(k, windows, hparam.MaxWindowSteps/t)
+	if k <= 1 {
+		return 0
+	}
+	return k * t
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // restartWorker starts every rank's script again for the main pass, with a

@@ -427,10 +427,12 @@ class Attachment:
         if own == 0:
             return
         if _resume.pass_name() == "main" and _resume.request() is None:
-            self._fail("the main pass starts at step 0, but the script resumed a checkpoint at step %d: one it wrote "
-                       "in the search pass, whose replicas trained at spread values, and which would become the main "
-                       "pass's start. Keep the passes apart with one line: torch.save(..., "
-                       "hdet.checkpoint_path(\"ckpt.pt\")), and the same path for torch.load; %s" % (own, _resume.DOCS))
+            self._fail("the main pass starts at step 0, but the script resumed a checkpoint at step %d that hdet did "
+                       "not resume: one the script wrote in the search pass, whose replicas trained at spread values, "
+                       "or one of an earlier launch that hdet started over. Keep the passes apart with one line: "
+                       "torch.save(..., hdet.checkpoint_path(\"ckpt.pt\")), and the same path for torch.load; to "
+                       "resume at the step, give hdet the script's state (attach(..., state={...})); %s"
+                       % (own, _resume.DOCS))
         self._fail("hdet starts this run at step %d of the %s pass, but the script resumed its own checkpoint at "
                    "step %d: give hdet the script's state (attach(..., state={...})) so a relaunch resumes both at "
                    "hdet's step, and keep the search pass's files apart (hdet.checkpoint_path); a deliberate start "

@@ -394,7 +394,7 @@ class OwnCheckpointTest(unittest.TestCase):
     def test_the_main_pass_stops_at_a_search_pass_checkpoint(self):
         model, opt = self.stepped_optimizer(3)
         with self.assertRaisesRegex(RuntimeError, r"the main pass starts at step 0, but the script resumed a "
-                                    r"checkpoint at step 3: one it wrote in the search pass.*"
+                                    r"checkpoint at step 3 that hdet did not resume: one the script wrote in the search pass.*"
                                     r"torch.save\(\.\.\., hdet.checkpoint_path\(\"ckpt.pt\"\)\)"):
             self.run_under_hdet({"HDET_PASS": "main"}, opt, model)
 

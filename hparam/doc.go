@@ -4,7 +4,9 @@
 // Commitment, SearchState, Descriptor); what a plan's spread and bounds
 // mean (Spread's Values: the value each replica trains at); what each
 // hyperparameter admits (Admissible, AdmitBounds), which hdet checks every
-// plan against; and the errors an explorer returns (ErrInvalid, with a
+// plan against, from the table of the hyperparameters hdet knows
+// (Builtins: their ranges, built-in explorers and where each workload
+// applies them); and the errors an explorer returns (ErrInvalid, with a
 // FieldError naming the config field, for anything a user typed; ErrOrder;
 // ErrDecode).
 //

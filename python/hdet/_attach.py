@@ -212,6 +212,12 @@ def current(optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any] | 
     return run.status()
 
 
+def loss_recorder(optimizer: torch.optim.Optimizer | None) -> _loss.LossRecorder | None:
+    """The recorder of the attached optimizer's losses; None for another."""
+    run = _process.run
+    return run.recorder if run is not None and optimizer is not None and optimizer is run.optimizer else None
+
+
 class Attachment:
     """One attached optimizer under hdet: its step wrapper and windows."""
 
@@ -239,8 +245,7 @@ class Attachment:
         # Each scheduler of state=: its last_epoch at the previous two step
         # calls, to see whether the script steps it after every step.
         self._epochs: dict[str, tuple[int | None, int]] = {}
-        _loss.install()
-        _loss.watch(optimizer)
+        self.recorder = _loss.LossRecorder(optimizer)
         original = optimizer.step  # bound, or a scheduler's wrapper of it
 
         def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
@@ -261,7 +266,6 @@ class Attachment:
     # -- the step ---------------------------------------------------------
 
     def _step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        _loss.stepped()
         for name, sched in self._schedulers().items():
             self._epochs[name] = (self._epochs[name][1] if name in self._epochs else None, sched.last_epoch)
         if self.stopped:
@@ -278,13 +282,13 @@ class Attachment:
         try:
             out = original(*args, **kwargs)
         except BaseException:
-            _loss.take()  # a retried step records its loss again
+            self.recorder.take()  # a retried step records its loss again
             raise
         finally:
             self._in_step = False
             restore(saved)
         if _skipped(self.optimizer):
-            _loss.take()
+            self.recorder.take()
             return out
         self._record(i, now, bases[0])
         return out
@@ -302,7 +306,7 @@ class Attachment:
                            "optimizer changed it" % (k, got, want, want / max(self.plan_multiplier(), 1e-300)))
 
     def _record(self, i: int, now: dict[str, float], base: float) -> None:
-        loss = _loss.take()
+        loss = self.recorder.take()
         if loss is None:
             self._fail("no loss for step %d: nothing was .backward()-ed since the previous optimizer step"
                        % self.step_num)
@@ -517,6 +521,7 @@ class Attachment:
         window's losses) and of the attachment, so nothing of hdet keeps the
         script's model, optimizer or memory alive after it."""
         self.stopped = True
+        self.recorder.close()
         self.session, self.avg, self.losses = None, [], []
         _process.end()
 

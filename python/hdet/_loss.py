@@ -1,112 +1,133 @@
 """Each step's training loss, recorded from the script's own backward calls.
 
 Under hdet the scheduler must report every step's loss without the script
-passing it. Every `.backward()` on a one-element tensor (and
-torch.autograd.backward on one) is recorded; scheduler.step() takes the sum
-of what was recorded since the previous step. The sum is the step's
-objective under gradient accumulation (scripts divide each micro-batch loss
-by the number of micro-batches) and with several losses per step. A loss
-scaled by AMP's GradScaler is recorded unscaled, and an iteration whose
-step GradScaler skips (inf/NaN gradients) records nothing: the scaler does
-not call an unfused optimizer's step then, so its loss would otherwise be
-added to the next step's. Values stay tensors (no device sync per step)
-until the window ends.
+passing it. While an optimizer is attached, every backward of a
+one-element tensor (`loss.backward()`, torch.autograd.backward on one) is
+recorded; the attached optimizer's step takes the sum of what was recorded
+since its previous step. The sum is the step's objective under gradient
+accumulation (scripts divide each micro-batch loss by the number of
+micro-batches) and with several losses per step. A loss scaled by AMP's
+GradScaler is recorded unscaled, and an iteration whose step GradScaler
+skips (inf/NaN gradients) records nothing: the scaler does not call an
+unfused optimizer's step then, so its loss would otherwise be added to the
+next step's. Values stay tensors (no device sync per step) until the
+window ends.
+
+What this touches, and why nothing narrower does. The attached optimizer
+counts its own steps with a step pre-hook (torch's public hook, on that
+optimizer alone). No public hook hands over the loss of a backward: the
+parameters' hooks see gradients, not the tensor backward started from,
+and the scaler the script builds is never handed to hdet. So, for as long
+as the run is attached (LossRecorder.close puts them back), the recorder
+wraps three functions of the process:
+- torch.autograd.backward, through which Tensor.backward also goes;
+- GradScaler.scale (torch.amp's class, which torch.cuda.amp's inherits):
+  the scaled loss remembers the unscaled one;
+- GradScaler.step: a step it skipped for the attached optimizer drops the
+  iteration's loss.
+Tested with torch 2.15; python/tests/test_loss.py fails if Tensor.backward
+stops going through torch.autograd.backward.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
+from typing import Any, Callable
 
 import torch
 
-_pending: list[torch.Tensor] = []
-_guard = threading.local()
-_installed = False
-_watched: weakref.WeakSet = weakref.WeakSet()  # the attached optimizers
-_steps = 0  # their step() calls so far
 
+class LossRecorder:
+    """The losses of the attached optimizer's steps, recorded from backward
+    calls while the run is attached (one per process: hdet attaches one
+    optimizer)."""
 
-def _record(t):
-    if torch.is_tensor(t) and t.numel() == 1:
-        u = getattr(t, "_hdet_unscaled", None)
-        _pending.append((t if u is None else u).detach().reshape(()).float())
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.pending: list[torch.Tensor] = []  # recorded since the last take()
+        self.steps = 0  # the optimizer's step() calls that ran
+        self._undo: list[Callable[[], None]] = []
+        hook = optimizer.register_step_pre_hook(self._stepped)
+        self._undo.append(hook.remove)
+        self._wrap(torch.autograd, "backward", self._wrap_backward)
+        for cls in _scalers():
+            if "scale" in cls.__dict__:  # a subclass inherits its parent's wrapper
+                self._wrap(cls, "scale", _wrap_scale)
+            if "step" in cls.__dict__:
+                self._wrap(cls, "step", self._wrap_scaler_step)
 
+    def take(self) -> torch.Tensor | None:
+        """The sum of the losses recorded since the last call, or None."""
+        if not self.pending:
+            return None
+        vals = list(self.pending)
+        self.pending.clear()
+        return vals[0] if len(vals) == 1 else torch.stack([v.to(vals[0].device) for v in vals]).sum()
 
-def take():
-    """The sum of the losses recorded since the last call, or None."""
-    if not _pending:
-        return None
-    vals = list(_pending)
-    _pending.clear()
-    return vals[0] if len(vals) == 1 else torch.stack([v.to(vals[0].device) for v in vals]).sum()
+    def close(self) -> None:
+        """Put back what the recorder wrapped (a wrapper someone installed
+        over one of them stays, and so does ours under it)."""
+        while self._undo:
+            self._undo.pop()()
+        self.pending.clear()
 
+    def _stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.steps += 1
 
-def _wrap_backward(orig, first_tensor):
-    def backward(*args, **kwargs):
-        if getattr(_guard, "inside", False):  # Tensor.backward calls autograd.backward
+    def _record(self, t: Any) -> None:
+        if torch.is_tensor(t) and t.numel() == 1:
+            u = getattr(t, "_hdet_unscaled", None)
+            self.pending.append((t if u is None else u).detach().reshape(()).float())
+
+    def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        orig = getattr(owner, name)
+        wrapper = make(orig)
+        wrapper.__wrapped__ = orig
+        wrapper.__doc__ = orig.__doc__
+        setattr(owner, name, wrapper)
+
+        def undo() -> None:
+            if getattr(owner, name) is wrapper:
+                setattr(owner, name, orig)
+
+        self._undo.append(undo)
+
+    def _wrap_backward(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            t = args[0] if args else kwargs.get("tensors")
+            if isinstance(t, (list, tuple)) and len(t) == 1:
+                t = t[0]
+            self._record(t)
             return orig(*args, **kwargs)
-        t = args[0] if args else kwargs.get("tensors" if not first_tensor else "self")
-        if isinstance(t, (list, tuple)) and len(t) == 1:
-            t = t[0]
-        _record(t)
-        _guard.inside = True
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            _guard.inside = False
 
-    backward.__wrapped__ = orig  # type: ignore[attr-defined]
-    backward.__doc__ = orig.__doc__
-    return backward
+        return backward
+
+    def _wrap_scaler_step(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            before = self.steps
+            out = orig(scaler, optimizer, *args, **kwargs)
+            if self.steps == before and optimizer is self.optimizer:
+                self.take()  # skipped: this iteration's loss belongs to no step
+            return out
+
+        return step
 
 
-def _wrap_scale(orig):
-    def scale(self, outputs):
-        out = orig(self, outputs)
+def _wrap_scale(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def scale(scaler: Any, outputs: Any) -> Any:
+        out = orig(scaler, outputs)
         if torch.is_tensor(outputs) and torch.is_tensor(out) and outputs.numel() == 1:
             out._hdet_unscaled = outputs.detach()  # type: ignore[attr-defined]
         return out
 
-    scale.__wrapped__ = orig  # type: ignore[attr-defined]
     return scale
 
 
-def watch(optimizer):
-    """Drop the loss of an iteration in which GradScaler skips optimizer."""
-    _watched.add(optimizer)
-
-
-def stepped():
-    """Count a watched optimizer's step() call."""
-    global _steps
-    _steps += 1
-
-
-def _wrap_scaler_step(orig):
-    def step(self, optimizer, *args, **kwargs):
-        before = _steps
-        out = orig(self, optimizer, *args, **kwargs)
-        if _steps == before and optimizer in _watched:
-            take()  # skipped: this iteration's loss belongs to no step
-        return out
-
-    step.__wrapped__ = orig  # type: ignore[attr-defined]
-    return step
-
-
-def install():
-    """Hook backward (once per process)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    torch.Tensor.backward = _wrap_backward(torch.Tensor.backward, True)  # type: ignore[method-assign]
-    torch.autograd.backward = _wrap_backward(torch.autograd.backward, False)
-    scalers = [getattr(getattr(torch, "amp", None), "GradScaler", None),
-               getattr(getattr(getattr(torch, "cuda", None), "amp", None), "GradScaler", None)]
-    for cls in {c for c in scalers if c is not None}:
-        if "scale" in cls.__dict__:  # a subclass inherits its parent's wrapper
-            cls.scale = _wrap_scale(cls.scale)
-        if "step" in cls.__dict__:
-            cls.step = _wrap_scaler_step(cls.step)
+def _scalers() -> list[type]:
+    """torch.amp.GradScaler, and torch.cuda.amp's where it is its own class."""
+    found = [getattr(getattr(torch, "amp", None), "GradScaler", None),
+             getattr(getattr(getattr(torch, "cuda", None), "amp", None), "GradScaler", None)]
+    out: list[type] = []
+    for c in found:
+        if isinstance(c, type) and c not in out:
+            out.append(c)
+    return out

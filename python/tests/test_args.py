@@ -49,7 +49,7 @@ def hello_of(build=make, **kw):
     _attach._process.hooked = True  # no excepthook or atexit from a test
     try:
         with mock.patch.object(_session, "under_hdet", return_value=True), \
-                mock.patch.object(_session, "Session", session), mock.patch.object(_loss, "install"):
+                mock.patch.object(_session, "Session", session), mock.patch.object(_loss, "LossRecorder"):
             opt = build(**kw)
             try:
                 opt.step()

@@ -20,7 +20,7 @@ from torch.optim import lr_scheduler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
 import hdet
-from hdet import _attach, _loss, _session
+from hdet import _attach, _session
 
 STEPS = 12
 SCHEDULES = ["lambda-wsd", "cosine", "sequential", "onecycle", "hdet-onecycle", "manual", "constant"]
@@ -244,9 +244,11 @@ class FakeSession:
 
 def fresh():
     """A new process state for hdet's client: nothing attached, no probe."""
+    run = _attach._process.run
+    if run is not None:
+        run.recorder.close()  # the previous test's run, if it did not end: its wrappers go
     _attach._process = _attach._Process()
     _attach._process.hooked = True  # no excepthook or atexit from a test
-    _loss.take()  # backward calls of other tests (the recorder stays installed)
 
 
 def multiplier(name, step):

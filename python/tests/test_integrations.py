@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
 import hdet
-from hdet import _attach, _loss, _session
+from hdet import _attach, _session
 from hdet.integrations import _common
 
 try:
@@ -97,7 +97,6 @@ def fake_hdet(rank=1, main=False, window=3):
     saved = _attach._process
     _attach._process = _attach._Process()
     _attach._process.hooked = True  # no excepthook or atexit from a test
-    _loss.take()
     sessions = []
 
     def session(optimizer, hello):
@@ -111,8 +110,10 @@ def fake_hdet(rank=1, main=False, window=3):
                 mock.patch.object(_session, "Session", session):
             yield sessions
     finally:
+        run = _attach._process.run
+        if run is not None:
+            run.recorder.close()  # a run the test left unfinished: its wrappers go
         _attach._process = saved
-        _loss.take()
 
 
 def outside_hdet():

@@ -21,7 +21,7 @@ from torch.optim import lr_scheduler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
 import hdet
-from hdet import _attach, _loss, _resume, _session
+from hdet import _attach, _resume, _session
 
 TOTAL, WINDOW = 17, 5
 
@@ -154,9 +154,11 @@ def loader_loop(model, opt, sched, train):
 
 def fresh():
     """A new process's state of hdet's client."""
+    run = _attach._process.run
+    if run is not None:
+        run.recorder.close()  # the previous run, if it did not end: its wrappers go
     _attach._process = _attach._Process()
     _attach._process.hooked = True
-    _loss.take()
 
 
 class ResumeTest(unittest.TestCase):

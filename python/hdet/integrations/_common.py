@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import _args, _attach, _loss, _session
+from .. import _args, _attach, _session
 from .._values import as_float
 
 PASS_ENV = "HDET_PASS"
@@ -258,8 +258,9 @@ class AttachedOptimizer:
     def before_step(self) -> None:
         """The trainer is about to step the optimizer (after the backward)."""
         status = _attach.current(self.optimizer) if self.optimizer is not None else None
-        if status is not None:
-            self._before = (int(status["step"]), list(_loss._pending))
+        recorder = _attach.loss_recorder(self.optimizer)
+        if status is not None and recorder is not None:
+            self._before = (int(status["step"]), list(recorder.pending))
 
     def after_step(self) -> bool:
         """The trainer has stepped the optimizer. A step hdet did not count
@@ -284,8 +285,9 @@ class AttachedOptimizer:
         grads = [(p, p.grad) for g in opt.param_groups for p in g["params"]]
         for p, _ in grads:
             p.grad = None
-        if not _loss._pending:  # a fused step took the loss when it skipped
-            _loss._pending.extend(losses)
+        recorder = _attach.loss_recorder(opt)
+        if recorder is not None and not recorder.pending:  # a fused step took the loss when it skipped
+            recorder.pending.extend(losses)
         self.skipped += 1
         try:
             opt.step()

@@ -22,7 +22,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam and its subpackages do no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam/... ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long test-chaos-pytorch run data bench bench-quick bench-run bench-allreduce bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long test-chaos-pytorch run data bench bench-quick bench-run bench-allreduce bench-bill bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -121,6 +121,13 @@ allreduce-bins: deps
 
 bench-allreduce: allreduce-bins
 	scripts/bench-allreduce.sh $(BIN)
+
+# The whole bill (issue 52): one hdet run of the GPT with the default search
+# pass against one torchrun run, interleaved pairs (PAIRS, 6): wall time,
+# hdet's search pass, restart and main pass, the main pass per step.
+PAIRS ?= 6
+bench-bill: build venv
+	scripts/bench-bill.sh $(PAIRS)
 
 # hdet under mpirun against plain DDP + OneCycleLR on the PyTorch example.
 bench-pytorch: build data venv

@@ -164,7 +164,7 @@ func (e *Evidence) keptNote(sc hparam.Scale, u float64, v Verdict) string {
 		signal = "the probe loss"
 	}
 	if e.windows == 0 || v.DF < 1 {
-		return fmt.Sprintf("kept: %d search windows are too few to measure %s's noise between replicas", e.windows, signal)
+		return fmt.Sprintf("kept: %d readings in %d search windows are too few to measure %s's noise between replicas", e.readings, e.windows, signal)
 	}
 	moved := fmt.Sprintf("%+.3g", u)
 	span := fmt.Sprintf("%+.3g to %+.3g", e.lo, e.hi)

@@ -84,8 +84,7 @@ func (s *session) groups() *engine.Groups {
 	if s.lay.Size <= 1 {
 		return nil
 	}
-	sharded := s.worker != nil && s.worker.Hello().Sharded
-	return &engine.Groups{Layout: s.lay, Replica: s.wd.Comm(s.inside), Cross: s.wd.Comm(s.cross), Sharded: sharded}
+	return &engine.Groups{Layout: s.lay, Replica: s.wd.Comm(s.inside), Cross: s.wd.Comm(s.cross), Sharded: s.sharded()}
 }
 
 // convergeComm is the communicator the converge reduces over: the world, or

@@ -13,6 +13,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/workload"
 )
 
 func (s *session) checkpointDir() string { return filepath.Join(s.cfg.Run.Dir, "checkpoints") }
@@ -21,8 +22,8 @@ func (s *session) checkpointDir() string { return filepath.Join(s.cfg.Run.Dir, "
 // on every rank (engine.Restore, the routine a rollback uses too), after
 // checking it belongs to this run and fits this config.
 func (s *session) resume(ctx context.Context) error {
-	if s.worker != nil {
-		return s.resumeWorker(ctx)
+	if st, ok := engine.As[workload.StateSaver](s.replica); ok {
+		return s.resumeWorker(ctx, st)
 	}
 	return s.restore(ctx)
 }
@@ -124,16 +125,12 @@ func (s *session) ownUnsavedLog(path string) bool {
 // it cannot continue (docs/run-directory.md, "What may change on resume"), naming each field that differs
 // with both values.
 func (s *session) compatible(ck *checkpoint.State, path string) error {
-	load := config.Load
-	if s.worker != nil {
-		load = config.LoadWorker // the script gave the run's length
-	}
-	old, err := load(ck.Config, nil)
+	old, err := s.load(ck.Config, nil)
 	if err != nil {
 		return Usagef("checkpoint %s: its config does not load: %v", path, err)
 	}
-	if s.worker != nil && s.rank != 0 {
-		// Only rank 0 merges the script's explorers into its config
+	if _, ok := engine.As[workload.Explorers](s.replica); ok && s.rank != 0 {
+		// Only rank 0 merges the replica's explorers into its config
 		// (openExplorers); its check compares them.
 		old.Explorers = s.cfg.Explorers
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hdet-dev/hdet/device"
-	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
@@ -118,9 +117,7 @@ type session struct {
 	slurm           slurm.Env
 	sync            engine.SyncMode
 	replica         engine.Replica
-	worker          *bridge.Worker  // --worker mode
-	gpu             *device.Binding // nil in CPU mode
-	worldGPUs       string          // a worker's CUDA_VISIBLE_DEVICES: its torch world's GPUs on this node, "" for its own only
+	gpu             workload.GPU // this rank's GPU, for a workload that starts a process
 	converge        device.Allreducer
 	lay             engine.Layout // replica groups (G = 1: a rank per replica)
 	inside          World         // G > 1: this rank's replica
@@ -136,12 +133,9 @@ type session struct {
 	// restarted: no checkpoint, but this run's own metrics.jsonl from a
 	// launch that ended before writing one; the run starts over.
 	restarted bool
-	// workerResume: the checkpoint the worker was started to resume (nil:
-	// it started fresh).
-	workerResume *resumePoint
-	events       []controller.Event // rank 0: setup's explorer events, for the first record
-	wd           *watchdog.Watchdog
-	closers      []func()
+	events    []controller.Event // rank 0: setup's explorer events, for the first record
+	wd        *watchdog.Watchdog
+	closers   []func()
 }
 
 // Run sets up this rank, trains, and writes the end of the run.

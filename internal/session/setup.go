@@ -1,11 +1,11 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,13 +16,13 @@ import (
 
 	"github.com/hdet-dev/hdet/device"
 	"github.com/hdet-dev/hdet/hparam"
-	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/runlock"
 	"github.com/hdet-dev/hdet/internal/signals"
 	"github.com/hdet-dev/hdet/internal/watchdog"
+	"github.com/hdet-dev/hdet/internal/workload"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 	"github.com/hdet-dev/hdet/plugins"
 	"github.com/hdet-dev/hdet/slurm"
@@ -62,12 +62,17 @@ func (s *session) setup(ctx context.Context) error {
 	return nil
 }
 
-func (s *session) loadConfig() error {
-	load := config.Load
+// load is how this run's config (and its checkpoints') loads: a --worker
+// run's script says what the config leaves out.
+func (s *session) load(data []byte, sets []string) (*config.Config, error) {
 	if len(s.o.Worker) > 0 {
-		load = config.LoadWorker // the script says what the config leaves out
+		return config.LoadWorker(data, sets)
 	}
-	cfg, err := load(s.o.Config, s.o.Sets)
+	return config.Load(data, sets)
+}
+
+func (s *session) loadConfig() error {
+	cfg, err := s.load(s.o.Config, s.o.Sets)
 	if err != nil {
 		return &UsageError{Err: err}
 	}
@@ -127,12 +132,9 @@ func (s *session) bindDevice(context.Context) error {
 		case err != nil:
 			return Usagef("GPU binding: %v", err)
 		}
-		s.gpu = &b
-		if len(s.o.Worker) > 0 {
-			if s.worldGPUs, err = device.GroupVisible(inv, vis, req, s.torchPeers()); err != nil {
-				return Usagef("GPU binding: %v", err)
-			}
-		}
+		s.gpu = workload.GPU{Own: cmp.Or(b.MIG, b.UUID), Group: func(locals []int) (string, error) {
+			return device.GroupVisible(inv, vis, req, locals)
+		}}
 		// Every rank says which GPU it took, whatever the log level.
 		log.Log().Int("local_rank", b.LocalRank).Str("gpu_uuid", b.UUID).Int("numa_node", b.NUMANode).Int("cuda_device", b.CUDAOrdinal).Msg(b.String())
 	}
@@ -149,41 +151,15 @@ func (s *session) bindDevice(context.Context) error {
 	return nil
 }
 
-// makeReplica builds this rank's replica (the workload's Factory: see
-// workloads.go) and learns the run's length.
-func (s *session) makeReplica(ctx context.Context) error {
-	if len(s.o.Worker) > 0 {
-		if err := s.startWorker(ctx); err != nil {
-			return err
-		}
-	} else {
-		factory, ok := workloads[s.cfg.Workload.Kind]
-		if !ok {
-			return Usagef("workload.kind: got %q, want one of %s", s.cfg.Workload.Kind, strings.Join(slices.Sorted(maps.Keys(workloads)), ", "))
-		}
-		r, steps, err := factory(ctx, s.env())
-		if err != nil {
-			return err
-		}
-		s.replica, s.steps = r, steps
-	}
-	if WrapReplica == nil {
-		return nil
-	}
-	var err error
-	s.replica, err = WrapReplica(s.replica, s.rank, s.cfg.Train.Window)
-	return err
-}
-
 // checkReplica makes sure every rank's replica has the same shape (an
 // external script could differ per rank) and accepts every explored name.
 // Sharded parameters (FSDP2) differ by position: their shapes are compared
 // across the replicas, position by position, as the converge averages them
 // (Agree compares the rest of every rank's script).
-func (s *session) checkReplica(context.Context) error {
+func (s *session) checkReplica(ctx context.Context) error {
 	shape := []float64{float64(s.replica.ParamCount()), float64(len(s.replica.SyncBuffer(true))), float64(s.steps)}
-	sharded := s.worker != nil && s.worker.Hello().Sharded
-	if err := s.agree(); err != nil {
+	sharded := s.sharded()
+	if err := s.agree(ctx); err != nil {
 		return err
 	}
 	over := s.o.World
@@ -210,30 +186,14 @@ func (s *session) checkReplica(context.Context) error {
 	return nil
 }
 
-// agree checks that every rank's script agrees with rank 0's. Every rank
-// fails alike, with a usage error, when any rank's script differs: the one
-// that differs says how, the others that another rank differs (else the
-// first rank to exit, which sets mpirun's exit code, could be one that
-// failed later for another reason).
-func (s *session) agree() error {
-	if s.worker == nil {
+// agree checks that every rank built the same replica beyond its shape
+// (workload.Agreer: every rank's script, its settings).
+func (s *session) agree(ctx context.Context) error {
+	a, ok := engine.As[workload.Agreer](s.replica)
+	if !ok {
 		return nil
 	}
-	mine := bridge.Agree(s.o.World, s.worker)
-	differs := 0.0
-	if mine != nil {
-		differs = 1
-	}
-	_, hi, err := spanOf(s.o.World, []float64{differs})
-	switch {
-	case mine != nil:
-		return usageIf(mine)
-	case err != nil:
-		return err
-	case hi[0] > 0:
-		return &UsageError{Err: fmt.Errorf("%w: another rank's script differs from rank 0's (its message says how); every rank must build the same model and call hdet.attach with the same arguments", bridge.ErrConflict)}
-	}
-	return nil
+	return a.Agree(ctx, s.o.World)
 }
 
 // spanOf is the elementwise minimum and maximum of v over c's ranks.
@@ -249,10 +209,10 @@ func (s *session) openExplorers(ctx context.Context) error {
 		return nil
 	}
 	cfg := s.cfg
-	if s.worker != nil {
-		ex, notes, err := bridge.Explorers(cfg.Explorers, s.worker.Hello())
+	if own, ok := engine.As[workload.Explorers](s.replica); ok {
+		ex, notes, err := own.Explorers(cfg.Explorers)
 		if err != nil {
-			return usageIf(err)
+			return err
 		}
 		for _, n := range notes {
 			s.o.Log.Warn().Msg(n)
@@ -286,10 +246,10 @@ func (s *session) openExplorers(ctx context.Context) error {
 }
 
 func (s *session) settingsHint() string {
-	if s.worker == nil {
-		return ""
+	if own, ok := engine.As[workload.Explorers](s.replica); ok {
+		return own.SettingsHint()
 	}
-	return bridge.SettingsHint(s.worker.Hello())
+	return ""
 }
 
 func (s *session) openExplorer(ctx context.Context, dir string, i int, e config.Explorer) (controller.NamedExplorer, error) {

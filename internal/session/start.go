@@ -51,9 +51,6 @@ func (s *session) warmStart() error {
 // (engine.Options.Restart): the replica's own (workload.Restarter), and
 // the warm start again where its parameters were drawn anew.
 func (s *session) restoreStart(ctx context.Context) error {
-	if s.worker != nil {
-		return s.restartWorker(ctx)
-	}
 	r, ok := engine.As[workload.Restarter](s.replica)
 	if !ok {
 		return errors.New("this workload cannot go back to its step-0 state")

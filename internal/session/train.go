@@ -19,6 +19,7 @@ import (
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/progress"
 	"github.com/hdet-dev/hdet/internal/report"
+	"github.com/hdet-dev/hdet/internal/workload"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 	"github.com/hdet-dev/hdet/slurm"
 )
@@ -47,9 +48,9 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 	params := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
 	var scriptErr error // the script's own end, after the last window: it loses none of the run
 	if err == nil {
-		scriptErr = s.closeWorker()
+		scriptErr = s.endReplica()
 	} else if errors.Is(err, engine.ErrStopped) {
-		err = errors.Join(err, s.closeWorker())
+		err = errors.Join(err, s.endReplica())
 	}
 	out := Outcome{Result: res}
 	if err == nil && s.rank == 0 {
@@ -66,7 +67,7 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 // before the ranks part: a rank that exits non-zero makes mpirun end the
 // others, and the report must not go with them.
 func (s *session) endScripts(out Outcome, scriptErr error) (Outcome, error) {
-	if s.worker == nil {
+	if _, ok := engine.As[workload.Finisher](s.replica); !ok {
 		return out, nil
 	}
 	if err := agree(s.o.World, scriptErr); err == nil || !Agreed(err) {
@@ -98,8 +99,8 @@ func (s *session) engineOptions() (engine.Options, error) {
 		prog = progress.New(s.o.Out, mode, s.resumePass, s.resumeAt) // under mpirun a rank's stdout is a pty when mpirun's is
 	}
 	var ckpt engine.Checkpointer = saver
-	if s.worker != nil && s.worker.Resumable() {
-		ckpt = workerCheckpointer{s: s, saver: saver, comm: w}
+	if st, ok := engine.As[workload.StateSaver](s.replica); ok && st.Resumable() {
+		ckpt = workerCheckpointer{s: s, st: st, saver: saver, comm: w}
 	}
 	return engine.Options{
 		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl, Groups: s.groups(),
@@ -144,7 +145,7 @@ func (s *session) stopped(res engine.Result) {
 		return
 	}
 	msg := "stopped by a signal after checkpointing; launch the same command again to resume"
-	if s.worker != nil && !s.worker.Resumable() {
+	if st, ok := engine.As[workload.StateSaver](s.replica); ok && !st.Resumable() {
 		msg = "stopped by a signal after checkpointing; launch the same command again to run it again from step 0 (the script does not give hdet its state, attach(..., state=...): docs/pytorch.md#resume)"
 	}
 	s.o.Log.Warn().Int("step", res.Steps).Msg(msg)

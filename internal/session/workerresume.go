@@ -17,65 +17,35 @@ import (
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/plan"
+	"github.com/hdet-dev/hdet/internal/workload"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
-
-// resumePoint is the checkpoint a worker was started to resume.
-type resumePoint struct{ pass, step int }
 
 // stateDir is this rank's directory of worker state files.
 func (s *session) stateDir() string { return bridge.StateDir(s.cfg.Run.Dir, s.rank) }
 
-// workerStart sets where the worker starts: at the newest checkpoint, when
-// every rank's script saved its state there, else fresh in the search pass.
-// Every rank reads the checkpoint itself, as engine.Restore does next;
-// resume then checks that it restored the same one.
-func (s *session) workerStart(o *bridge.Options) error {
-	dir, err := filepath.Abs(s.cfg.Run.Dir) // the script may change its directory
-	if err != nil {
-		return err
-	}
-	o.RunDir, o.Pass = dir, plan.PassSearch
-	have := []float64{0}
-	var state string
-	if ck, _, _, err := checkpoint.Latest(s.checkpointDir()); err == nil {
-		state = filepath.Join(bridge.StateDir(dir, s.rank), bridge.StateFile(ck.Pass, ck.Step))
-		if _, err := os.Stat(state); err == nil {
-			have[0], s.workerResume = 1, &resumePoint{ck.Pass, ck.Step}
-		}
-	}
-	if err := s.o.World.AllreduceFloat64(have, reduce.Min); err != nil {
-		return err
-	}
-	if have[0] == 0 { // some rank's script saved nothing there: none resumes
-		s.workerResume = nil
-		return nil
-	}
-	o.Pass, o.ResumeState, o.ResumeStep = s.workerResume.pass, state, s.workerResume.step
-	return nil
-}
-
 // resumeWorker is resume for a worker run: the checkpoint the worker was
 // started at, else the run from step 0 (a checkpoint without the script's
 // state is started over, with a warning).
-func (s *session) resumeWorker(ctx context.Context) error {
-	if s.workerResume == nil {
-		return s.workerOver()
+func (s *session) resumeWorker(ctx context.Context, st workload.StateSaver) error {
+	pass, step, ok := st.StartedAt()
+	if !ok {
+		return s.workerOver(st)
 	}
 	// FSDP2 shards differ by position, and a checkpoint holds rank 0's:
 	// each rank keeps the shards its worker resumed (and copied into the
 	// buffer at READY), which it saved from the converged buffer.
 	var own []float32
-	if s.worker.Hello().Sharded {
+	if s.sharded() {
 		own = slices.Clone(s.replica.SyncBuffer(true))
 	}
 	if err := s.restore(ctx); err != nil {
 		return err
 	}
 	copy(s.replica.SyncBuffer(true), own)
-	if s.resumePass != s.workerResume.pass || s.resumeAt != s.workerResume.step {
+	if s.resumePass != pass || s.resumeAt != step {
 		return fmt.Errorf("the worker was started at step %d of the %s pass, but the checkpoint restored is at step %d of the %s pass: did another launch write into %s?",
-			s.workerResume.step, bridge.PassName(s.workerResume.pass), s.resumeAt, bridge.PassName(s.resumePass), s.cfg.Run.Dir)
+			step, bridge.PassName(pass), s.resumeAt, bridge.PassName(s.resumePass), s.cfg.Run.Dir)
 	}
 	return nil
 }
@@ -84,7 +54,7 @@ func (s *session) resumeWorker(ctx context.Context) error {
 // whose script state is missing (the script did not give hdet its state)
 // is said so, and removed with the state files: a later relaunch must not
 // resume it.
-func (s *session) workerOver() error {
+func (s *session) workerOver(st workload.StateSaver) error {
 	if s.rank != 0 {
 		return nil
 	}
@@ -96,7 +66,7 @@ func (s *session) workerOver() error {
 		return err
 	}
 	why := "this script does not give hdet its state (attach(..., state=...))"
-	if s.worker.Resumable() {
+	if st.Resumable() {
 		why = "not every rank's script state was saved with it (the launch that wrote it had a script without state=, or fewer ranks)"
 	}
 	s.o.Log.Warn().Int("pass", ck.Pass).Int("step", ck.Step).Str("run_dir", s.cfg.Run.Dir).
@@ -129,6 +99,7 @@ func removeCheckpoints(dir, workerDir string) error {
 // checkpoint refers to.
 type workerCheckpointer struct {
 	s     *session
+	st    workload.StateSaver
 	saver *checkpoint.Saver
 	comm  World
 }
@@ -149,8 +120,7 @@ func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, ste
 		return err
 	}
 	if step < s.steps { // the run's end is never resumed: the script need not save it
-		path := filepath.Join(s.stateDir(), bridge.StateFile(pass, step))
-		saved := s.worker.SaveState(ctx, path, step, pass)
+		saved := c.st.SaveStateAt(ctx, pass, step)
 		if err := agree(c.comm, saved); err != nil {
 			return err
 		}

@@ -33,8 +33,11 @@ type Env struct {
 	// Config is the run's; a workload that decides a setting itself (a
 	// script's train.window and train.sync) writes it here.
 	Config *config.Config
-	World  Comm
-	Layout engine.Layout // replica groups (G = 1: a rank per replica)
+	// CheckpointDir is where the run's checkpoints are (a resume starts
+	// from the newest).
+	CheckpointDir string
+	World         Comm
+	Layout        engine.Layout // replica groups (G = 1: a rank per replica)
 	// Inside (G > 1) is this rank's replica; HostPeers the node-local ranks
 	// of its ranks on this host, in position order.
 	Inside    Comm
@@ -94,6 +97,30 @@ type Explorers interface {
 // own end too, after a failure, when it kills the process; it must then
 // return at once.
 type Finisher interface{ Finish() error }
+
+// StateSaver is a replica with state outside its sync buffer (a worker
+// script's data position and random streams) that it saves itself beside
+// hdet's checkpoints, so that a relaunch resumes it at one where every
+// rank saved it (docs/pytorch.md#resume); it is engine.Unrestorable, and
+// started at the checkpoint its Factory found.
+type StateSaver interface {
+	// Resumable reports whether it saves its state at all (a script that
+	// gave hdet its state); a run of one that does not starts over.
+	Resumable() bool
+	// StartedAt is the checkpoint it was started at; ok false: step 0.
+	StartedAt() (pass, step int, ok bool)
+	// SaveStateAt saves this rank's state for the checkpoint at step of
+	// pass; every rank does before rank 0 writes hdet's.
+	SaveStateAt(ctx context.Context, pass, step int) error
+}
+
+// MainWindower is a replica that trains the main pass in windows longer
+// than train.window where it has nothing to average (a script whose DDP
+// keeps every rank the same): MainWindow is their length in steps, 0 for
+// train.window.
+type MainWindower interface {
+	MainWindow(cfg *config.Config, steps int) int
+}
 
 // UsageError marks an error caused by what the user typed or configured
 // (exit 2); a Factory's and an optional interface's errors may be one.

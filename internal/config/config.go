@@ -249,7 +249,6 @@ func inRange(v, lo, hi int) bool { return v >= lo && v <= hi }
 
 func (w Workload) checks() []check {
 	return []check{
-		{!slices.Contains([]string{"mnist"}, w.Kind), "workload.kind", "mnist", w.Kind},
 		{w.Data == "" || len(w.Data) > MaxPath, "workload.data", "a folder holding the MNIST idx files", w.Data},
 		{len(w.Hidden) == 0, "workload.hidden", "a non-empty list of layer widths", w.Hidden},
 		{!inRange(w.BatchSize, 1, MaxBatch), "workload.batch_size", fmt.Sprintf("an integer in [1, %d]", MaxBatch), w.BatchSize},

@@ -104,6 +104,15 @@ func TestResumeRefusesAnIncompatibleConfig(t *testing.T) {
 	assert.False(t, errors.Is(err, ErrPeerFailed))
 }
 
+// A workload.kind no workload has is a usage error naming the ones there
+// are (session/workloads.go lists them).
+func TestUnknownWorkloadKind(t *testing.T) {
+	_, _, err := run(t, filepath.Join(t.TempDir(), "run"), "workload.kind=resnet")
+	var ue *UsageError
+	require.ErrorAs(t, err, &ue)
+	assert.Contains(t, err.Error(), `workload.kind: got "resnet", want one of mnist`)
+}
+
 // A PyTorch worker that fails while finishing (after STOP) fails the job,
 // on the rank it ran on, so hdet exits non-zero, but loses none of the run:
 // model.bin, the end record and the report are still written, and the

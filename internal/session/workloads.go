@@ -12,9 +12,9 @@ import (
 	"github.com/hdet-dev/hdet/internal/workload/mnist"
 )
 
-// workloads are the built-in workloads by workload.kind (a new one is its
-// package's Factory here, and its kind in config's check of
-// workload.kind); --worker's command is the PyTorch bridge's.
+// workloads are the built-in workloads by workload.kind, the one place
+// they are listed (a new one is its package's Factory here); --worker's
+// command is the PyTorch bridge's.
 var workloads = map[string]workload.Factory{
 	"mnist": mnist.Factory,
 }

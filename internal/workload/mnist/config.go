@@ -14,6 +14,7 @@ import (
 	"math"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/config"
 )
 
 // Hyperparameter names accepted in engine.Values.
@@ -49,20 +50,16 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 // Config describes one replica. Start from DefaultConfig and set Data, Rank
 // and WorldSize.
 type Config struct {
-	Hidden    []int  // hidden layer widths; default [256, 256]
-	BatchSize int    // examples per rank per step; default 64
-	Optimizer string // AdamW (default) or SGD
-
-	// Defaults of the hyperparameters, used for any name absent from the
-	// engine.Values of a window.
-	LR             float64 // default 1e-3, for every layer
-	Momentum       float64 // SGD momentum or AdamW beta1; default 0.9
-	WeightDecay    float64 // default 0.01; AdamW: decoupled; SGD: L2 added to the gradient; weights only, not biases
-	Dropout        float64 // probability of zeroing a hidden unit in training; default 0.1
-	LabelSmoothing float64 // default 0
-
-	Beta2 float64 // AdamW; default 0.999
-	Eps   float64 // AdamW; default 1e-8
+	// Workload is the config's workload: section as it is (Kind and the
+	// folder Data are the Factory's): Hidden (the hidden layer widths),
+	// BatchSize (examples per rank per step), Optimizer (AdamW or SGD),
+	// and the defaults of the hyperparameters, used for any name absent
+	// from the engine.Values of a window: LR (every layer's), Momentum
+	// (SGD momentum or AdamW beta1), WeightDecay (AdamW: decoupled; SGD:
+	// L2 added to the gradient; weights only, not biases), Dropout (the
+	// probability of zeroing a hidden unit in training), LabelSmoothing,
+	// and AdamW's Beta2 and Eps. DefaultConfig has config.Default's.
+	config.Workload
 
 	// ProbeExamples is the size of the probe set (docs/design.md §1.1):
 	// that many training examples, drawn by Seed, capped at the training
@@ -73,26 +70,19 @@ type Config struct {
 	Rank      int    // this replica's rank, in [0, WorldSize); default 0
 	WorldSize int    // number of replicas sharing each epoch; default 1
 
-	Data *Data // required; Data.Test may be nil, and then Evaluate fails
+	// Data is the data set, loaded (it hides Workload.Data, the folder it
+	// came from); required; Data.Test may be nil, and then Evaluate fails.
+	Data *Data
 }
 
 // DefaultConfig returns the defaults listed on Config's fields, with no data.
 func DefaultConfig() Config {
 	return Config{
-		Hidden:         []int{256, 256},
-		BatchSize:      64,
-		Optimizer:      AdamW,
-		LR:             1e-3,
-		Momentum:       0.9,
-		WeightDecay:    0.01,
-		Dropout:        0.1,
-		LabelSmoothing: 0,
-		Beta2:          0.999,
-		Eps:            1e-8,
-		ProbeExamples:  1024,
-		Seed:           1,
-		Rank:           0,
-		WorldSize:      1,
+		Workload:      config.Default().Workload,
+		ProbeExamples: 1024,
+		Seed:          1,
+		Rank:          0,
+		WorldSize:     1,
 	}
 }
 

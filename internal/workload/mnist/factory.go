@@ -28,13 +28,8 @@ func Factory(_ context.Context, env workload.Env) (engine.Replica, int, error) {
 	if err := memcheck.Fit(memcheck.MLPBytes(ds.Train.Dim, wl.Hidden, ds.Train.Classes, wl.BatchSize), env.World.LocalSize()); err != nil {
 		return nil, 0, &workload.UsageError{Err: fmt.Errorf("workload.hidden %v: %v", wl.Hidden, err)}
 	}
-	mc := DefaultConfig()
-	mc.Hidden, mc.BatchSize, mc.Optimizer = wl.Hidden, wl.BatchSize, wl.Optimizer
-	mc.LR, mc.Momentum, mc.WeightDecay, mc.Dropout, mc.LabelSmoothing = wl.LR, wl.Momentum, wl.WeightDecay, wl.Dropout, wl.LabelSmoothing
-	mc.Beta2, mc.Eps = wl.Beta2, wl.Eps
-	mc.Seed, mc.Rank, mc.WorldSize, mc.Data = cfg.Train.Seed, env.World.Rank(), env.World.Size(), ds
-	mc.ProbeExamples = cfg.Train.ProbeExamples
-	r, err := New(mc)
+	r, err := New(Config{Workload: wl, ProbeExamples: cfg.Train.ProbeExamples, Seed: cfg.Train.Seed,
+		Rank: env.World.Rank(), WorldSize: env.World.Size(), Data: ds})
 	if err != nil {
 		err = fmt.Errorf("workload: %w", err)
 		if errors.Is(err, ErrInvalidConfig) {

@@ -44,8 +44,13 @@ func (s *session) train(ctx context.Context) (Outcome, error) {
 	if errors.Is(err, engine.ErrStopped) {
 		s.stopped(res)
 	}
-	// The final parameters, before the worker (and with it the buffer) goes.
-	params := slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
+	// The final parameters, before the worker (and with it the buffer) goes;
+	// after a failure there are none to keep (a worker that failed to start
+	// for the main pass has no buffer).
+	var params []float32
+	if err == nil {
+		params = slices.Clone(s.replica.SyncBuffer(false)[:s.replica.ParamCount()])
+	}
 	var scriptErr error // the script's own end, after the last window: it loses none of the run
 	if err == nil {
 		scriptErr = s.endReplica()

@@ -1,0 +1,278 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
+	"github.com/hdet-dev/hdet/internal/testenv"
+)
+
+// resumeRanks is the ranks of the worker resume tests: 2, not 4, because
+// each launch starts every rank's Python twice (the search pass, the main
+// pass), and the tests make 14 launches; 4 ranks on a 2-core CI runner
+// take most of an hour.
+const resumeRanks = 2
+
+// resumeWindow and resumeSteps are resume_train.py's window and run
+// length (its --window and --steps defaults).
+const (
+	resumeWindow = 8
+	resumeSteps  = 160
+)
+
+// workerLaunch is one launch of resume_train.py under hdet into a run
+// directory: the same command every time, env only differs.
+type workerLaunch struct {
+	runDir, record string
+	args           []string
+}
+
+func newWorkerLaunch(t *testing.T, args ...string) workerLaunch {
+	dir := t.TempDir()
+	l := workerLaunch{runDir: filepath.Join(dir, "run"), record: filepath.Join(dir, "record"), args: args}
+	require.NoError(t, os.Mkdir(l.record, 0o755))
+	return l
+}
+
+// run launches it with env added and returns its output and exit code.
+func (l workerLaunch) run(t *testing.T, env ...string) (string, int) {
+	t.Helper()
+	testenv.NeedTorch(t)
+	hdet, plugins := hdetBinaries(t)
+	script := filepath.Join(repoRoot(t), "tests", "testdata", "resume_train.py")
+	full := append([]string{hdet, "run", "--run-dir", l.runDir, "--plugin-dir", plugins, "--progress", "none",
+		"--worker", "--", testenv.Python, script, "--record", l.record}, l.args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := mpirunCmd(ctx, t, resumeRanks, full...)
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	require.NoError(t, err, "%s", out)
+	return string(out), 0
+}
+
+// windows lists the run's window records as "pass/window" in their order.
+func (l workerLaunch) windows(t *testing.T) []string {
+	recs, _, err := metrics.ReadFile(filepath.Join(l.runDir, "metrics.jsonl"))
+	require.NoError(t, err)
+	var out []string
+	for _, r := range metrics.Of[metrics.WindowRecord](recs) {
+		out = append(out, fmt.Sprintf("%d/%d", r.Pass, r.Window))
+	}
+	return out
+}
+
+// checkpoint is where the run's newest checkpoint is: where a relaunch resumes.
+func (l workerLaunch) checkpoint(t *testing.T) position {
+	ck, _, _, err := checkpoint.Latest(filepath.Join(l.runDir, "checkpoints"))
+	require.NoError(t, err)
+	if ck.Pass == plan.PassMain {
+		return position{"main", ck.Step}
+	}
+	return position{"search", ck.Step}
+}
+
+func (l workerLaunch) end(t *testing.T) metrics.EndRecord {
+	return hdetRun{dir: l.runDir}.end(t)
+}
+
+// stepRec is a line of resume_train.py's --record: one optimizer step.
+type stepRec struct {
+	PID  int    `json:"pid"`
+	Pass string `json:"pass"`
+	Step int    `json:"step"`
+}
+
+// steps reads rank's record from line from on: the steps trained since.
+func (l workerLaunch) steps(t *testing.T, rank, from int) []stepRec {
+	f, err := os.Open(filepath.Join(l.record, "steps-rank"+strconv.Itoa(rank)+".jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	var out []stepRec
+	sc := bufio.NewScanner(f)
+	for i := 0; sc.Scan(); i++ {
+		if i >= from {
+			var r stepRec
+			require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// span is the steps of pass in recs as [first, last+1), checked to be
+// consecutive, each once; (0, 0) when none.
+func span(t *testing.T, recs []stepRec, pass string) (int, int) {
+	first, next := -1, -1
+	for _, r := range recs {
+		if r.Pass != pass {
+			continue
+		}
+		if first < 0 {
+			first, next = r.Step, r.Step
+		}
+		require.Equal(t, next, r.Step, "the %s pass's steps run in order, each once", pass)
+		next++
+	}
+	if first < 0 {
+		return 0, 0
+	}
+	return first, next
+}
+
+// searchEnd is the search pass's length in a finished run's metrics.
+func searchEnd(t *testing.T, l workerLaunch) int {
+	recs, _, err := metrics.ReadFile(filepath.Join(l.runDir, "metrics.jsonl"))
+	require.NoError(t, err)
+	end := 0
+	for _, r := range metrics.Of[metrics.WindowRecord](recs) {
+		if r.Pass == 0 {
+			end = max(end, r.Step)
+		}
+	}
+	return end
+}
+
+// position is where a run is: a pass and the steps done in it.
+type position struct {
+	pass string
+	step int
+}
+
+// A worker run whose script gives hdet its state (attach's state=), stopped
+// by a signal and launched again with the same command, ends with the
+// parameters of the run left alone; each relaunch trains only the steps
+// left, and metrics.jsonl holds each window once. One run is stopped in the
+// search pass, then in the main pass; another in the search pass's last
+// window, so that its relaunch commits and trains the main pass. Local mode
+// and DDP (gradients mode).
+func TestWorkerResumesAtTheStep(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		args []string
+	}{{"local", nil}, {"ddp", []string{"--ddp"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			ref := newWorkerLaunch(t, mode.args...)
+			out, code := ref.run(t)
+			require.Equal(t, 0, code, out)
+			want, wantWindows := ref.end(t).Checksum, ref.windows(t)
+			search := searchEnd(t, ref)
+			require.Greater(t, search, 3*resumeWindow, "the run committed after its third window: %v", wantWindows)
+			for name, stops := range map[string][]position{
+				"search-then-main": {{"search", 2 * resumeWindow}, {"main", 3 * resumeWindow}},
+				"commit":           {{"search", search - resumeWindow}},
+			} {
+				t.Run(name, func(t *testing.T) {
+					stoppedAndResumed(t, mode.args, stops, search, want, wantWindows)
+				})
+			}
+		})
+	}
+}
+
+// stoppedAndResumed launches a run that a signal stops at each of stops in
+// turn, then once more to its end, and checks it against the uninterrupted
+// run's checksum and windows, and what each launch trained.
+func stoppedAndResumed(t *testing.T, args []string, stops []position, search int, want string, wantWindows []string) {
+	l := newWorkerLaunch(t, args...)
+	from, seen := position{"search", 0}, make([]int, resumeRanks)
+	for i := 0; i <= len(stops); i++ {
+		to, env, wantCode := position{"main", resumeSteps}, []string(nil), 0
+		if i < len(stops) {
+			env, wantCode = []string{"STOP_AT=" + stops[i].pass + ":" + strconv.Itoa(stops[i].step)}, 3
+		}
+		out, code := l.run(t, env...)
+		require.Equal(t, wantCode, code, "launch %d:\n%s", i+1, out)
+		if i > 0 {
+			assert.Contains(t, out, "resuming from checkpoint", "launch %d", i+1)
+		}
+		if i < len(stops) {
+			assert.Contains(t, out, "stopped by a signal after checkpointing; launch the same command again to resume")
+			to = l.checkpoint(t)
+			// The end of the window the signal came in: T steps, or in the
+			// main pass of a DDP script the longer window of its hand-overs.
+			assert.Equal(t, stops[i].pass, to.pass, "launch %d checkpointed in the pass it was stopped in", i+1)
+			assert.Greater(t, to.step, stops[i].step, "launch %d checkpointed at the end of the window it was stopped in", i+1)
+		}
+		for r := range seen {
+			recs := l.steps(t, r, seen[r])
+			seen[r] += len(recs)
+			s0, s1 := span(t, recs, "search")
+			m0, m1 := span(t, recs, "main")
+			assert.Equal(t, trained(from, to, search), [4]int{s0, s1, m0, m1},
+				"rank %d's launch %d trains from %v to %v (search pass [s0, s1), main pass [m0, m1))", r, i+1, from, to)
+		}
+		from = to
+	}
+	assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
+	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+}
+
+// trained is what a launch from one position to another trains: its search
+// and main pass steps, [s0, s1) and [m0, m1), (0, 0) for none.
+func trained(from, to position, search int) [4]int {
+	var s, m [2]int
+	if from.pass == "search" {
+		s = [2]int{from.step, search}
+		if to.pass == "search" {
+			s[1] = to.step
+		}
+		from = position{"main", 0}
+	}
+	if to.pass == "main" {
+		m = [2]int{from.step, to.step}
+	}
+	if s[0] == s[1] {
+		s = [2]int{}
+	}
+	if m[0] == m[1] {
+		m = [2]int{}
+	}
+	return [4]int{s[0], s[1], m[0], m[1]}
+}
+
+// A script that does not give hdet its state: a relaunch says so and
+// starts the run over, with each window once in metrics.jsonl. The same
+// script relaunched without state= into a run whose script gave it stops
+// with exit 2 and says what to add.
+func TestWorkerWithoutStateStartsOver(t *testing.T) {
+	l := newWorkerLaunch(t)
+	out, code := l.run(t, "NO_STATE=1", "STOP_AT=search:16")
+	require.Equal(t, 3, code, out)
+	assert.Contains(t, out, "launch the same command again to run it again from step 0 (the script does not give hdet its state")
+	out, code = l.run(t, "NO_STATE=1")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "hdet's checkpoint is at step 24 of the search pass, but this script does not give hdet its state (attach(..., state=...)): the run starts over from step 0")
+	assert.Equal(t, resumeSteps/resumeWindow, len(l.windows(t))-searchEnd(t, l)/resumeWindow, "metrics.jsonl holds each window once")
+	for r := 0; r < resumeRanks; r++ {
+		s0, s1 := span(t, l.steps(t, r, 16+resumeWindow), "search")
+		assert.Equal(t, [2]int{0, searchEnd(t, l)}, [2]int{s0, s1}, "rank %d's relaunch trains the search pass from step 0", r)
+	}
+
+	l = newWorkerLaunch(t)
+	out, code = l.run(t, "STOP_AT=search:16")
+	require.Equal(t, 3, code, out)
+	out, code = l.run(t, "NO_STATE=1")
+	require.Equal(t, 2, code, out)
+	assert.Contains(t, out, "hdet resumes this run at step 24 of the search pass from the state the script saved there")
+	assert.Contains(t, out, "but the script did not pass state= to hdet.attach this time, so it cannot resume")
+}

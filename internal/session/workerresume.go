@@ -11,18 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
-	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/workload"
 	"github.com/hdet-dev/hdet/mpi/reduce"
 )
-
-// stateDir is this rank's directory of worker state files.
-func (s *session) stateDir() string { return bridge.StateDir(s.cfg.Run.Dir, s.rank) }
 
 // resumeWorker is resume for a worker run: the checkpoint the worker was
 // started at, else the run from step 0 (a checkpoint without the script's
@@ -71,15 +65,15 @@ func (s *session) workerOver(st workload.StateSaver) error {
 	}
 	s.o.Log.Warn().Int("pass", ck.Pass).Int("step", ck.Step).Str("run_dir", s.cfg.Run.Dir).
 		Msg(fmt.Sprintf("hdet's checkpoint is at step %d of the %s pass, but %s: the run starts over from step 0; %s", ck.Step, bridge.PassName(ck.Pass), why, "docs/pytorch.md#resume"))
-	if err := removeCheckpoints(s.checkpointDir(), filepath.Join(s.cfg.Run.Dir, "worker")); err != nil {
+	if err := errors.Join(removeCheckpoints(s.checkpointDir()), st.RemoveStates()); err != nil {
 		return fmt.Errorf("starting the run over: %w", err)
 	}
 	s.restarted = true
 	return nil
 }
 
-// removeCheckpoints removes a run's checkpoints and its worker state files.
-func removeCheckpoints(dir, workerDir string) error {
+// removeCheckpoints removes a run's checkpoints.
+func removeCheckpoints(dir string) error {
 	names, err := checkpoint.List(dir)
 	if err != nil {
 		return err
@@ -89,7 +83,7 @@ func removeCheckpoints(dir, workerDir string) error {
 			return err
 		}
 	}
-	return os.RemoveAll(workerDir)
+	return nil
 }
 
 // workerCheckpointer is the engine's Checkpointer in a worker run whose
@@ -142,45 +136,8 @@ func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, ste
 	if ok[0] < 0 {
 		return fmt.Errorf("no checkpoint could be written for run.checkpoint_max_failing (rank 0 says why)")
 	}
-	if err := pruneStates(s.checkpointDir(), s.stateDir()); err != nil {
-		s.o.Log.Warn().Err(err).Str("dir", s.stateDir()).Msg("could not remove old worker state files")
+	if err := c.st.PruneStates(); err != nil {
+		s.o.Log.Warn().Err(err).Msg("could not remove old worker state files")
 	}
 	return nil
-}
-
-// pruneStates removes the worker state files (and temporary files) in
-// stateDir that no checkpoint in dir refers to.
-func pruneStates(dir, stateDir string) error {
-	names, err := checkpoint.List(dir)
-	if err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(stateDir)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		if !slices.Contains(names, stateCheckpoint(e.Name())) {
-			errs = append(errs, os.Remove(filepath.Join(stateDir, e.Name())))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// stateCheckpoint is the name of the checkpoint a state file goes with,
-// "" for a name that is no state file's.
-func stateCheckpoint(name string) string {
-	rest, ok := strings.CutSuffix(name, ".pt")
-	passName, stepStr, found := strings.Cut(rest, "-step-")
-	step, err := strconv.Atoi(stepStr)
-	if !ok || !found || err != nil {
-		return ""
-	}
-	for _, pass := range []int{plan.PassSearch, plan.PassMain} {
-		if bridge.PassName(pass) == passName {
-			return checkpoint.FileName(pass, step)
-		}
-	}
-	return ""
 }

@@ -112,6 +112,12 @@ type StateSaver interface {
 	// SaveStateAt saves this rank's state for the checkpoint at step of
 	// pass; every rank does before rank 0 writes hdet's.
 	SaveStateAt(ctx context.Context, pass, step int) error
+	// PruneStates removes this rank's saved states that no checkpoint
+	// kept refers to, after a checkpoint is written.
+	PruneStates() error
+	// RemoveStates (rank 0) removes every rank's saved states: the run
+	// starts over.
+	RemoveStates() error
 }
 
 // MainWindower is a replica that trains the main pass in windows longer

@@ -488,7 +488,7 @@ class LightningTest(unittest.TestCase):
         self.dir = tempfile.mkdtemp()
         warnings.simplefilter("ignore")
 
-    def fit(self, callbacks, skip_at=(), plugins=None, root="out", **kw):
+    def fit(self, callbacks, skip_at=(), plugins=None, root="out", ckpt_path=None, **kw):
         pl.seed_everything(0, verbose=False)
         model = Classifier(skip_at)
         ckpt = pl.callbacks.ModelCheckpoint(every_n_train_steps=3, save_top_k=-1, save_last=True)
@@ -498,7 +498,7 @@ class LightningTest(unittest.TestCase):
                              logger=pl.loggers.CSVLogger(os.path.join(self.dir, root)), **kw)
         train = torch.utils.data.DataLoader(blobs(128, 1), batch_size=8, shuffle=True)
         val = torch.utils.data.DataLoader(blobs(64, 2), batch_size=16)
-        trainer.fit(model, train, val)
+        trainer.fit(model, train, val, ckpt_path=ckpt_path)
         return trainer, model
 
     def test_outside_hdet_changes_nothing(self):
@@ -551,6 +551,20 @@ class LightningTest(unittest.TestCase):
                 % os.path.join(mine, "lightning_logs", "version_0", "checkpoints", "last.ckpt"))
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         self.assertIn("net.0.weight", out.stdout, out.stderr[-2000:])
+
+    def test_resumes_a_checkpoint_of_its_own(self):
+        """A fit resumed (ckpt_path) from a checkpoint written without hdet
+        starts hdet's run from that state on purpose: the client does not
+        take it for a search pass's checkpoint."""
+        self.fit([], root="plain")
+        ckpt = glob.glob(os.path.join(self.dir, "plain", "lightning_logs", "*", "checkpoints", "epoch=0-step=3.ckpt"))
+        self.assertEqual(len(ckpt), 1)
+        for main in (False, True):
+            with self.subTest(main=main), fake_hdet(rank=1, main=main) as sessions:
+                trainer, _ = self.fit([hl.HdetCallback(probe_examples=0)], root="main%d" % main, ckpt_path=ckpt[0])
+                self.assertEqual(trainer.global_step, 7)
+                self.assertEqual(sessions[-1].hello["total_steps"], 4, "the steps left after step 3")
+                self.assertEqual(sum(d["steps"] for d in sessions[-1].done_calls), 4)
 
     def test_main_pass_rank0_writes_where_asked(self):
         with fake_hdet(rank=0, main=True):

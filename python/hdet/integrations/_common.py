@@ -236,12 +236,22 @@ class AttachedOptimizer:
         self._before: tuple[int, list[torch.Tensor]] | None = None
 
     def attach(self, optimizer: torch.optim.Optimizer, total: int, probe: Callable[[], float] | None,
-               model: torch.nn.Module | None) -> None:
-        """hdet.attach under hdet; outside it only attach's checks."""
+               model: torch.nn.Module | None, trainer_step: int = 0) -> None:
+        """hdet.attach under hdet; outside it only attach's checks.
+        trainer_step: the step the trainer resumed its own checkpoint at
+        (resume_from_checkpoint, ckpt_path; resolved in the folders the user
+        gave, so the same for every replica of both passes). hdet's run then
+        starts from that state on purpose, which attach's start_step=0 says
+        (without it the client stops a launch whose optimizer has taken
+        steps hdet did not resume). A relaunch of such a run that hdet
+        resumes at its own checkpoint stops naming both steps: the
+        callbacks do not resume at hdet's step yet."""
         if not _session.under_hdet():
             self.opts.check(optimizer, total, model)
             return
-        _attach.attach(optimizer, total, probe=probe, _by=self.opts.by, **self.opts.attach_kwargs(model))
+        start = 0 if trainer_step > 0 else None
+        _attach.attach(optimizer, total, probe=probe, start_step=start, _by=self.opts.by,
+                       **self.opts.attach_kwargs(model))
         self.optimizer = optimizer
         optimizer.register_step_pre_hook(self._inside)
 

@@ -186,7 +186,7 @@ class HdetCallback(pl.Callback):
         probe = self._opts.probe
         if probe is None and self._opts.probe_examples > 0:
             probe = _val_probe(trainer, pl_module, self._opts.probe_examples, self._metric)
-        self._attached.attach(opt, total, probe, pl_module)
+        self._attached.attach(opt, total, probe, pl_module, int(trainer.global_step))
 
     # -- steps ------------------------------------------------------------
 

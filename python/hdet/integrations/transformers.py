@@ -147,7 +147,7 @@ class HdetCallback(TrainerCallback):
         probe = self._opts.probe
         if probe is None and self._opts.probe_examples > 0:
             probe = _eval_probe(trainer, self._opts.probe_examples)
-        self._attached.attach(inner, total, probe, trainer.model)
+        self._attached.attach(inner, total, probe, trainer.model, int(state.global_step))
         _repoint_accelerate(optimizer, inner)
 
     def _redirect(self, args: Any, trainer: Any) -> None:

@@ -37,7 +37,13 @@ func (w *Worker) start(ctx context.Context) error {
 		return w.errorf("starting", "%w", err)
 	}
 
-	cmd := exec.Command(o.Command[0], o.Command[1:]...)
+	// The script starts with SIGUSR1 ignored: under srun the signal that asks
+	// hdet to checkpoint and stop (hdet sbatch's script passes it to the step)
+	// reaches every process of each task, the script too, whose default is
+	// to die of it, and hdet stops the script itself at the next window end.
+	// Go cannot set a child's signal disposition; a shell's empty trap sets
+	// SIG_IGN, which exec keeps. A script may still install its own handler.
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `trap '' USR1; exec "$@"`, "hdet-worker"}, o.Command...)...)
 	cmd.Env = o.environ(sock, pkg)
 	w.out = []*lineWriter{newLineWriter(o.Stdout, o.Rank), newLineWriter(o.Stderr, o.Rank)}
 	cmd.Stdout = w.out[0]

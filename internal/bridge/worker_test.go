@@ -170,6 +170,21 @@ func TestWorkerKilledMidWindow(t *testing.T) {
 	assert.NoError(t, w.Close())
 }
 
+// The signal that asks hdet to checkpoint and stop also reaches the script
+// under srun (slurmstepd signals every process of a task): the script
+// ignores it and trains on, and hdet stops it at the window end.
+func TestWorkerIgnoresSIGUSR1(t *testing.T) {
+	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8"))
+	ctx := context.Background()
+	_, err := w.TrainWindow(ctx, engine.Window{Start: 0, Steps: 4, V: windowPlan(0, 4)})
+	require.NoError(t, err)
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGUSR1))
+	_, err = w.TrainWindow(ctx, engine.Window{Start: 4, Steps: 4, V: windowPlan(1, 4)})
+	require.NoError(t, err, "worker output:\n%s", w.out)
+	require.NoError(t, w.Close())
+	assert.Contains(t, w.out.String(), "worker.py finished 8 steps")
+}
+
 func TestWorkerRaisesMidWindow(t *testing.T) {
 	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "8", "--fail-at-step", "2"))
 	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4})

@@ -5,6 +5,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -43,6 +44,7 @@ func (w *Worker) handshake(ctx context.Context) error {
 		return w.fail("copying its initial parameters", err)
 	}
 	w.idle, w.next = true, w.hello.StartStep
+	w.peakBaseLR = w.hello.ScriptPeakLR
 	return nil
 }
 
@@ -94,6 +96,8 @@ func (w *Worker) checkHello(m *message) error {
 		return fmt.Errorf("%w: worker cannot use a %s buffer (offers %v)", ErrProtocol, BufferFD, h.Buffers)
 	case len(h.Hyperparameters) == 0:
 		return fmt.Errorf("%w: HELLO without hyperparameters", ErrProtocol)
+	case !(h.ScriptPeakLR >= 0) || math.IsInf(h.ScriptPeakLR, 0):
+		return fmt.Errorf("%w: HELLO with the script's peak learning rate %v", ErrProtocol, h.ScriptPeakLR)
 	}
 	sum := 0
 	for _, g := range h.ParamGroups {

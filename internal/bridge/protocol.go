@@ -127,6 +127,11 @@ type Hello struct {
 	// StartStep is the optimizer step the worker continues from: the
 	// HDET_RESUME_STEP it resumed to, 0 for a fresh start.
 	StartStep int `json:"start_step"`
+	// ScriptPeakLR is the highest rate the script set itself before this
+	// launch (its state file's; 0 for a fresh start): a resumed search pass
+	// commits the peak of the whole pass, not of the windows since the
+	// resume.
+	ScriptPeakLR float64 `json:"script_peak_lr,omitempty"`
 }
 
 // message is the JSON part of every frame; fields not used by a type are

@@ -20,12 +20,13 @@ import (
 )
 
 // resumable is the fake worker of the resume tests: its HELLO says what
-// FAKE_PROTOCOL, FAKE_RESUMABLE and FAKE_START_STEP say; then it answers
+// FAKE_PROTOCOL, FAKE_RESUMABLE, FAKE_START_STEP and FAKE_PEAK_LR say; then it answers
 // each SAVE by writing the request, as JSON, to the path it names, plus
 // HDET_PASS and HDET_RESUME_STEP, and exits at any other message.
 func resumable(c net.Conn, hello *Hello) {
 	hello.Resumable = os.Getenv("FAKE_RESUMABLE") == "1"
 	hello.StartStep, _ = strconv.Atoi(os.Getenv("FAKE_START_STEP"))
+	hello.ScriptPeakLR, _ = strconv.ParseFloat(os.Getenv("FAKE_PEAK_LR"), 64)
 	if v := os.Getenv("FAKE_PROTOCOL"); v != "" {
 		hello.Protocol, _ = strconv.Atoi(v)
 	}
@@ -88,9 +89,10 @@ func TestResumedWorkerStartsAtItsStep(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(StateDir(dir, 0), StateFile(plan.PassMain, 20))
 	w, err := startFake(t, "resumable", Options{RunDir: dir, Pass: plan.PassMain, ResumeState: state, ResumeStep: 20,
-		Env: fakeEnv(true, 20, ProtocolVersion)})
+		Env: append(fakeEnv(true, 20, ProtocolVersion), "FAKE_PEAK_LR=0.25")})
 	require.NoError(t, err)
 	defer w.Close()
+	assert.Equal(t, 0.25, w.PeakLR(), "the peak rate of the pass before the resume, from the HELLO")
 	path := filepath.Join(StateDir(dir, 0), StateFile(plan.PassMain, 20))
 	require.NoError(t, w.SaveState(context.Background(), path, 20, plan.PassMain), "it is at step 20 of the main pass")
 	b, err := os.ReadFile(path)

@@ -464,6 +464,8 @@ class Attachment:
             "probe": probe is not None,
             "resumable": self.resumable,
             "start_step": self.step_num,
+            # The peak of the pass so far when resumed (0 fresh): hdet commits the pass's peak.
+            "script_peak_lr": self.peak_base,
         }
         if self.settings["window"] is not None:
             hello["hdet_window"] = self.settings["window"]

@@ -82,7 +82,7 @@ class Session:
         pass
 
     def done(self, window, steps, losses, applied, base_lr, probe=None):
-        self.done_calls.append(dict(window=window, steps=steps, losses=losses))
+        self.done_calls.append(dict(window=window, steps=steps, losses=losses, base_lr=list(base_lr)))
 
     def trace(self, **record):
         pass
@@ -227,6 +227,10 @@ class ResumeTest(unittest.TestCase):
                 again = self.launch(resume=save_at)
                 self.assertEqual(self.sessions[-1].hello["start_step"], save_at)
                 self.assertTrue(self.sessions[-1].hello["resumable"])
+                # hdet commits the search pass's peak rate: a resumed launch tells it the peak so far.
+                self.assertEqual(self.sessions[0].hello["script_peak_lr"], 0.0)
+                before = [b for d in self.sessions[0].done_calls[:save_at // WINDOW] for b in d["base_lr"]]
+                self.assertEqual(self.sessions[-1].hello["script_peak_lr"], max(before))
                 self.assert_same_end(again, whole)
                 ran = self.sessions[-1].done_calls
                 self.assertEqual(sum(d["steps"] for d in ran), TOTAL - save_at, "only what was left")

@@ -19,9 +19,12 @@ from typing import Any
 
 
 def script_result(log: Path) -> dict[str, Any]:
-    """The GPT script's result line (rank 0's JSON with val_bpb)."""
+    """The GPT script's result line (rank 0's JSON with val_bpb; under
+    hdet the script's lines carry a "[rank N] " prefix)."""
     for line in log.read_text(errors="replace").splitlines():
         line = line.strip()
+        if line.startswith("[rank "):
+            line = line.split("] ", 1)[-1]
         if line.startswith("{") and '"val_bpb"' in line:
             result: dict[str, Any] = json.loads(line)
             return result

@@ -102,10 +102,12 @@ test-chaos-long:
 
 # The same soak of a PyTorch script under `hdet run --worker` with the attach
 # line (tests/testdata/chaos_mlp.py, 3 hosts x 1 rank; docs/chaos.md): 8
-# faults by default (the CI size, in make test-multihost: about 3 minutes),
-# 40 faults in 21 minutes on 2 loaded cores: a fault that ends a launch costs
-# the whole run so far (a worker relaunch starts the run over and starts
-# Python with torch on every rank twice).
+# faults by default (the CI size, in make test-multihost: about 3 minutes).
+# The script gives hdet its state (attach(..., state=...)), so a relaunch
+# resumes at hdet's last checkpoint, written at every window end: a fault
+# that ends a launch costs at most that window plus the restart (Python with
+# torch started on every rank, twice for a launch that commits), and the
+# soak's time grows linearly with its faults (the timeout: 2 minutes a fault).
 CHAOS_PYTORCH_MINUTES = $(shell echo $$(( 20 + 2 * $${HDET_CHAOS_FAULTS:-8} )))
 test-chaos-pytorch: deps data venv
 	scripts/deps.sh netns

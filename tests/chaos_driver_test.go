@@ -240,7 +240,8 @@ func (c *chaos) poll() *watchdog.Beat {
 }
 
 // resumePass is the pass of the checkpoint the next launch resumes from:
-// the newest whole one, as hdet picks it; a worker run starts over.
+// the newest whole one, as hdet picks it; the search pass for a run that
+// starts over.
 func (c *chaos) resumePass() int {
 	if !c.wl.resumes {
 		return plan.PassSearch

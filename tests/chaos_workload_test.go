@@ -29,7 +29,7 @@ import (
 type chaosWorkload struct {
 	name    string
 	perHost int  // ranks on each of the bed's 3 hosts
-	resumes bool // a relaunch resumes from the newest checkpoint (a worker run starts over)
+	resumes bool // a relaunch resumes from the newest checkpoint
 	faults  int  // HDET_CHAOS_FAULTS's default: the CI size
 	kinds   func() []*faultKind
 	first   []string // kinds the schedule places first (chaosShape.first)
@@ -68,11 +68,11 @@ var builtinChaos = chaosWorkload{
 // launch starts a Python with torch on every rank twice (the search pass's
 // script, then the main pass's), seconds of CPU each on 2 shared cores.
 // Its search pass is a quarter of the main pass (hdet does not know the
-// script's schedule). A worker run does not resume from hdet's
-// checkpoints (the script's data position and RNG are not in them): each
-// relaunch starts the run over.
+// script's schedule). The script gives hdet its state (attach(...,
+// state=...)), so a relaunch resumes at hdet's newest checkpoint, written
+// at every window end: a fault costs the window it struck and the restart.
 var pytorchChaos = chaosWorkload{
-	name: "pytorch", perHost: 1, resumes: false, faults: 8, kinds: pytorchKinds, minMain: 160, num: 1, den: 4, quiet: 60,
+	name: "pytorch", perHost: 1, resumes: true, faults: 8, kinds: pytorchKinds, minMain: 160, num: 1, den: 4, quiet: 60,
 	first:  []string{"kill-python", "sigterm", "explorer-kill", "corrupt-checkpoint", "kill-host", "disk-full"},
 	config: pytorchChaosConfig,
 	args: func(c *chaos) []string {
@@ -83,12 +83,13 @@ var pytorchChaos = chaosWorkload{
 }
 
 // pytorchChaosConfig is the worker run's config: the script gives its
-// steps, window and explorer (attach's default: lr); the rest as the
-// built-in soak's.
+// steps, window and explorer (attach's default: lr); a checkpoint (and the
+// workers' state files) at every window end, so a fault redoes at most one
+// window; the rest as the built-in soak's.
 func pytorchChaosConfig(int) string {
 	return fmt.Sprintf(`# the PyTorch chaos soak's run (tests/chaos_workload_test.go): the default path, auto.commit restart
 train: {window: %d, seed: 11, watchdog: %s}
-run: {progress: none, checkpoint_every: 2, keep: 3, checkpoint_max_failing: %s}
+run: {progress: none, checkpoint_every: 1, keep: 3, checkpoint_max_failing: %s}
 `, chaosWindow, chaosWatchdog, chaosMaxFailing)
 }
 

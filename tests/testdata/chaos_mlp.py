@@ -10,6 +10,9 @@ from a generator seeded by its rank (hdet.rank()). At the end rank 0 prints
 the SHA-256 of its final parameters (after hdet's last converge every rank
 holds the same ones): the soak compares it with the uninterrupted run's.
 
+It gives hdet its state (the scheduler and its batch generator; the
+parameters and the optimizer are always saved), so a relaunch resumes at
+hdet's last checkpoint and trains only what was left (docs/pytorch.md#resume).
 The script writes no checkpoint of its own; it starts from its own file,
 --init (its 577 parameters as little-endian float32, in
 model.parameters() order, written by the soak before the first launch), as
@@ -46,7 +49,7 @@ if args.init:
     with torch.no_grad():
         torch.nn.utils.vector_to_parameters(flat, model.parameters())
 
-opt = hdet.attach(torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=1e-3), args.steps, window=args.window)
+opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=1e-3)
 warmup = max(1, args.steps // 10)
 
 
@@ -57,11 +60,29 @@ def rate(s):
     return 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warmup) / max(1, args.steps - warmup)))
 
 
+class Batches:
+    """This rank's batch generator, as a Stateful object: hdet saves its
+    position with the rest at a window end, so a relaunch draws the next
+    batch, not the first one again."""
+
+    def __init__(self, seed):
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def state_dict(self):
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, d):
+        self.gen.set_state(d["gen"])
+
+
+# The scheduler is built before the attach line because it is in state=.
 sched = lr_scheduler.LambdaLR(opt, rate)
-gen = torch.Generator().manual_seed(1000 + hdet.rank())
+batches = Batches(1000 + hdet.rank())
+opt = hdet.attach(opt, args.steps, window=args.window, state={"sched": sched, "batches": batches})
 w_true = torch.linspace(-1, 1, 16)
-for it in range(args.steps):
-    x = torch.randn(32, 16, generator=gen)
+loss = torch.zeros(())
+for it in range(hdet.start_step(), args.steps):
+    x = torch.randn(32, 16, generator=batches.gen)
     y = (x @ w_true).sin().unsqueeze(1)
     loss = F.mse_loss(model(x), y)
     loss.backward()

@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +26,9 @@ import (
 type slurmCluster struct {
 	dir string
 	env []string // os.Environ plus SLURM_CONF and what mpirun needs as root
+	// patience bounds each waitFor (0: a minute); a test whose job starts
+	// PyTorch workers sets more.
+	patience time.Duration
 }
 
 // startSlurm brings up a cluster in a temporary directory and tears it down
@@ -90,11 +94,11 @@ func (c *slurmCluster) job(t *testing.T, id string) map[string]string {
 	return f
 }
 
-// waitFor polls cond every 200 ms until it holds, failing after a minute
-// (a generous bound: each step takes about a second here).
+// waitFor polls cond every 200 ms until it holds, failing after c.patience
+// (default a minute, a generous bound: each step takes about a second here).
 func (c *slurmCluster) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(cmp.Or(c.patience, time.Minute))
 	for !cond() {
 		if time.Now().After(deadline) {
 			sq := exec.Command("squeue", "-a")

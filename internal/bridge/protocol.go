@@ -50,7 +50,7 @@ const (
 	msgStop    = "stop"    // hdet → worker: run finished; load the buffer and return from step()
 	msgError   = "error"   // worker → hdet: the worker failed; Message says why
 	msgSave    = "save"    // hdet → worker: load the buffer, then write your state to a file (saveRequest)
-	msgSaved   = "saved"   // worker → hdet: the file is written (Path, Step)
+	msgSaved   = "saved"   // worker → hdet: the file is written (Path, Step), or Refused says why not
 )
 
 // Buffer kinds a worker can share its parameters through. Only BufferFD
@@ -185,9 +185,11 @@ type message struct {
 	// error
 	Message string `json:"message,omitempty"`
 
-	// saved: the file written and the step it holds.
-	Path string `json:"path,omitempty"`
-	Step int    `json:"step,omitempty"`
+	// saved: the file written and the step it holds; Refused: why the
+	// disk refused it (the worker runs on, the checkpoint fails).
+	Path    string `json:"path,omitempty"`
+	Step    int    `json:"step,omitempty"`
+	Refused string `json:"refused,omitempty"`
 }
 
 // saveRequest is SAVE: its pass is the pass's name ("search" or "main"),

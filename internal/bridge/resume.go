@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/hdet-dev/hdet/internal/plan"
+	"github.com/hdet-dev/hdet/internal/workload"
 )
 
 // PassName is a pass's name in HDET_PASS, SAVE and the state files' names.
@@ -66,7 +67,9 @@ func (w *Worker) Resumable() bool { return w.hello.Resumable }
 // after taking the buffer's parameters as the next PLAN would: the state at
 // the window end at step of pass, which a relaunch resumes
 // (Options.ResumeState). The worker writes path atomically; SaveState
-// creates its directory. A failure is the worker's, and sticky.
+// creates its directory. A disk that refuses the file (here or in the
+// worker) is workload.ErrStateRefused and leaves the worker running; any
+// other failure is the worker's, and sticky.
 func (w *Worker) SaveState(ctx context.Context, path string, step, pass int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -81,7 +84,7 @@ func (w *Worker) SaveState(ctx context.Context, path string, step, pass int) err
 		return w.wrap(op, fmt.Errorf("%w: the worker is at step %d of the %s pass", ErrOptions, w.next, PassName(w.pass)))
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return w.wrap(op, err)
+		return w.wrap(op, fmt.Errorf("%w: %v", workload.ErrStateRefused, err))
 	}
 	req := saveRequest{Type: msgSave, Path: path, Step: step, Pass: PassName(pass)}
 	if err := w.sendFrame(msgSave, req, nil); err != nil {
@@ -93,6 +96,9 @@ func (w *Worker) SaveState(ctx context.Context, path string, step, pass int) err
 	}
 	if err != nil {
 		return w.fail(op, err)
+	}
+	if m.Refused != "" {
+		return w.wrap(op, fmt.Errorf("%w: %s", workload.ErrStateRefused, m.Refused))
 	}
 	return nil
 }

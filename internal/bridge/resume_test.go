@@ -17,12 +17,14 @@ import (
 
 	"github.com/hdet-dev/hdet/internal/engine"
 	"github.com/hdet-dev/hdet/internal/plan"
+	"github.com/hdet-dev/hdet/internal/workload"
 )
 
 // resumable is the fake worker of the resume tests: its HELLO says what
 // FAKE_PROTOCOL, FAKE_RESUMABLE, FAKE_START_STEP and FAKE_PEAK_LR say; then it answers
 // each SAVE by writing the request, as JSON, to the path it names, plus
-// HDET_PASS and HDET_RESUME_STEP, and exits at any other message.
+// HDET_PASS and HDET_RESUME_STEP (a write refused: SAVED says why, as the
+// client does), and exits at any other message.
 func resumable(c net.Conn, hello *Hello) {
 	hello.Resumable = os.Getenv("FAKE_RESUMABLE") == "1"
 	hello.StartStep, _ = strconv.Atoi(os.Getenv("FAKE_START_STEP"))
@@ -47,10 +49,11 @@ func resumable(c net.Conn, hello *Hello) {
 		}
 		b, _ := json.Marshal(map[string]any{"path": req.Path, "step": req.Step, "pass": req.Pass,
 			"env_pass": os.Getenv("HDET_PASS"), "env_step": os.Getenv("HDET_RESUME_STEP")})
-		if os.WriteFile(req.Path, b, 0o644) != nil {
-			os.Exit(7)
+		saved := &message{Type: msgSaved, Path: req.Path, Step: req.Step}
+		if err := os.WriteFile(req.Path, b, 0o644); err != nil {
+			saved.Refused = err.Error()
 		}
-		_ = writeFrame(c, &message{Type: msgSaved, Path: req.Path, Step: req.Step}, nil)
+		_ = writeFrame(c, saved, nil)
 	}
 }
 
@@ -83,6 +86,26 @@ func TestSaveStateWritesTheWorkersFile(t *testing.T) {
 	assert.Contains(t, err.Error(), "the worker is at step 0 of the search pass")
 	err = w.SaveState(ctx, path, 0, plan.PassMain)
 	assert.ErrorIs(t, err, ErrOptions, "nor in the main pass")
+}
+
+// A disk that refuses the state file, in the worker or before it, is
+// workload.ErrStateRefused, and the worker saves again at the next window.
+func TestRefusedSaveLeavesTheWorkerRunning(t *testing.T) {
+	dir := t.TempDir()
+	w, err := startFake(t, "resumable", Options{RunDir: dir, Env: fakeEnv(true, 0, ProtocolVersion)})
+	require.NoError(t, err)
+	defer w.Close()
+	ctx := context.Background()
+	taken := filepath.Join(dir, "taken.pt")
+	require.NoError(t, os.Mkdir(taken, 0o755))
+	err = w.SaveState(ctx, taken, 0, plan.PassSearch)
+	require.ErrorIs(t, err, workload.ErrStateRefused, "the worker could not write it")
+	assert.Contains(t, err.Error(), "is a directory")
+	blocked := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(blocked, nil, 0o644))
+	err = w.SaveState(ctx, filepath.Join(blocked, "rank-0", "x.pt"), 0, plan.PassSearch)
+	require.ErrorIs(t, err, workload.ErrStateRefused, "hdet could not make its folder")
+	require.NoError(t, w.SaveState(ctx, filepath.Join(dir, "ok.pt"), 0, plan.PassSearch), "the worker runs on")
 }
 
 func TestResumedWorkerStartsAtItsStep(t *testing.T) {

@@ -87,15 +87,23 @@ func (s *Saver) Save(ctx context.Context, pass, window, step, rollbacks int) (bo
 		s.Log.Info().Int("step", step).Str("path", path).Msg("checkpoint written")
 		return true, nil
 	}
+	return false, s.Failed(step, err)
+}
+
+// Failed (rank 0) counts the checkpoint Due asked for at step as not
+// written, for err (a write of hdet's own, or a state file a replica could
+// not write beside it), as AfterConverge says: a warning, or an error once
+// checkpoints have failed for MaxFailing.
+func (s *Saver) Failed(step int, err error) error {
 	if s.failingAt.IsZero() {
 		s.failingAt = time.Now()
 	}
 	if s.MaxFailing > 0 && time.Since(s.failingAt) >= s.MaxFailing {
-		return false, fmt.Errorf("checkpoint at step %d: %w; no checkpoint could be written for %s (run.checkpoint_max_failing %s); none written since %s, the previous checkpoint stays valid",
+		return fmt.Errorf("checkpoint at step %d: %w; no checkpoint could be written for %s (run.checkpoint_max_failing %s); none written since %s, the previous checkpoint stays valid",
 			step, err, time.Since(s.failingAt).Round(time.Millisecond), s.MaxFailing, s.last.Format(time.RFC3339))
 	}
 	s.Log.Warn().Err(err).Int("step", step).Msg("checkpoint failed; the previous one stays valid; retrying at the next cadence")
-	return false, nil
+	return nil
 }
 
 func (s *Saver) write(ctx context.Context, pass, window, step, rollbacks int) (string, error) {

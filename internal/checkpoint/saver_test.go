@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,21 @@ func TestSaverFailuresWarnUntilMaxFailing(t *testing.T) {
 	s.failingAt = s.failingAt.Add(-time.Minute) // as if it had failed for a minute
 	err := s.AfterConverge(ctx, 0, 1, 20, 0, false)
 	require.Error(t, err)
+	assert.Contains(t, err.Error(), "(run.checkpoint_max_failing 1m0s)")
+}
+
+// A checkpoint failed elsewhere (a worker's state file refused) counts on
+// the same clock as a refused write of the saver's own.
+func TestSaverFailedSharesTheClock(t *testing.T) {
+	var log bytes.Buffer
+	s := saverIn(t.TempDir(), time.Minute, &log)
+	refused := errors.New("a rank's script could not write its state")
+	require.NoError(t, s.Failed(10, refused), "the first failure warns")
+	assert.Contains(t, log.String(), "a rank's script could not write its state")
+	s.failingAt = s.failingAt.Add(-time.Minute)
+	err := s.Failed(20, refused)
+	require.ErrorIs(t, err, refused)
+	assert.Contains(t, err.Error(), "checkpoint at step 20")
 	assert.Contains(t, err.Error(), "(run.checkpoint_max_failing 1m0s)")
 }
 

@@ -104,6 +104,27 @@ func (c workerCheckpointer) AtStart(ctx context.Context, pass, rollbacks int) {
 	c.saver.AtStart(ctx, pass, rollbacks)
 }
 
+// saveStates has every rank's script save its state for the checkpoint at
+// step, and reports whether a disk refused one: that checkpoint then fails
+// as a refused write of hdet's own does (retried at the next cadence, the
+// run stopped after run.checkpoint_max_failing); any other failure stops
+// the run.
+func (c workerCheckpointer) saveStates(ctx context.Context, pass, step int) (bool, error) {
+	err := c.st.SaveStateAt(ctx, pass, step)
+	refused := []float64{0}
+	if errors.Is(err, workload.ErrStateRefused) {
+		c.s.o.Log.Warn().Err(err).Int("step", step).Msg("the script's state could not be written: this checkpoint is skipped, the previous one stays valid")
+		refused[0], err = 1, nil
+	}
+	if err := agree(c.comm, err); err != nil {
+		return false, err
+	}
+	if err := c.comm.AllreduceFloat64(refused, reduce.Max); err != nil {
+		return false, err
+	}
+	return refused[0] > 0, nil
+}
+
 func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error {
 	s := c.s
 	due := []float64{0}
@@ -113,15 +134,22 @@ func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, ste
 	if err := c.comm.AllreduceFloat64(due, reduce.Max); err != nil || due[0] == 0 {
 		return err
 	}
+	refused := false
 	if step < s.steps { // the run's end is never resumed: the script need not save it
-		saved := c.st.SaveStateAt(ctx, pass, step)
-		if err := agree(c.comm, saved); err != nil {
+		var err error
+		if refused, err = c.saveStates(ctx, pass, step); err != nil {
 			return err
 		}
 	}
 	ok := []float64{1}
 	if s.rank == 0 {
-		written, err := c.saver.Save(ctx, pass, window, step, rollbacks)
+		var written bool
+		var err error
+		if refused {
+			err = c.saver.Failed(step, errors.New("a rank's script could not write its state (that rank's log says why)"))
+		} else {
+			written, err = c.saver.Save(ctx, pass, window, step, rollbacks)
+		}
 		if err != nil {
 			ok[0] = -1
 		} else if !written {

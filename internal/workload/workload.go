@@ -8,6 +8,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/engine"
@@ -110,7 +111,9 @@ type StateSaver interface {
 	// StartedAt is the checkpoint it was started at; ok false: step 0.
 	StartedAt() (pass, step int, ok bool)
 	// SaveStateAt saves this rank's state for the checkpoint at step of
-	// pass; every rank does before rank 0 writes hdet's.
+	// pass; every rank does before rank 0 writes hdet's. An error wrapping
+	// ErrStateRefused is a disk's refusal: that checkpoint fails as a
+	// refused write of hdet's own does, and the run goes on.
 	SaveStateAt(ctx context.Context, pass, step int) error
 	// PruneStates removes this rank's saved states that no checkpoint
 	// kept refers to, after a checkpoint is written.
@@ -119,6 +122,10 @@ type StateSaver interface {
 	// starts over.
 	RemoveStates() error
 }
+
+// ErrStateRefused: a replica's state file could not be written (a full
+// or read-only disk), and nothing else went wrong.
+var ErrStateRefused = errors.New("its state could not be written")
 
 // MainWindower is a replica that trains the main pass in windows longer
 // than train.window where it has nothing to average (a script whose DDP

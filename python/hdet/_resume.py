@@ -12,6 +12,7 @@ stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -124,14 +125,20 @@ def write(path: str, contents: dict[str, Any] | str | None) -> None:
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     tmp = path + ".tmp"
-    if isinstance(contents, str):
-        shutil.copyfile(contents, tmp)
-    with open(tmp, "ab" if isinstance(contents, str) else "wb") as f:
-        if not isinstance(contents, str):
-            torch.save(contents if contents is not None else {"format": FORMAT, "fresh": True}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        if isinstance(contents, str):
+            shutil.copyfile(contents, tmp)
+        with open(tmp, "ab" if isinstance(contents, str) else "wb") as f:
+            if not isinstance(contents, str):
+                torch.save(contents if contents is not None else {"format": FORMAT, "fresh": True}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk: what was written of the file goes, so the space does.
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)  # the rename itself

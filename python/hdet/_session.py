@@ -334,13 +334,18 @@ class Session:
         if self.on_save is None:
             self.fail("hdet asked to save the script's state, but the script gave hdet none (attach(..., state=...))")
         self._copy(out=False, with_state=self.local)
+        answer = {"type": "saved", "path": msg.get("path"), "step": msg.get("step")}
         try:
             self.on_save(msg)
-        except Exception as e:  # whatever the script's objects raise in state_dict(), or the disk
+        except OSError as e:
+            # A full or read-only disk: hdet skips this checkpoint, as it
+            # does when its own write is refused, and the run goes on.
+            answer["refused"] = str(e)
+        except Exception as e:  # whatever the script's objects raise in state_dict()
             if self.finished:  # on_save reported it
                 raise
             self.fail("saving the script's state to %s failed: %s" % (msg.get("path"), e))
-        self.conn.send({"type": "saved", "path": msg.get("path"), "step": msg.get("step")})
+        self.conn.send(answer)
 
     def hand_over(self) -> None:
         """The window is trained: its parameters go to the buffer."""

@@ -12,7 +12,7 @@ from unittest import mock
 
 import torch
 
-from hdet import _session
+from hdet import _resume, _session
 from hdet._protocol import PROTOCOL_VERSION, Connection, ProtocolError
 
 
@@ -138,16 +138,41 @@ class SaveTest(unittest.TestCase):
         with self.assertRaisesRegex(ProtocolError, r"the script gave hdet none \(attach\(\.\.\., state=\.\.\.\)\)"):
             self.run_save(None)
 
+    def test_a_refused_save_answers_saved_with_why_and_runs_on(self):
+        def on_save(s):
+            def full(msg):
+                raise OSError(28, "No space left on device")
+            return full
+
+        plan, got = self.run_save(on_save)
+        self.assertEqual(plan["type"], "plan", "a full disk skips hdet's checkpoint, the window goes on")
+        self.assertEqual(got["answer"], {"type": "saved", "path": "/x/rank-0/search-step-0.pt", "step": 0,
+                                         "refused": "[Errno 28] No space left on device"})
+
     def test_a_failed_save_answers_error(self):
         def on_save(s):
             def fail(msg):
-                raise OSError(28, "No space left on device")
+                raise ValueError("the loader cannot say where it is")
             return fail
 
         with self.assertRaisesRegex(ProtocolError, "saving the script's state to /x/rank-0/search-step-0.pt failed: "
-                                    r"\[Errno 28\] No space left on device"):
+                                    "the loader cannot say where it is"):
             self.run_save(on_save)
 
+
+class WriteTest(unittest.TestCase):
+    def test_a_refused_write_leaves_no_partial_file(self):
+        class Full:
+            def __reduce__(self):
+                raise OSError(28, "No space left on device")
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rank-0", "search-step-5.pt")
+            _resume.write(path, None)
+            with self.assertRaises(OSError):
+                _resume.write(path, {"x": Full()})
+            self.assertEqual(os.listdir(os.path.dirname(path)), ["search-step-5.pt"], "the old file stays, no .tmp")
+            self.assertTrue(torch.load(path, weights_only=False)["fresh"])
 
 if __name__ == "__main__":
     unittest.main()

@@ -16,8 +16,8 @@ type form struct {
 }
 
 // forms are study 1's HDET variants: the default (auto.commit restart: a
-// search pass, then a main pass at the committed value), revision 2's one
-// pass (auto.commit continue) and the paper's absolute update.
+// search pass, then a main pass at the committed value), the one-pass
+// form (auto.commit continue) and the paper's absolute update.
 var forms = []form{
 	{Name: "default", Label: "HDET default (restart)", AllSeeds: true},
 	{Name: "continue", Label: "HDET continue (rev. 2)", Sets: []string{"explorers.lr.config.auto.commit=continue"}},
@@ -171,7 +171,7 @@ func (b *bench) formSeeds(f form) []int {
 // studySweep is study 1: per setup a plain max_lr sweep on the sweep seeds
 // picks the best point; on held-out seeds, plain training at it (the
 // reference) and at 10x below and above, against HDET from those starts
-// in the default form, revision 2's one pass and the paper's form.
+// in the default form, the one-pass form and the paper's form.
 func (b *bench) studySweep(ctx context.Context) (*table, error) {
 	t := &table{Title: "Study 1: finding max_lr, one HDET run against a plain sweep's best point",
 		Header: []string{"setup", "run", "start", "max_lr", "seeds", "vs reference: median", "worst seed",

@@ -14,7 +14,7 @@ type overheadPair struct {
 	hdet  map[int]result
 }
 
-// studyOverhead is study 3 for revision 3: (a) the main pass of an HDET
+// studyOverhead is study 3 for the search and main passes: (a) the main pass of an HDET
 // run (3 explorers, gradients mode) against plain synchronous DP, per
 // step, over interleaved pairs in alternating order; (b) the search pass's cost per window,
 // itemised (training, probe, plan, converge), at T = 10, 50, 100.
@@ -180,7 +180,7 @@ func (b *bench) overheadNotes(t *table, pairs []overheadPair) {
 	t.note("%d scheduled steps per run, %d repetition(s), interleaved with the order alternating (plain, T = %v; then T = %[3]v, plain; ...); a pair is a plain run and an HDET run of the same repetition. ms/step: from the window records' timing fields, the sum over the pass's windows of fanout_seconds + converge_seconds + plan_seconds, over its steps (plain DP: its one window). wall clock: the records' timestamps, from the pass's start (plain: the start record; the main pass: the commit record plus the restart) to its last window. The restart (the step-0 state restored, in the main pass's first plan_seconds) is a one-time cost, left out of both and shown on its own. Evaluation and checkpoints off on both sides.",
 		b.p.OverheadSteps, b.p.OverheadReps, b.p.Windows)
 	t.note("plain DP: bench/configs/plain.yaml, gradients all-reduced every step, window = the run (one converge, at the end). HDET: examples/mnist.yaml (lr, dropout and weight decay explorer plugins, auto.commit restart by default) in gradients mode: a search pass to the last explorer's auto.until (0.3 of the run), then the main pass, the whole schedule at the committed values without spread, converging and planning every T steps. whole run: both passes' window time over the schedule's steps, which is what the run costs against one plain run.")
-	t.note("Before revision 3 this study timed whole one-pass runs (the spread, the probe and the controller for the entire run): HDET at T = 100 was +9.9%% per step and at T = 10 +50%% against plain DP. Those numbers correspond to table (b)'s search pass, not to the main pass; the whole-run column is the cost per schedule step now.")
+	t.note("Before the search and main passes this study timed whole one-pass runs (the spread, the probe and the controller for the entire run): HDET at T = 100 was +9.9%% per step and at T = 10 +50%% against plain DP. Those numbers correspond to table (b)'s search pass, not to the main pass; the whole-run column is the cost per schedule step now.")
 	at := math.NaN()
 	if slices.Contains(b.p.Windows, 100) {
 		p, h := perPair(pairs, 100, func(r result) float64 { return r.pass(len(r.Passes) - 1).perStep() })

@@ -12,10 +12,10 @@ import (
 type Form string
 
 const (
-	// FormOffset is revision 2: the base is the schedule combined with a
+	// FormOffset: the base is the schedule combined with a
 	// learned offset u in the hyperparameter's scale.
 	FormOffset Form = "offset"
-	// FormPaper is revision 1, the paper's absolute update, kept for
+	// FormPaper is the paper's absolute update, kept for
 	// comparison: the base is learned in the hyperparameter's units and
 	// held constant over each window.
 	FormPaper Form = "paper"
@@ -82,7 +82,7 @@ type AutoConfig struct {
 }
 
 // CommitMode says what the run does with what the search found (docs/design.md
-// §1, revision 3).
+// §1.2, the search and main passes).
 type CommitMode string
 
 const (
@@ -90,7 +90,7 @@ const (
 	// commits its value, the step-0 state is restored, and the main pass
 	// trains the whole schedule at the committed values with no spread.
 	CommitRestart CommitMode = "restart"
-	// CommitContinue is revision 2: one pass, the spread narrowing once
+	// CommitContinue: one pass, the spread narrowing once
 	// the offset stops learning.
 	CommitContinue CommitMode = "continue"
 )

@@ -53,7 +53,7 @@ func kindOf(kind, scheduleKind, example string) builtinKind {
 //	  "bounds": {"lower": 1e-8, "upper": 10},  // values are clamped to [lower, upper]
 //	  "auto": {
 //	    "enabled": true,   // false: the schedule (with its spread) for the whole run
-//	    "form": "offset",  // offset (revision 2: base = schedule (+) learned offset u) | paper (revision 1)
+//	    "form": "offset",  // offset (base = schedule (+) learned offset u) | paper (the paper's absolute update)
 //	    "start": 0,        // first step whose window boundary may update; default offset: 0,
 //	                       // paper: the schedule's warm-up end (OneCycle: int(pct_start*total_steps))
 //	    "until": ...,      // offset: fraction of the run after which u stops moving, (0, 1]; default: the first
@@ -84,8 +84,8 @@ func kindOf(kind, scheduleKind, example string) builtinKind {
 // scale, s(t)+u on a linear one, and the schedule must cover the run. In
 // the paper form the first meta-update happens at the first window
 // boundary k*T >= max(auto.start, T); windows before it follow the
-// schedule, windows after it hold the auto base. "auto.decay" (revision 1)
-// is refused: the schedule's own anneal replaced it.
+// schedule, windows after it hold the auto base. "auto.decay" (the paper
+// form's old decay) is refused: the schedule's own anneal replaced it.
 type Config struct {
 	Schedule json.RawMessage `json:"schedule"` // a schedule.Spec object or a number
 	Spread   json.RawMessage `json:"spread"`   // a SpreadSpec
@@ -124,7 +124,7 @@ type AutoSpec struct {
 	Beta      *float64    `json:"beta"`
 	Lambda    *float64    `json:"lambda"`
 	Commit    *CommitMode `json:"commit"`
-	// Decay is revision 1's; a config that sets it is refused with what replaced it.
+	// Decay was the paper form's; a config that sets it is refused with what replaced it.
 	Decay json.RawMessage `json:"decay"`
 }
 
@@ -248,7 +248,7 @@ func (b *builtin) parse(s hparam.Setup) (parsedConfig, error) {
 	if as.Guard == nil && p.auto.Form == FormOffset && (p.auto.Signal == SignalTrain || !s.Probe) {
 		p.auto.Guard = trainGuard
 	}
-	// Narrowing is revision 2's: it spends the end of the run on the answer
+	// Narrowing belongs to the offset form: it spends the end of the run on the answer
 	// the offset form found, so without it the spread keeps its width.
 	if as.Until == nil && p.auto.Form == FormOffset {
 		p.auto.Until = defaultUntil(p.sched, s, p.auto.Commit)
@@ -328,7 +328,7 @@ func spreadConfig(def hparam.Spread, ss SpreadSpec, defNarrow Narrowing) (hparam
 // autoConfig applies the "auto" block: the form's defaults, then the keys set.
 func (p *parsedConfig) autoConfig(as AutoSpec) error {
 	if present(as.Decay) {
-		return hparam.FieldErrorf("auto.decay", "was removed in revision 2 of the meta-update: the base is now the schedule combined with a learned offset, "+
+		return hparam.FieldErrorf("auto.decay", "was removed: the base is now the schedule combined with a learned offset, "+
 			"so the schedule's own anneal replaces the decay; delete the key (auto.form: paper gives the paper's update, without decay)")
 	}
 	form := FormOffset

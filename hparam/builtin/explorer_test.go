@@ -69,7 +69,7 @@ func TestBuiltinConfigErrors(t *testing.T) {
 		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": -1}}`, "auto.start"},
 		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"start": 1.5}}`, "auto.start"},
 		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"stat": 1}}`, "auto.stat"},
-		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"decay": "none"}}`, "auto.decay"}, // revision 1's, refused
+		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"decay": "none"}}`, "auto.decay"}, // the paper form's old decay, refused
 		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"form": "absolute"}}`, "auto.form"},
 		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"signal": "eval"}}`, "auto.signal"},
 		{LR, `{"schedule": {"max_lr": 0.1}, "auto": {"estimator": "cubic"}}`, "auto.estimator"},

@@ -246,8 +246,8 @@ func TestOffsetProbeSignal(t *testing.T) {
 	}
 }
 
-// The paper form is revision 1's update without decay: this trajectory was
-// recorded from revision 1 with `decay: none` and must not change.
+// The paper form is the paper's update without its old decay: this
+// trajectory was recorded with `decay: none` and must not change.
 func TestPaperFormPinned(t *testing.T) {
 	ctx := context.Background()
 	e, err := initBuiltin(t, LR, `{"schedule":{"max_lr":0.01,"pct_start":0.25},"spread":{"alpha":0.5,"narrow_from":1},"auto":{"form":"paper","sigma":0.05}}`,

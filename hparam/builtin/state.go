@@ -10,7 +10,7 @@ import (
 )
 
 // builtinStateVersion 5 added the no-harm rule's evidence, 4 the commit
-// (revision 3), 3 the offset's average; versions 2 to 4 still resume,
+// (the search and main passes), 3 the offset's average; versions 2 to 4 still resume,
 // uncommitted where before 4, a version-2 average and a pre-5 evidence
 // starting empty.
 //
@@ -52,7 +52,7 @@ func (b *builtin) LoadState(_ context.Context, state []byte) error {
 		if len(state) > 0 {
 			v = int(state[0])
 		}
-		return fmt.Errorf("%w: explorer state: version %d, this explorer reads versions 2 to %d (revision 2 of the meta-update on; a revision-1 checkpoint cannot resume)",
+		return fmt.Errorf("%w: explorer state: version %d, this explorer reads versions 2 to %d (from the learned offset on; a checkpoint of the decaying update before it cannot resume)",
 			hparam.ErrDecode, v, builtinStateVersion)
 	}
 	version := state[0]

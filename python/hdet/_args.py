@@ -82,7 +82,7 @@ def auto(v, arg="auto"):
     out = {}
     for k, x in v.items():
         if k == "decay":
-            raise ValueError("hdet: %s['decay'] was removed in revision 2: the script's own schedule "
+            raise ValueError("hdet: %s['decay'] was removed: the script's own schedule "
                              "replaced it; delete the key" % arg)
         want = AUTO_KEYS.get(k)
         if want is None:

@@ -15,6 +15,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import Results  # noqa: E402
+
 BEST = 0.0046
 STARTS = [("at best", BEST), ("10x below", 0.00046), ("10x above", 0.046)]
 COMMITTED = re.compile(r"committed after a search pass of (\d+) steps: lr x([0-9.e+-]+): peak lr \S+ -> \S+ \(x\S+\)( \((kept: .*)\))?")
@@ -51,22 +54,13 @@ def main():
     ap.add_argument("--hdet", default="bin/hdet")
     ap.add_argument("--table", action="store_true", help="only print the table of the results there are")
     args = ap.parse_args()
-    os.makedirs(args.runs, exist_ok=True)
-    path = os.path.join(args.runs, "results.jsonl")
-    done = {}
-    if os.path.exists(path):
-        for line in open(path):
-            r = json.loads(line)
-            done[(r["kind"], r["lr"], r["seed"])] = r
+    done = Results(args.runs)
 
     def get(kind, lr, seed):
         if (kind, lr, seed) not in done and not args.table:
             r = run(args, kind, lr, seed)
             r.update(kind=kind, lr=lr, seed=seed)
-            done[(kind, lr, seed)] = r
-            with open(path, "a") as f:
-                f.write(json.dumps(r) + "\n")
-            print(json.dumps(r), flush=True)
+            print(json.dumps(done.add(r)), flush=True)
         return done.get((kind, lr, seed))
 
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import regression  # bench/noharm/regression.py: the plain runs, in process
+from results import Results
 
 SCRIPT = "bench/noharm/regression.py"
 SWEEP = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
@@ -59,13 +60,7 @@ def main():
     ap.add_argument("--plan", default="at,nosearch,far", help="which groups, in order")
     ap.add_argument("--table", action="store_true", help="only print the table of the results there are")
     args = ap.parse_args()
-    os.makedirs(args.runs, exist_ok=True)
-    path = os.path.join(args.runs, "results.jsonl")
-    done = {}
-    if os.path.exists(path):
-        for line in open(path):
-            r = json.loads(line)
-            done[(r["kind"], r["lr"], r["seed"])] = r
+    done = Results(args.runs)
     seeds = [int(s) for s in args.seeds.split(",")]
     far = [int(s) for s in args.far_seeds.split(",")]
     if args.table:
@@ -82,18 +77,13 @@ def main():
             continue
         r = run_one(args, kind, lr, seed)
         r.update(kind=kind, lr=lr, seed=seed)
-        done[(kind, lr, seed)] = r
-        with open(path, "a") as f:
-            f.write(json.dumps(r) + "\n")
-        print(json.dumps(r), flush=True)
+        print(json.dumps(done.add(r)), flush=True)
     # plain training at what hdet committed, in one process (cheap): the commit as a user would write it
     for (kind, lr, seed), r in list(done.items()):
         if kind in ("hdet", "probe") and ("plainat", lr * r["committed"], seed) not in done and r.get("committed"):
             q = run_one(args, "plain", lr * r["committed"], seed)
             q.update(kind="plainat", lr=lr * r["committed"], seed=seed, start=lr, of=kind)
-            done[("plainat", q["lr"], seed)] = q
-            with open(path, "a") as f:
-                f.write(json.dumps(q) + "\n")
+            done.add(q)
     table(done, args.sweep_seed)
 
 

@@ -190,7 +190,8 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, mainWindows int, traceDir string
 // checkHandoverTiming: every window record of a pass says where rank 0's
 // hand-over went (docs/performance.md); a window after the pass's first
 // also has the previous DONE's write, the wait for this PLAN and the PLAN's
-// copy back, and the wait holds the sockets' trips and hdet's plan.
+// copy back, and the wait holds hdet's plan (the client caps the PLAN's
+// trip at the wait: the two are read from two clocks).
 func checkHandoverTiming(t *testing.T, pass []metrics.WindowRecord) {
 	t.Helper()
 	for i, rec := range pass {
@@ -205,7 +206,6 @@ func checkHandoverTiming(t *testing.T, pass []metrics.WindowRecord) {
 			}
 		}
 		if i > 0 {
-			assert.Greater(t, h["wait"], h["plan_socket"], "pass %d window %d: the wait holds the PLAN's trip", rec.Pass, rec.Window)
 			assert.GreaterOrEqual(t, h["wait"], rec.PlanSeconds, "pass %d window %d: the wait holds hdet's plan", rec.Pass, rec.Window)
 		}
 		assert.Positive(t, rec.GatherSeconds, "pass %d window %d: gather timed", rec.Pass, rec.Window)

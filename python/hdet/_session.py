@@ -305,11 +305,13 @@ class Session:
             if kind == "save":
                 self._save(msg)
                 continue
-            got = time.perf_counter()
+            got, now = time.perf_counter(), time.time()
             if self._sent and kind == "plan":
                 self.timing["wait"] = got - self._sent
                 if msg.get("sent_at"):
-                    self.timing["plan_socket"] = max(0.0, time.time() - msg["sent_at"])
+                    # The PLAN's trip is part of the wait; the two clocks
+                    # differ by their reads' microseconds, so it is capped.
+                    self.timing["plan_socket"] = min(max(0.0, now - msg["sent_at"]), self.timing["wait"])
             self._load(msg)
             self.timing["load"] = self.timing.get("load", 0.0) + time.perf_counter() - got
             if msg.get("load") and self._trace is not None:  # hashing 1 MB per window only when tracing

@@ -29,6 +29,7 @@ import (
 	"github.com/hdet-dev/hdet/hparam"
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/metrics"
+	"github.com/hdet-dev/hdet/internal/plan"
 )
 
 // runWorker runs `mpirun -np n hdet run [CFG] --worker -- PYTHON SCRIPT
@@ -190,8 +191,10 @@ func checkWorkerRun(t *testing.T, r hdetRun, n, mainWindows int, traceDir string
 // checkHandoverTiming: every window record of a pass says where rank 0's
 // hand-over went (docs/performance.md); a window after the pass's first
 // also has the previous DONE's write, the wait for this PLAN and the PLAN's
-// copy back, and the wait holds hdet's plan (the client caps the PLAN's
-// trip at the wait: the two are read from two clocks).
+// copy back. In the search pass, whose plan needs the window's losses, the
+// wait holds hdet's plan; the main pass's plan is ready before the DONE
+// (prefetched: CI saw waits of 0.06 ms against plans of 0.2 ms), so its
+// PLAN may wait in the socket, and the client caps that trip at the wait.
 func checkHandoverTiming(t *testing.T, pass []metrics.WindowRecord) {
 	t.Helper()
 	for i, rec := range pass {
@@ -205,7 +208,7 @@ func checkHandoverTiming(t *testing.T, pass []metrics.WindowRecord) {
 				assert.True(t, h[k] >= 0 && h[k] < 600, "pass %d window %d: %s = %v s", rec.Pass, rec.Window, k, h[k])
 			}
 		}
-		if i > 0 {
+		if i > 0 && rec.Pass == plan.PassSearch {
 			assert.GreaterOrEqual(t, h["wait"], rec.PlanSeconds, "pass %d window %d: the wait holds hdet's plan", rec.Pass, rec.Window)
 		}
 		assert.Positive(t, rec.GatherSeconds, "pass %d window %d: gather timed", rec.Pass, rec.Window)

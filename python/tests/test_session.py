@@ -3,11 +3,13 @@ the protocol (a real Unix socket and a real memfd buffer)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import tempfile
 import threading
 import unittest
+from collections.abc import Callable, Iterator
 from unittest import mock
 
 import torch
@@ -34,6 +36,31 @@ def serve_one_plan(listener: socket.socket, fd: int, got: dict) -> None:
     sock.close()
 
 
+@contextlib.contextmanager
+def served(opt: torch.optim.Optimizer, serve: Callable[[socket.socket, int, dict], None]) -> Iterator[tuple[_session.Session, dict]]:
+    """A Session of opt connected to serve(listener, buffer fd, got), hdet's side, on a thread; yields it and got."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "hdet.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(1)
+        fd = os.memfd_create("hdet-test")
+        got: dict = {}
+        server = threading.Thread(target=serve, args=(listener, os.dup(fd), got))
+        server.start()
+        s = None
+        try:
+            with mock.patch.dict(os.environ, {_session.ENV_SOCKET: path, _session.ENV_BUFFER_FD: str(os.dup(fd))}):
+                s = _session.Session(opt, {"hyperparameters": ["lr"], "param_groups": []})
+                yield s, got
+        finally:
+            server.join()
+            if s is not None:
+                s.close()
+            listener.close()
+            os.close(fd)
+
+
 class ResumedStateTest(unittest.TestCase):
     def test_resumed_optimizer_state_survives_the_first_plan(self):
         """A script that resumed its own checkpoint has optimizer state before
@@ -45,27 +72,12 @@ class ResumedStateTest(unittest.TestCase):
         model(torch.randn(8, 4)).pow(2).mean().backward()
         opt.step()  # the state a checkpoint would bring back
         want = {k: [v.clone() for v in st.values() if torch.is_tensor(v)] for k, st in enumerate(opt.state.values())}
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "hdet.sock")
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(path)
-            listener.listen(1)
-            fd = os.memfd_create("hdet-test")
-            got: dict = {}
-            server = threading.Thread(target=serve_one_plan, args=(listener, os.dup(fd), got))
-            server.start()
-            env = {_session.ENV_SOCKET: path, _session.ENV_BUFFER_FD: str(os.dup(fd))}
-            with mock.patch.dict(os.environ, env):
-                s = _session.Session(opt, {"hyperparameters": ["lr"], "param_groups": []})
-                with torch.no_grad():
-                    for st in opt.state.values():  # what the first window must not keep
-                        for v in st.values():
-                            v.zero_()
-                self.assertEqual(s.next_message(None)["type"], "plan")
-            server.join()
-            s.close()
-            listener.close()
-            os.close(fd)
+        with served(opt, serve_one_plan) as (s, got):
+            with torch.no_grad():
+                for st in opt.state.values():  # what the first window must not keep
+                    for v in st.values():
+                        v.zero_()
+            self.assertEqual(s.next_message(None)["type"], "plan")
         self.assertEqual(got["ready"], "ready")
         self.assertGreater(got["hello"]["state_count"], 0, "local mode hands the optimizer state over")
         for k, st in enumerate(opt.state.values()):
@@ -99,26 +111,9 @@ class SaveTest(unittest.TestCase):
         torch.manual_seed(0)
         opt = torch.optim.AdamW(torch.nn.Linear(4, 3).parameters(), lr=1e-2)
         opt.param_groups[0]["params"][0].grad = None
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "hdet.sock")
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(path)
-            listener.listen(1)
-            fd = os.memfd_create("hdet-test")
-            got: dict = {}
-            server = threading.Thread(target=serve_save, args=(listener, os.dup(fd), got))
-            server.start()
-            env = {_session.ENV_SOCKET: path, _session.ENV_BUFFER_FD: str(os.dup(fd))}
-            try:
-                with mock.patch.dict(os.environ, env):
-                    s = _session.Session(opt, {"hyperparameters": ["lr"], "param_groups": []})
-                    s.on_save = on_save(s) if on_save else None
-                    return s.next_message(None), got
-            finally:
-                server.join()
-                s.close()
-                listener.close()
-                os.close(fd)
+        with served(opt, serve_save) as (s, got):
+            s.on_save = on_save(s) if on_save else None
+            return s.next_message(None), got
 
     def test_save_takes_the_converged_values_then_answers_saved(self):
         seen = []

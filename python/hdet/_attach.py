@@ -433,7 +433,8 @@ class Attachment:
         if _resume.pass_name() == "main" and _resume.request() is None:
             self._fail("the main pass starts at step 0, but the script resumed a checkpoint at step %d that hdet did "
                        "not resume: one the script wrote in the search pass, whose replicas trained at spread values, "
-                       "or one of an earlier launch that hdet started over. Keep the passes apart with one line: "
+                       "one of an earlier launch that hdet started over, or another run's left at that path (a "
+                       "plain run in the same folder: move it away). Keep the passes apart with one line: "
                        "torch.save(..., hdet.checkpoint_path(\"ckpt.pt\")), and the same path for torch.load; to "
                        "resume at the step, give hdet the script's state (attach(..., state={...})); %s"
                        % (own, _resume.DOCS))

@@ -22,10 +22,10 @@ import (
 	"github.com/hdet-dev/hdet/internal/testenv"
 )
 
-// resumeRanks is the ranks of the worker resume tests: 2, not 4, because
-// each launch starts every rank's Python twice (the search pass, the main
-// pass), and the tests make 14 launches; 4 ranks on a 2-core CI runner
-// take most of an hour.
+// resumeRanks is the ranks of most worker resume tests: 2, because each
+// launch starts every rank's Python twice (the search pass, the main pass)
+// and the tests make 17 launches, which at 4 ranks on a 2-core CI runner
+// take most of an hour; the replica-group case runs 4 (resumeGroup).
 const resumeRanks = 2
 
 // resumeWindow and resumeSteps are resume_train.py's window and run
@@ -35,16 +35,30 @@ const (
 	resumeSteps  = 160
 )
 
+// resumeSetup is how resume_train.py runs: its ranks, hdet's flags and the
+// script's.
+type resumeSetup struct {
+	ranks      int
+	hdet, args []string
+}
+
+// resumeLocal is local mode on resumeRanks ranks; resumeGroup is 4 ranks
+// as two replica groups of 2, each a DDP of its two ranks.
+var (
+	resumeLocal = resumeSetup{ranks: resumeRanks}
+	resumeGroup = resumeSetup{ranks: 4, hdet: []string{"--set", "train.replica_size=2"}, args: []string{"--ddp"}}
+)
+
 // workerLaunch is one launch of resume_train.py under hdet into a run
 // directory: the same command every time, env only differs.
 type workerLaunch struct {
 	runDir, record string
-	args           []string
+	resumeSetup
 }
 
-func newWorkerLaunch(t *testing.T, args ...string) workerLaunch {
+func newWorkerLaunch(t *testing.T, setup resumeSetup) workerLaunch {
 	dir := t.TempDir()
-	l := workerLaunch{runDir: filepath.Join(dir, "run"), record: filepath.Join(dir, "record"), args: args}
+	l := workerLaunch{runDir: filepath.Join(dir, "run"), record: filepath.Join(dir, "record"), resumeSetup: setup}
 	require.NoError(t, os.Mkdir(l.record, 0o755))
 	return l
 }
@@ -55,11 +69,11 @@ func (l workerLaunch) run(t *testing.T, env ...string) (string, int) {
 	testenv.NeedTorch(t)
 	hdet, plugins := hdetBinaries(t)
 	script := filepath.Join(repoRoot(t), "tests", "testdata", "resume_train.py")
-	full := append([]string{hdet, "run", "--run-dir", l.runDir, "--plugin-dir", plugins, "--progress", "none",
-		"--worker", "--", testenv.Python, script, "--record", l.record}, l.args...)
+	full := append([]string{hdet, "run", "--run-dir", l.runDir, "--plugin-dir", plugins, "--progress", "none"}, l.hdet...)
+	full = append(append(full, "--worker", "--", testenv.Python, script, "--record", l.record), l.args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := mpirunCmd(ctx, t, resumeRanks, full...)
+	cmd := mpirunCmd(ctx, t, l.ranks, full...)
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -164,25 +178,30 @@ type position struct {
 // left, and metrics.jsonl holds each window once. One run is stopped in the
 // search pass, then in the main pass; another in the search pass's last
 // window, so that its relaunch commits and trains the main pass. Local mode
-// and DDP (gradients mode).
+// and DDP (gradients mode) on 2 ranks; replica groups of a DDP script on 4
+// ranks, stopped in the search pass, then in the main pass.
 func TestWorkerResumesAtTheStep(t *testing.T) {
+	ddp := resumeLocal
+	ddp.args = []string{"--ddp"}
 	for _, mode := range []struct {
-		name string
-		args []string
-	}{{"local", nil}, {"ddp", []string{"--ddp"}}} {
+		name   string
+		setup  resumeSetup
+		commit bool
+	}{{"local", resumeLocal, true}, {"ddp", ddp, true}, {"replica-groups", resumeGroup, false}} {
 		t.Run(mode.name, func(t *testing.T) {
-			ref := newWorkerLaunch(t, mode.args...)
+			ref := newWorkerLaunch(t, mode.setup)
 			out, code := ref.run(t)
 			require.Equal(t, 0, code, out)
 			want, wantWindows := ref.end(t).Checksum, ref.windows(t)
 			search := searchEnd(t, ref)
 			require.Greater(t, search, 3*resumeWindow, "the run committed after its third window: %v", wantWindows)
-			for name, stops := range map[string][]position{
-				"search-then-main": {{"search", 2 * resumeWindow}, {"main", 3 * resumeWindow}},
-				"commit":           {{"search", search - resumeWindow}},
-			} {
+			cases := map[string][]position{"search-then-main": {{"search", 2 * resumeWindow}, {"main", 3 * resumeWindow}}}
+			if mode.commit {
+				cases["commit"] = []position{{"search", search - resumeWindow}}
+			}
+			for name, stops := range cases {
 				t.Run(name, func(t *testing.T) {
-					stoppedAndResumed(t, mode.args, stops, search, want, wantWindows)
+					stoppedAndResumed(t, mode.setup, stops, search, want, wantWindows)
 				})
 			}
 		})
@@ -192,9 +211,9 @@ func TestWorkerResumesAtTheStep(t *testing.T) {
 // stoppedAndResumed launches a run that a signal stops at each of stops in
 // turn, then once more to its end, and checks it against the uninterrupted
 // run's checksum and windows, and what each launch trained.
-func stoppedAndResumed(t *testing.T, args []string, stops []position, search int, want string, wantWindows []string) {
-	l := newWorkerLaunch(t, args...)
-	from, seen := position{"search", 0}, make([]int, resumeRanks)
+func stoppedAndResumed(t *testing.T, setup resumeSetup, stops []position, search int, want string, wantWindows []string) {
+	l := newWorkerLaunch(t, setup)
+	from, seen := position{"search", 0}, make([]int, setup.ranks)
 	for i := 0; i <= len(stops); i++ {
 		to, env, wantCode := position{"main", resumeSteps}, []string(nil), 0
 		if i < len(stops) {
@@ -255,7 +274,7 @@ func trained(from, to position, search int) [4]int {
 // script relaunched without state= into a run whose script gave it stops
 // with exit 2 and says what to add.
 func TestWorkerWithoutStateStartsOver(t *testing.T) {
-	l := newWorkerLaunch(t)
+	l := newWorkerLaunch(t, resumeLocal)
 	out, code := l.run(t, "NO_STATE=1", "STOP_AT=search:16")
 	require.Equal(t, 3, code, out)
 	assert.Contains(t, out, "launch the same command again to run it again from step 0 (the script does not give hdet its state")
@@ -268,7 +287,7 @@ func TestWorkerWithoutStateStartsOver(t *testing.T) {
 		assert.Equal(t, [2]int{0, searchEnd(t, l)}, [2]int{s0, s1}, "rank %d's relaunch trains the search pass from step 0", r)
 	}
 
-	l = newWorkerLaunch(t)
+	l = newWorkerLaunch(t, resumeLocal)
 	out, code = l.run(t, "STOP_AT=search:16")
 	require.Equal(t, 3, code, out)
 	out, code = l.run(t, "NO_STATE=1")

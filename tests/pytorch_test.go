@@ -296,9 +296,10 @@ func mainWindows(steps, window int) int { return (steps + window - 1) / window }
 
 // A worker run under auto.commit restart with hdet's default window
 // (bridge.DefaultWindow: 9 steps for 300, so that the search pass has 8
-// windows): the search pass is the first quarter of the run, to the first
-// window boundary at or after step 75 (81); then the script is started a
-// second time for the main pass, which trains at the committed multiplier.
+// windows): the search pass is the whole windows in the first quarter of
+// the run, to the last window boundary at or before step 75 (72); then the
+// script is started a second time for the main pass, which trains at the
+// committed multiplier.
 func TestPyTorchWorkerRestart(t *testing.T) {
 	var traceDir string
 	r := runWorker(t, 2, "", func(d string, _ *exec.Cmd) { traceDir = d }, workerScript(t), "--steps", "300", "--explore", "lr")
@@ -307,8 +308,8 @@ func TestPyTorchWorkerRestart(t *testing.T) {
 	assert.Equal(t, window, metrics.Of[metrics.StartRecord](r.records(t))[0].WindowSteps)
 	checkWorkerRun(t, r, 2, mainWindows(300, window), traceDir)
 	assertMainPassAtCommitted(t, r)
-	assert.Equal(t, 81, metrics.Of[metrics.CommitRecord](r.records(t))[0].Step, "the search pass ends at the first boundary after a quarter of the run")
-	assert.Regexp(t, `committed after a search pass of 81 steps: lr x[0-9.]+: peak lr 0.05 -> [0-9.e-]+ \(x[0-9.]+\)`, r.stdout)
+	assert.Equal(t, 72, metrics.Of[metrics.CommitRecord](r.records(t))[0].Step, "the search pass ends at the last boundary within a quarter of the run")
+	assert.Regexp(t, `committed after a search pass of 72 steps: lr x[0-9.]+: peak lr 0.05 -> [0-9.e-]+ \(x[0-9.]+\)`, r.stdout)
 }
 
 // convnetArgs: 25600 training images, batch 64, one epoch: 100 steps per

@@ -104,3 +104,28 @@ func TestBuiltinSearchStates(t *testing.T) {
 }
 
 func fmtCfg(format, extra string) string { return fmt.Sprintf(format, extra) }
+
+// A schedule hdet does not know (a constant) searches the whole windows in
+// a quarter of the run, at most MaxSearchWindows: the share falls with the
+// run's length, and never passes a quarter.
+func TestBuiltinSearchLength(t *testing.T) {
+	for _, c := range []struct{ steps, windows int }{{30, 1}, {100, 2}, {404, 10}, {640, 16}, {10000, 16}} {
+		s := hparam.Setup{Name: "weight_decay", Ranks: 4, TotalSteps: c.steps, WindowSteps: 10, Seed: 1}
+		e, err := initBuiltin(t, WeightDecay, `{"schedule": 0.01}`, s)
+		require.NoError(t, err)
+		searched := 1 // the feedback after window k says whether window k+1 searches
+		for k := 0; (k+1)*s.WindowSteps < s.TotalSteps; k++ {
+			if _, fb := window(t, e, k, func(x float64) float64 { return x * x }); fb.Search != hparam.Searching {
+				break
+			}
+			searched++
+		}
+		assert.Equal(t, c.windows, searched, "%d steps in windows of 10", c.steps)
+		if c.windows > 1 {
+			assert.LessOrEqual(t, searched*s.WindowSteps*4, c.steps, "%d steps: at most a quarter", c.steps)
+		}
+		if c.steps >= 10000 {
+			assert.LessOrEqual(t, searched*s.WindowSteps*10, c.steps, "%d steps: at most a tenth", c.steps)
+		}
+	}
+}

@@ -140,21 +140,29 @@ func offsetNarrowing(until float64) Narrowing {
 	return Narrowing{From: until, To: min(1, until+0.1), AlphaEnd: 0}
 }
 
-// SearchWithoutWarmup is auto.until's default for a schedule without a
-// warm-up in a run that commits.
+// SearchWithoutWarmup is the largest share of a run that the search pass
+// takes by default for a schedule without a warm-up in a run that commits.
 const SearchWithoutWarmup = 0.25
+
+// MaxSearchWindows is the most windows that search pass takes by default: a
+// long run needs as many windows to tell its replicas apart as a short
+// one, not the same share of its steps, so the share falls as 16T/N past
+// N = 64T (windows of 50 steps: 8 % of 10,000 steps, 0.8 % of 100,000).
+const MaxSearchWindows = 16
 
 // defaultUntil is the offset form's default auto.until: through the
 // schedule's warm-up and the first window boundary after it (docs/design.md
-// §6.1). A schedule without a warm-up (a constant) searches a quarter of
-// the run when it commits, so that it ends with a OneCycle learning rate's
-// usual warm-up rather than keep the run from ever committing; continuing,
-// it learns the whole run.
+// §6.1). A schedule without a warm-up (a constant, or one hdet does not
+// know) searches, when it commits, the whole windows that fit in a quarter
+// of the run, at most MaxSearchWindows (at least one), so that the run ever
+// commits; continuing, it learns the whole run.
 func defaultUntil(sched schedule.Schedule, s hparam.Setup, commit CommitMode) float64 {
 	end := schedule.WarmupEnd(sched)
 	switch {
 	case end <= 0 && commit == CommitRestart:
-		return SearchWithoutWarmup
+		t := s.WindowSteps
+		k := max(1, min(MaxSearchWindows, int(SearchWithoutWarmup*float64(s.TotalSteps))/t))
+		return min(1, (float64(k*t)-0.5)/float64(s.TotalSteps)) // window k starts past it, whatever the rounding
 	case end <= 0:
 		return 1
 	}

@@ -114,7 +114,7 @@ func TestOffsetClipAndMomentum(t *testing.T) {
 
 func TestOffsetBounds(t *testing.T) {
 	e, err := initBuiltin(t, LR, `{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": 0, "div_factor": 1, "final_div_factor": 1},
-		"spread": {"alpha": 0.5, "narrow_from": 1}, "bounds": {"lower": 0.005, "upper": 0.02}, "auto": {"signal": "train", "lambda": 10}}`, lrSetup)
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "bounds": {"lower": 0.005, "upper": 0.02}, "auto": {"signal": "train", "lambda": 10, "until": 0.25}}`, lrSetup)
 	require.NoError(t, err)
 	up := func(x float64) float64 { return 1 - x }
 	_, fb := window(t, e, 0, up)

@@ -78,7 +78,10 @@ class Batches:
 # The scheduler is built before the attach line because it is in state=.
 sched = lr_scheduler.LambdaLR(opt, rate)
 batches = Batches(1000 + hdet.rank())
-opt = hdet.attach(opt, args.steps, window=args.window, state={"sched": sched, "batches": batches})
+# A search pass of a quarter of the run (auto.until), where the default's
+# 16 windows would leave the soak's search-pass faults no room.
+opt = hdet.attach(opt, args.steps, window=args.window, auto={"until": 0.25},
+                  state={"sched": sched, "batches": batches})
 w_true = torch.linspace(-1, 1, 16)
 loss = torch.zeros(())
 for it in range(hdet.start_step(), args.steps):

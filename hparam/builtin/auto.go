@@ -111,8 +111,7 @@ const (
 // compared by their training losses (signal train, or no probe).
 const trainGuard = 0.5
 
-// DefaultAutoConfig returns the defaults of a form. Offset (revisions 2
-// and 3): probe signal, quadratic estimator clipped at 1.5, beta 0, lambda
+// DefaultAutoConfig returns the defaults of a form. Offset: probe signal, quadratic estimator clipped at 1.5, beta 0, lambda
 // 1, updates over the whole run, a search pass then a restart. Paper: the paper's constants, sigma 0.1,
 // beta 0.9, lambda 0.5, softmax on the training loss.
 func DefaultAutoConfig(form Form) AutoConfig {

@@ -4,7 +4,7 @@
 // and AutoSpec; a schedule.Spec for the base schedule), the window
 // bookkeeping, the search pass and the commit (docs/design.md §1), and the
 // meta-update that moves the base between windows (docs/design.md §1.1):
-// the learned offset (Offset, revisions 2 and 3) and the paper's absolute
+// the learned offset (Offset, the default) and the paper's absolute
 // update (Auto), with their pieces (AutoConfig, Combine, QuadraticVertex,
 // SoftmaxWeights, Narrowing).
 //

@@ -73,7 +73,7 @@ func (c *chaos) diskFullLong() bool {
 	// window, a kill) ended it first.
 	want := inj.pos >= 0 && !l.logHas(`"message":"run finished"`)
 	if want && !(l.exited() && l.end.Before(inj.at.Add(chaosMaxFailing))) {
-		c.expect(l.n, true, "(run.checkpoint_max_failing "+chaosMaxFailing.String()+")", "checkpoints failing past run.checkpoint_max_failing stop the run")
+		c.expect(l.n, true, outcome("disk-full-long").Log+chaosMaxFailing.String()+")", "checkpoints failing past run.checkpoint_max_failing stop the run")
 		c.expect(l.n, true, "no space left on device (the file system of "+c.runDir, "the disk-full message names the path and its free space")
 	}
 	return true

@@ -425,14 +425,14 @@ func (c *chaos) stuck() {
 func (c *chaos) afterLaunch(l *launch) {
 	<-l.done
 	for _, f := range l.faults { // the last fault before the end, one that ends launches first
-		if !f.at.After(l.end) && (l.cause == nil || !chaosHarmless[f.kind] || chaosHarmless[l.cause.kind]) {
+		if !f.at.After(l.end) && (l.cause == nil || !outcome(f.kind).Lives || outcome(l.cause.kind).Lives) {
 			l.cause = f
 		}
 	}
 	what := "no fault"
 	if l.code != 0 && l.cause != nil {
 		from := later(l.cause.at, l.start) // a fault in force when it started: from its start
-		if u := l.cause.until; l.cause.kind == "freeze-host" && !u.IsZero() && u.Before(l.end) {
+		if u := l.cause.until; outcome(l.cause.kind).FromEnd && !u.IsZero() && u.Before(l.end) {
 			from = later(u, l.start) // a frozen host: from its SIGCONT
 		}
 		l.exitAfter = l.end.Sub(from)
@@ -444,9 +444,6 @@ func (c *chaos) afterLaunch(l *launch) {
 	c.t.Logf("launch %d: exit %d after %.1f s (%s)", l.n, l.code, l.end.Sub(l.start).Seconds(), what)
 	c.checkLeftovers(l)
 }
-
-// chaosHarmless are the faults a launch is meant to live through.
-var chaosHarmless = map[string]bool{"explorer-kill": true, "slow-link": true, "disk-full": true, "corrupt-checkpoint": true}
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

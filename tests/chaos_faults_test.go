@@ -2,61 +2,130 @@ package tests
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"testing"
 	"time"
 
+	"github.com/hdet-dev/hdet/internal/faults"
 	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/watchdog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
-// The faults of the chaos soak: their kinds (chaosKinds) and how one is
-// injected, held and ended. The kinds themselves strike processes
-// (chaos_procs_test.go), the network (chaos_links_test.go) or the disk
-// (chaos_disk_test.go), or chain several steps (chaos_scenarios_test.go).
-// In-process faults (a rank's losses) are internal/faults' instead.
+// The faults of the chaos soak: the rows of faults.Kinds it injects (those
+// with a Soak), each with its injector here, and how one is injected,
+// held and ended. The injectors strike processes (chaos_procs_test.go),
+// the network (chaos_links_test.go) or the disk (chaos_disk_test.go), or
+// chain several steps (chaos_scenarios_test.go). The in-process kinds are
+// the fault suite's: they change the model, whose checksum the soak
+// asserts.
 //
 // Each starter injects one fault now and
 // returns it with the function that ends it (nil for an instantaneous one),
 // or nil when it has nothing to hit at this moment (no rank running yet).
 type starter func(c *chaos) (*injection, func())
 
-// faultKind is one entry of the schedule: run injects at the moment the
-// schedule reached and returns false when it could not (tried again later).
+// faultKind is one entry of the schedule: its row of faults.Kinds and its
+// injector.
 type faultKind struct {
-	name, how string
-	weight    int // in the random part of the schedule
-	n         int // faults it injects
-	run       func(c *chaos) bool
-	// trains: the run may train on while the fault is in force (its slot
-	// gets chaosHoldCap windows for it); strikes: it strikes within
-	// milliseconds of its moment, everything it needs found beforehand
-	// (the commit's slot takes only such a kind).
-	trains, strikes bool
-	prearm          armer // armed before the slot's window (prearmed)
+	faults.Kind
+	injector
 }
 
-// chaosKinds are the built-in workload's kinds (pytorchKinds adds the
-// worker's).
-func chaosKinds() []*faultKind {
-	single := func(name, how string, w int, trains, strikes bool, s starter) *faultKind {
-		return &faultKind{name: name, how: how, weight: w, n: 1, trains: trains, strikes: strikes, run: func(c *chaos) bool { return c.single(name, s) }}
+// injector strikes a kind: run injects it at the moment the schedule
+// reached and returns false when it could not (tried again later); prearm,
+// when set, is armed before the slot's window (prearmed).
+type injector struct {
+	run    func(c *chaos, kind string) bool
+	prearm armer
+}
+
+// injectors are the soak's injectors by kind: one for each row of
+// faults.Kinds with a Soak (TestEveryChaosKindHasAnInjector).
+func injectors() map[string]injector {
+	return map[string]injector{
+		"kill-rank":          struck(armKillRank),
+		"kill-host":          struck(armKillHost),
+		"freeze-host":        struck(armFreezeHost),
+		"link-down":          prearmed(armLinkDown),
+		"partition":          prearmed(armPartition),
+		"slow-link":          prearmed(armSlowLink),
+		"disk-full":          struck(armDiskFull),
+		"disk-full-long":     scenario((*chaos).diskFullLong),
+		"sigusr1":            struck(armSigusr1),
+		"explorer-kill":      struck(armExplorerKill),
+		"corrupt-checkpoint": scenario((*chaos).corruptScenario),
+		"resume":             scenario((*chaos).resumeScenario),
+		"double":             scenario((*chaos).double),
+		"kill-python":        struck(armKillPython),
+		"sigterm":            awaited(armSignal(syscall.SIGTERM)),
 	}
-	return []*faultKind{
-		single("kill-rank", "SIGKILL of one rank (any host)", 4, false, true, fired(armKillRank)),
-		single("kill-host", "SIGKILL of every process on one host", 3, false, true, fired(armKillHost)),
-		single("freeze-host", "SIGSTOP of every process on one host for train.watchdog + 2-5 s, then SIGCONT", 1, false, true, fired(armFreezeHost)),
-		prearmed("link-down", "`ip link set eth0 down` inside one host for 2-20 s (it loses both links)", 1, false, armLinkDown),
-		prearmed("partition", "the link between two hosts cut for 2-20 s (a blackhole route each way)", 1, false, armPartition),
-		prearmed("slow-link", "one host's link slowed for 2-10 s (tc netem delay+loss, or tbf where the kernel has no netem)", 2, true, armSlowLink),
-		single("disk-full", "the run directory's tmpfs filled to 0-400 kB free for 0.2-1.5 s", 3, true, true, fired(armDiskFull)),
-		{name: "disk-full-long", how: "filled to 0-32 kB free for run.checkpoint_max_failing + 5-15 s; relaunched meanwhile", weight: 1, n: 1, trains: true, strikes: true, run: (*chaos).diskFullLong},
-		single("sigusr1", "SIGUSR1 to mpirun (Slurm's warning): checkpoint and exit 3", 3, false, true, fired(armSignal(syscall.SIGUSR1))),
-		single("explorer-kill", "SIGKILL of the lr explorer plugin", 4, false, true, fired(armExplorerKill)),
-		{name: "corrupt-checkpoint", how: "a launch ended (kill or SIGUSR1), then its newest checkpoint damaged before the relaunch", weight: 1, n: 2, strikes: true, run: (*chaos).corruptScenario},
-		{name: "resume", how: "a launch ended, then the relaunch hit at a random moment of its setup or as it reads the checkpoint: SIGKILL of a rank or host, SIGUSR1, full disk", weight: 2, n: 2, trains: true, strikes: true, run: (*chaos).resumeScenario},
-		{name: "double", how: "two of kill-rank, kill-host, explorer-kill, sigusr1, disk-full within one window (both armed first)", weight: 2, n: 2, trains: true, strikes: true, run: (*chaos).double},
+}
+
+// soakKinds are the rows of faults.Kinds the soak injects, in the table's
+// order (a seed draws the same schedule), with their injectors; the
+// worker-only ones (Soak.Worker) when worker.
+func soakKinds(worker bool) []*faultKind {
+	inj := injectors()
+	var out []*faultKind
+	for _, k := range faults.Kinds {
+		if k.Soak == nil || (k.Soak.Worker && !worker) {
+			continue
+		}
+		i, ok := inj[k.Name]
+		if !ok {
+			panic("chaos: no injector for the fault kind " + k.Name)
+		}
+		out = append(out, &faultKind{Kind: k, injector: i})
 	}
+	return out
+}
+
+// chaosKinds are the built-in workload's kinds.
+func chaosKinds() []*faultKind { return soakKinds(false) }
+
+// pytorchKinds are the worker's: the built-in workload's, a rank's Python
+// killed and SIGTERM to the job.
+func pytorchKinds() []*faultKind { return soakKinds(true) }
+
+// outcome is the row of faults.Kinds of an injection's kind (a zero
+// Outcome for a name not in the table).
+func outcome(kind string) faults.Outcome {
+	k, _ := faults.Lookup(kind)
+	return k.Outcome
+}
+
+// struck injects one fault the armer finds, and ends it after its duration.
+func struck(a armer) injector {
+	return injector{run: func(c *chaos, kind string) bool { return c.single(kind, fired(a)) }}
+}
+
+// scenario is a kind of several steps (or one that watches the launch
+// after it strikes), which records its injections itself.
+func scenario(run func(c *chaos) bool) injector {
+	return injector{run: func(c *chaos, _ string) bool { return run(c) }}
+}
+
+// Every kind the soak injects has its injector and a line in
+// docs/chaos.md's table of kinds, and every injector its row.
+func TestEveryChaosKindHasAnInjector(t *testing.T) {
+	inj := injectors()
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "chaos.md"))
+	require.NoError(t, err)
+	n := 0
+	for _, k := range faults.Kinds {
+		if k.Soak == nil {
+			continue
+		}
+		n++
+		assert.Contains(t, inj, k.Name, "the injector of %s", k.Name)
+		assert.True(t, strings.Contains(string(doc), "| "+k.Name+" |"), "docs/chaos.md's line of %s", k.Name)
+	}
+	assert.Len(t, inj, n, "an injector for each row with a Soak, no other")
 }
 
 // record logs an injection as part of the current launch, with where in
@@ -204,7 +273,7 @@ func fired(a armer) starter {
 // batch again if that is not running, seconds on a loaded machine): inject
 // arms it (c.armed) before it waits for the slot's window, so that the run
 // does not train on meanwhile.
-func prearmed(name, how string, w int, trains bool, a armer) *faultKind {
+func prearmed(a armer) injector {
 	strike := func(c *chaos) (*injection, func()) {
 		fire := c.armed
 		c.armed = nil
@@ -216,8 +285,7 @@ func prearmed(name, how string, w int, trains bool, a armer) *faultKind {
 		}
 		return nil, nil
 	}
-	return &faultKind{name: name, how: how, weight: w, n: 1, trains: trains, prearm: a,
-		run: func(c *chaos) bool { return c.single(name, strike) }}
+	return injector{prearm: a, run: func(c *chaos, kind string) bool { return c.single(kind, strike) }}
 }
 
 // gateWait, when the strike is the commit slot's (c.gate), waits polling

@@ -30,7 +30,7 @@ func (c *chaos) run(nFaults int) {
 	for _, sl := range c.sched.slots {
 		c.inject(sl)
 	}
-	quiet := func(k *faultKind) bool { return k.n == 1 && !k.trains && k.strikes }
+	quiet := func(k *faultKind) bool { return k.Soak.N == 1 && !k.Soak.Trains && k.Soak.Strikes }
 	for len(c.faults)+c.pending < nFaults {
 		k := drawKind(c.rng, c.sched.shape.kinds, nFaults-len(c.faults)-c.pending, quiet)
 		c.extra++
@@ -71,12 +71,12 @@ func (c *chaos) inject(sl *chaosSlot) {
 			c.t.Fatalf("the run reached position %d of %d with %d of %d faults injected: it outran its schedule (a bug of the soak's sizing: %s)",
 				c.cur.pos, c.sched.total, len(c.faults), c.nFaults, c.sched)
 		}
-		if sl.where == whereCommit && sl.kind.strikes && c.cur.pass == plan.PassSearch {
+		if sl.where == whereCommit && sl.kind.Soak.Strikes && c.cur.pass == plan.PassSearch {
 			c.gate = true // armed here, struck at the commit
 		} else {
 			c.sleep(time.Duration(c.rng.Float64() * float64(c.ref.window))) // a random moment of the window
 		}
-		if sl.kind.run(c) {
+		if sl.kind.run(c, sl.kind.Name) {
 			for _, f := range c.faults[n0:] {
 				if f.pos >= 0 {
 					c.late = append(c.late, f.pos-planned)
@@ -87,7 +87,7 @@ func (c *chaos) inject(sl *chaosSlot) {
 		}
 		c.gate = false
 		if tries > 100 {
-			c.t.Fatalf("%s: found nothing to hit 100 times", sl.kind.name)
+			c.t.Fatalf("%s: found nothing to hit 100 times", sl.kind.Name)
 		}
 		sl.at = c.cur.pos + 1
 	}
@@ -151,7 +151,7 @@ func (c *chaos) printTable(seed uint64, nFaults int) {
 	}
 	how := map[string]string{}
 	for _, k := range c.sched.shape.kinds {
-		how[k.name] = k.how
+		how[k.Name] = k.How
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Printf("chaos: %s workload, seed %d, %d faults of %d kinds on 3 hosts x %d ranks, auto.commit restart: %d search windows, the commit, %d main windows of %d steps, train.watchdog %s, run.checkpoint_max_failing %s\n",

@@ -82,7 +82,7 @@ func (c *chaos) corruptNewest() {
 	c.faults = append(c.faults, inj)
 	c.t.Logf("fault %d: %s, before launch %d: %s", len(c.faults), inj.kind, inj.launch, inj.detail)
 	if c.wl.resumes { // a run that starts over reads no checkpoint, and its first one written removes the damaged file (the verdict's badCheckpoints)
-		c.expect(inj.launch, false, "skipping a damaged checkpoint", "a damaged newest checkpoint is skipped for the one before ("+inj.detail+")")
+		c.expect(inj.launch, false, outcome(inj.kind).Log, "a damaged newest checkpoint is skipped for the one before ("+inj.detail+")")
 	}
 }
 

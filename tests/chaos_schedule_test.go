@@ -104,10 +104,10 @@ func newChaosSchedule(rng *rand.Rand, nFaults int, shape *chaosShape) *chaosSche
 	n := 1 // the first launch's setup fault
 	add := func(k *faultKind) {
 		s.slots = append(s.slots, &chaosSlot{kind: k, gap: chaosGapMin + rng.IntN(chaosGapMax-chaosGapMin+1)})
-		n += k.n
+		n += k.Soak.N
 	}
 	for _, i := range shape.firstOrder(rng.Perm(len(kinds))) {
-		if n+kinds[i].n <= nFaults {
+		if n+kinds[i].Soak.N <= nFaults {
 			add(kinds[i])
 		}
 	}
@@ -116,12 +116,12 @@ func newChaosSchedule(rng *rand.Rand, nFaults int, shape *chaosShape) *chaosSche
 	}
 	early := max(1, len(s.slots)/4)
 	for i := early; i < len(s.slots); i++ {
-		if s.slots[i].kind.name != "disk-full-long" {
+		if s.slots[i].kind.Name != "disk-full-long" {
 			continue
 		}
 		var others []int
 		for j := range early {
-			if s.slots[j].kind.name != "disk-full-long" {
+			if s.slots[j].kind.Name != "disk-full-long" {
 				others = append(others, j)
 			}
 		}
@@ -142,7 +142,7 @@ func newChaosSchedule(rng *rand.Rand, nFaults int, shape *chaosShape) *chaosSche
 func (sh *chaosShape) firstOrder(perm []int) []int {
 	var first, rest []int
 	for _, i := range perm {
-		if slices.Contains(sh.first, sh.kinds[i].name) {
+		if slices.Contains(sh.first, sh.kinds[i].Name) {
 			first = append(first, i)
 		} else {
 			rest = append(rest, i)
@@ -154,7 +154,7 @@ func (sh *chaosShape) firstOrder(perm []int) []int {
 func (s *chaosSchedule) setHolds() {
 	for _, sl := range s.slots {
 		sl.hold = s.shape.quiet
-		if sl.kind.trains {
+		if sl.kind.Soak.Trains {
 			sl.hold = chaosHoldCap
 		}
 	}
@@ -197,19 +197,19 @@ func (s *chaosSchedule) split(rng *rand.Rand, kinds []*faultKind) {
 			sl.where = whereMain
 		}
 	}
-	if ci < 0 || s.slots[ci].kind.strikes {
+	if ci < 0 || s.slots[ci].kind.Soak.Strikes {
 		return
 	}
 	for d := 1; d < k; d++ {
 		for _, j := range []int{ci + d, ci - d} {
-			if j >= 0 && j < k && s.slots[j].kind.strikes {
+			if j >= 0 && j < k && s.slots[j].kind.Soak.Strikes {
 				s.slots[ci].kind, s.slots[j].kind = s.slots[j].kind, s.slots[ci].kind
 				return
 			}
 		}
 	}
-	n := s.slots[ci].kind.n
-	s.slots[ci].kind = drawKind(rng, kinds, n, func(k *faultKind) bool { return k.strikes && k.n == n })
+	n := s.slots[ci].kind.Soak.N
+	s.slots[ci].kind = drawKind(rng, kinds, n, func(k *faultKind) bool { return k.Soak.Strikes && k.Soak.N == n })
 }
 
 // size sets the run's length: enough main-pass windows for the main pass's
@@ -310,7 +310,7 @@ func (s *chaosSchedule) String() string {
 	var commit string
 	for _, sl := range s.slots {
 		if sl.where == whereCommit {
-			commit = " (" + sl.kind.name + ")"
+			commit = " (" + sl.kind.Name + ")"
 		}
 	}
 	return fmt.Sprintf("%d slots after the first launch's setup fault: %d in the search pass, %d at the commit%s, %d in the main pass; "+
@@ -326,7 +326,7 @@ func (s *chaosSchedule) positions() string {
 		if i > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "%s@%d", sl.kind.name, sl.at)
+		fmt.Fprintf(&b, "%s@%d", sl.kind.Name, sl.at)
 	}
 	return b.String()
 }
@@ -334,17 +334,17 @@ func (s *chaosSchedule) positions() string {
 // drawKind picks a kind by weight among those that inject at most left
 // faults (and that ok accepts, when given).
 func drawKind(rng *rand.Rand, kinds []*faultKind, left int, ok func(*faultKind) bool) *faultKind {
-	fits := func(k *faultKind) bool { return k.n <= left && (ok == nil || ok(k)) }
+	fits := func(k *faultKind) bool { return k.Soak.N <= left && (ok == nil || ok(k)) }
 	total := 0
 	for _, k := range kinds {
 		if fits(k) {
-			total += k.weight
+			total += k.Soak.Weight
 		}
 	}
 	r := rng.IntN(total)
 	for _, k := range kinds {
 		if fits(k) {
-			if r -= k.weight; r < 0 {
+			if r -= k.Soak.Weight; r < 0 {
 				return k
 			}
 		}
@@ -371,13 +371,13 @@ func scheduleFits(t *testing.T, shape *chaosShape) {
 			faults, firstN := 1, 1
 			seen := map[string]bool{}
 			for _, sl := range s.slots {
-				faults += sl.kind.n
-				seen[sl.kind.name] = true
+				faults += sl.kind.Soak.N
+				seen[sl.kind.Name] = true
 			}
 			require.Equal(t, n, faults, "seed %d, %d faults: the slots' faults", seed, n)
 			for _, k := range shape.kinds {
-				if slices.Contains(shape.first, k.name) {
-					firstN += k.n
+				if slices.Contains(shape.first, k.Name) {
+					firstN += k.Soak.N
 				}
 			}
 			for _, name := range shape.first {
@@ -396,12 +396,12 @@ func scheduleFits(t *testing.T, shape *chaosShape) {
 					require.Less(t, sl.at+sl.hold, search-chaosArm, "seed %d, %d faults: slot %d", seed, n, i)
 				case whereCommit:
 					require.Equal(t, search-chaosArm, sl.at)
-					require.True(t, sl.kind.strikes, "seed %d, %d faults: the commit's kind %s strikes", seed, n, sl.kind.name)
+					require.True(t, sl.kind.Soak.Strikes, "seed %d, %d faults: the commit's kind %s strikes", seed, n, sl.kind.Name)
 				default:
 					require.Greater(t, sl.at, search, "seed %d, %d faults: slot %d", seed, n, i)
 					require.LessOrEqual(t, sl.at+sl.hold, s.total-chaosTail-s.reserve, "seed %d, %d faults: slot %d", seed, n, i)
 				}
-				if sl.kind.name == "disk-full-long" && len(s.slots) >= 4 {
+				if sl.kind.Name == "disk-full-long" && len(s.slots) >= 4 {
 					require.Less(t, sl.at, s.total/2, "seed %d, %d faults: a long full disk in the run's first half", seed, n)
 				}
 			}

@@ -294,8 +294,8 @@ func (c *chaos) verdict() {
 	}
 	c.checkExpects()
 	for _, l := range c.launches {
-		if l.cause != nil && l.cause.kind == "sigusr1" && len(l.faults) == 1 {
-			assert.Equal(t, 3, l.code, "launch %d: SIGUSR1 alone ends a launch with exit 3 (checkpoint and stop)", l.n)
+		if l.cause != nil && outcome(l.cause.kind).Exit != 0 && len(l.faults) == 1 {
+			assert.Equal(t, outcome(l.cause.kind).Exit, l.code, "launch %d: %s alone ends a launch with that exit (faults.Kinds)", l.n, l.cause.kind)
 		}
 	}
 	kinds := c.kindsSeen()

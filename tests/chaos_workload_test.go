@@ -93,20 +93,12 @@ run: {progress: none, checkpoint_every: 1, keep: 3, checkpoint_max_failing: %s}
 `, chaosWindow, chaosWatchdog, chaosMaxFailing)
 }
 
-// pytorchKinds are the built-in workload's kinds, a rank's Python killed
-// and SIGTERM to the job. Open MPI's mpirun does not forward SIGTERM as it
-// does SIGUSR1: it ends the job, sending the ranks SIGTERM (hdet
-// checkpoints if it has the time) and exits 1.
-func pytorchKinds() []*faultKind {
-	single := func(name, how string, w int, a armer) *faultKind {
-		return &faultKind{name: name, how: how, weight: w, n: 1, strikes: true, run: func(c *chaos) bool { return c.single(name, fired(a)) }}
-	}
-	sigterm := single("sigterm", "SIGTERM to mpirun (scancel; hdet sbatch's script passes it on): the launch must end within the bound", 2, armSignal(syscall.SIGTERM))
-	sigterm.run = func(c *chaos) bool {
-		return c.single("sigterm", fired(armSignal(syscall.SIGTERM))) && c.waitEnd("sigterm")
-	}
-	return append(chaosKinds(),
-		single("kill-python", "SIGKILL of one rank's Python (the worker script), any host", 4, armKillPython), sigterm)
+// awaited injects one fault the armer finds, as struck does, then waits
+// for the launch it struck to end: SIGTERM to mpirun, which Open MPI's
+// mpirun does not forward as it does SIGUSR1: it ends the job, sending the
+// ranks SIGTERM (hdet checkpoints if it has the time), and exits 1.
+func awaited(a armer) injector {
+	return injector{run: func(c *chaos, kind string) bool { return c.single(kind, fired(a)) && c.waitEnd(kind) }}
 }
 
 // waitEnd waits, watching the launch, until the launch a fault struck has

@@ -103,7 +103,7 @@ func TestSpreadDivergesThenConverges(t *testing.T) {
 // A rank whose loss turns NaN is left out of the average; the run finishes
 // with finite parameters and records the event.
 func TestNaNRankIsExcluded(t *testing.T) {
-	r := runHDET(t, 4, cfg("local", lrDropout)+"\n", faultsEnv+"nan=2@3")
+	r := runHDET(t, 4, cfg("local", lrDropout)+"\n", hitBy("nan", "2@3"))
 	require.NoError(t, r.err, r.stderr)
 	unhealthy := 0
 	for _, rec := range metrics.Of[metrics.WindowRecord](r.records(t)) {

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hdet-dev/hdet/internal/checkpoint"
+	"github.com/hdet-dev/hdet/internal/faults"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/watchdog"
 )
@@ -90,6 +91,31 @@ func printFaultSummary(w io.Writer) {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintf(w, "%d passed, %d failed\n", faultResults.passed, faultResults.failed)
+}
+
+// hitBy is the argument that injects an in-process fault of faults.Kinds
+// into a run (withFaults): hitBy("nan", "2@3") is HDET_FAULTS=nan=2@3, its
+// rank and window as the kind is written (Self.EveryRank: the window only).
+// Each in-process kind has a case of the suite that hits by it
+// (TestEveryInProcessKindHasAFaultCase).
+func hitBy(kind, at string) string { return faultsEnv + kind + "=" + at }
+
+// showsAfter asserts what faults.Kinds says a run shows after a fault of
+// kind: that it finished (Outcome.Lives) or failed with Outcome.Exit, and
+// that its log has Outcome.Log.
+func showsAfter(t *testing.T, r hdetRun, kind string) {
+	t.Helper()
+	k, ok := faults.Lookup(kind)
+	require.True(t, ok, "%s is a row of faults.Kinds", kind)
+	if k.Lives {
+		require.NoError(t, r.err, r.stderr)
+	} else {
+		require.Error(t, r.err, "a %s fault ends the run", kind)
+	}
+	if k.Exit != 0 {
+		assert.Equal(t, k.Exit, exitCode(r.err), r.stderr)
+	}
+	assert.Contains(t, r.stderr, k.Log)
 }
 
 // faultRun is a run directory the scenario controls (to mount on it or
@@ -237,9 +263,8 @@ func TestFaults(t *testing.T) {
 
 	fault(t, "hang: a rank stopped (SIGSTOP) -> watchdog aborts naming it", func(t *testing.T) {
 		f := newFaultRun(t, faultCfg)
-		r := f.run(t, "--set", "train.watchdog=5s", faultsEnv+"stop=2@3")
-		require.Error(t, r.err, "a hung job must end")
-		assert.Equal(t, 1, exitCode(r.err), r.stderr)
+		r := f.run(t, "--set", "train.watchdog=5s", hitBy("stop", "2@3"))
+		showsAfter(t, r, "stop")
 		assert.Contains(t, r.stderr, "longer than train.watchdog (5s)")
 		assert.Contains(t, r.stderr, `"late_ranks":[2]`)
 		assert.Regexp(t, `late: rank 2 \(pid \d+ on [^)]+\): (not responding|behind)`, r.stderr)
@@ -254,7 +279,7 @@ func TestFaults(t *testing.T) {
 		var stderr bytes.Buffer
 		// Rank 2 stops itself in window 3 so the kill lands mid-run; the
 		// watchdog is far off, so it is mpirun that must end the job.
-		cmd := f.cmd(t, ctx, &stderr, "--set", "train.watchdog=10m", faultsEnv+"stop=2@3")
+		cmd := f.cmd(t, ctx, &stderr, "--set", "train.watchdog=10m", hitBy("stop", "2@3"))
 		require.NoError(t, cmd.Start())
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -290,8 +315,8 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "NaN rank -> left out of the average, run finishes", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan=1@2", "--debug-collectives")
-		require.NoError(t, r.err, r.stderr)
+		r := newFaultRun(t, faultCfg).run(t, hitBy("nan", "1@2"), "--debug-collectives")
+		showsAfter(t, r, "nan")
 		for rank := range 4 {
 			// --debug-collectives: every rank logs each collective with its duration.
 			assert.Regexp(t, fmt.Sprintf(`"rank":%d,"collective":"allgather","window":9,"phase":"gather","seconds":[0-9.e-]+`, rank), r.stderr)
@@ -303,8 +328,8 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "divergent rank (finite loss x1000) -> treated as NaN", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"diverge=3@4")
-		require.NoError(t, r.err, r.stderr)
+		r := newFaultRun(t, faultCfg).run(t, hitBy("diverge", "3@4"))
+		showsAfter(t, r, "diverge")
 		diverged := 0
 		for _, rec := range windowRecords(t, r) {
 			assert.Equal(t, rec.Window < 4, rec.Healthy[3], "window %d", rec.Window)
@@ -322,7 +347,8 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "every rank unhealthy -> rollback with halved lr, run finishes", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan_all=4")
+		r := newFaultRun(t, faultCfg).run(t, hitBy("nan_all", "4"))
+		showsAfter(t, r, "nan_all")
 		failed, again := rolledBack(t, r, 4, "rolled back to the checkpoint at step 40 with learning rates scaled by 0.5 (rollback 1 of at most 3)")
 		assert.Equal(t, float64(failed.Base["dropout"]), float64(again.Base["dropout"]), "other hyperparameters are untouched")
 		assert.Contains(t, r.stdout, "report: ", "the report takes the repeated window")
@@ -332,12 +358,14 @@ func TestFaults(t *testing.T) {
 	})
 
 	fault(t, "every rank unhealthy in the first window -> rollback to the step-0 checkpoint", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"nan_all=0")
+		r := newFaultRun(t, faultCfg).run(t, hitBy("nan_all", "0"))
+		showsAfter(t, r, "nan_all")
 		rolledBack(t, r, 0, "rolled back to the checkpoint at step 0 with learning rates scaled by 0.5")
 	})
 
 	fault(t, "all losses jump together (finite x100) -> rollback with halved lr", func(t *testing.T) {
-		r := newFaultRun(t, faultCfg).run(t, faultsEnv+"blowup_all=4")
+		r := newFaultRun(t, faultCfg).run(t, hitBy("blowup_all", "4"))
+		showsAfter(t, r, "blowup_all")
 		failed, _ := rolledBack(t, r, 4, "rolled back to the checkpoint at step 40")
 		kinds := []string{}
 		for _, e := range failed.Events {
@@ -350,7 +378,7 @@ func TestFaults(t *testing.T) {
 
 	fault(t, "every rank unhealthy, no rollbacks left -> clear error", func(t *testing.T) {
 		f := newFaultRun(t, faultCfg)
-		r := f.run(t, faultsEnv+"nan_all=4", "--set", "train.max_rollbacks=0")
+		r := f.run(t, hitBy("nan_all", "4"), "--set", "train.max_rollbacks=0")
 		require.Error(t, r.err)
 		assert.Equal(t, 1, exitCode(r.err))
 		assert.Contains(t, r.stderr, "every rank is unhealthy in window 4 (steps 40-50): training diverged everywhere after 0 rollbacks (train.max_rollbacks 0)")
@@ -432,6 +460,18 @@ explorers:
 		assert.Equal(t, 20, ck.Step)
 		assert.Equal(t, 100, r.end(t).Step)
 	})
+}
+
+// Every in-process kind of faults.Kinds has a case of the fault suite
+// that hits a run by it.
+func TestEveryInProcessKindHasAFaultCase(t *testing.T) {
+	suite, err := os.ReadFile("faults_test.go")
+	require.NoError(t, err)
+	for _, k := range faults.Kinds {
+		if k.Where == faults.InProcess {
+			assert.Contains(t, string(suite), fmt.Sprintf("hitBy(%q, ", k.Name), "a fault case of %s", k.Name)
+		}
+	}
 }
 
 // procState is a process's state letter from /proc (R, S, T, Z...), 0 when gone.

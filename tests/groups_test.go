@@ -84,7 +84,7 @@ func TestReplicaGroups(t *testing.T) {
 // A replica with one bad rank is left out whole; the event names the
 // replica and its ranks.
 func TestReplicaGroupNaNRankExcludesItsReplica(t *testing.T) {
-	r := runHDET(t, 4, cfg("local", lrDropout), "--set", "train.replica_size=2", faultsEnv+"nan=2@3")
+	r := runHDET(t, 4, cfg("local", lrDropout), "--set", "train.replica_size=2", hitBy("nan", "2@3"))
 	require.NoError(t, r.err, r.stderr)
 	unhealthy := 0
 	for _, rec := range metrics.Of[metrics.WindowRecord](r.records(t)) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hdet-dev/hdet/internal/faults"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/testenv"
 )
@@ -27,8 +28,8 @@ func hdetBinaries(t testing.TB) (hdet, pluginDir string) {
 }
 
 // faultsEnv is the argument that asks withFaults for test-only faults:
-// faultsEnv+"nan=2@3" (see package internal/faults).
-const faultsEnv = "HDET_FAULTS="
+// faultsEnv+"nan=2@3", or hitBy("nan", "2@3") (see package internal/faults).
+const faultsEnv = faults.Env + "="
 
 // withFaults takes a faultsEnv argument out of an hdet command line and
 // returns the binary to run: hdet-faults (built with -tags faults and

@@ -1,31 +1,21 @@
-// Package faults injects test-only failures into a rank's replica, for the
-// fault suite (tests/faults_test.go). Only a binary built with `-tags
-// faults` links it (cmd/hdet/faults.go), and only the environment variable
-// HDET_FAULTS switches it on, so neither production binaries nor the
-// user's config know of it.
+// Package faults is the one table of test-only fault kinds (Kinds, in
+// kinds.go) that the fault suite and the chaos soak both read, and the
+// injector of its in-process kinds: failures a rank injects into its own
+// replica. Only a binary built with `-tags faults` links it
+// (cmd/hdet/faults.go), and only the environment variable HDET_FAULTS
+// switches it on, so neither production binaries nor the user's config
+// know of it. The outside kinds' injectors are the chaos soak's
+// (tests/chaos_faults_test.go): they strike processes, links and disks of
+// its test bed.
 //
 // HDET_FAULTS is a comma-separated list of KIND=RANK@WINDOW, or
-// KIND=WINDOW for a kind that hits every rank. The kinds are the rows of
-// Kinds (`hdet-faults` lists them in its error for an unknown one):
-//
-//	nan=2@3      rank 2's window loss is NaN from window 3 on
-//	nan_all=4    every rank's loss is NaN in window 4, first pass only
-//	             (the window re-run after a rollback is clean)
-//	stop=2@3     rank 2 stops itself (SIGSTOP) when it first starts
-//	             window 3, as a hung node would
-//	diverge=3@4  rank 3's loss is 1000 times larger (still finite) from
-//	             window 4 on
-//	blowup_all=4 every rank's loss is 100 times larger (still finite) in
-//	             window 4, first pass only
-//
-// The chaos soak's faults (tests/chaos_faults_test.go) strike from
-// outside hdet instead: processes, links and disks of its test bed.
+// KIND=WINDOW for a kind that hits every rank (Self.EveryRank), each KIND
+// an in-process row of Kinds: "nan=2@3,blowup_all=4".
 package faults
 
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -37,31 +27,6 @@ import (
 
 // Env is the environment variable that holds the faults.
 const Env = "HDET_FAULTS"
-
-// Kind is one fault HDET_FAULTS can set: how it is written and what it
-// does to the windows it hits.
-type Kind struct {
-	Name string
-	// EveryRank: written KIND=WINDOW, it hits every rank; else
-	// KIND=RANK@WINDOW.
-	EveryRank bool
-	// Onward: it hits its window and every later one, each time it runs;
-	// else its window only, and only the first time it runs (not the
-	// re-run after a rollback).
-	Onward bool
-	Scale  float64 // the factor on the losses of a window it hits; 0: none
-	Stop   bool    // the rank stops itself (SIGSTOP) as the window starts
-}
-
-// Kinds is every fault HDET_FAULTS can set. Where a window has several
-// whose Scale applies, the first row's wins.
-var Kinds = []Kind{
-	{Name: "nan", Onward: true, Scale: math.NaN()},
-	{Name: "nan_all", EveryRank: true, Scale: math.NaN()},
-	{Name: "stop", Stop: true},
-	{Name: "diverge", Onward: true, Scale: 1000},
-	{Name: "blowup_all", EveryRank: true, Scale: 100},
-}
 
 // At places a fault: Rank (-1: every rank) from or at Window.
 type At struct{ Rank, Window int }
@@ -81,7 +46,7 @@ func Parse(s string) (Set, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: %q: unknown fault (want %s)", Env, item, kindNames())
 		}
-		at, err := parseAt(val, k.EveryRank)
+		at, err := parseAt(val, k.Self.EveryRank)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %q: %w", Env, item, err)
 		}
@@ -90,19 +55,19 @@ func Parse(s string) (Set, error) {
 	return set, nil
 }
 
+// kindOf is the in-process row of Kinds named name.
 func kindOf(name string) (Kind, bool) {
-	for _, k := range Kinds {
-		if k.Name == name {
-			return k, true
-		}
-	}
-	return Kind{}, false
+	k, ok := Lookup(name)
+	return k, ok && k.Where == InProcess
 }
 
+// kindNames lists the in-process kinds, for the error on an unknown one.
 func kindNames() string {
-	names := make([]string, len(Kinds))
-	for i, k := range Kinds {
-		names[i] = k.Name
+	var names []string
+	for _, k := range Kinds {
+		if k.Where == InProcess {
+			names = append(names, k.Name)
+		}
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
@@ -128,13 +93,13 @@ func parseAt(v string, everyRank bool) (At, error) {
 	return at, nil
 }
 
-// hits reports whether the fault of kind k placed at a hits rank in
+// hits reports whether an in-process fault placed at a hits rank in
 // window, first telling whether this is the window's first run.
-func (k Kind) hits(a At, rank, window int, first bool) bool {
+func (s *Self) hits(a At, rank, window int, first bool) bool {
 	if a.Rank >= 0 && a.Rank != rank {
 		return false
 	}
-	if k.Onward {
+	if s.Onward {
 		return window >= a.Window
 	}
 	return first && window == a.Window
@@ -168,14 +133,14 @@ func (f *replica) TrainWindow(ctx context.Context, w engine.Window) (engine.Wind
 	scale := 1.0
 	for _, kind := range Kinds {
 		at, ok := f.set[kind.Name]
-		if !ok || !kind.hits(at, f.rank, k, first) {
+		if !ok || !kind.Self.hits(at, f.rank, k, first) {
 			continue
 		}
-		if kind.Stop {
+		if kind.Self.Stop {
 			stopSelf()
 		}
-		if kind.Scale != 0 && scale == 1 {
-			scale = kind.Scale
+		if kind.Self.Scale != 0 && scale == 1 {
+			scale = kind.Self.Scale
 		}
 	}
 	res, err := f.Replica.TrainWindow(ctx, w)

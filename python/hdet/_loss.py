@@ -15,22 +15,32 @@ window ends.
 
 What this touches, and why nothing narrower does. The attached optimizer
 counts its own steps with a step pre-hook (torch's public hook, on that
-optimizer alone). No public hook hands over the loss of a backward: the
-parameters' hooks see gradients, not the tensor backward started from,
-and the scaler the script builds is never handed to hdet. So, for as long
-as the run is attached (LossRecorder.close puts them back), the recorder
-wraps three functions of the process:
+optimizer alone). No public hook hands over the loss of a backward (torch
+2.15, read for this): the parameters' hooks (Tensor.register_hook,
+register_post_accumulate_grad_hook) and the autograd nodes' hooks see
+gradients, not the tensor backward started from; a forward hook would need
+the model, and sees its output, not the loss the loop computes from it;
+node_creation_hook and TorchFunctionMode see every operation of the
+process, a cost on each; an optimizer's step sees a loss only through a
+closure, which loops rarely pass. The scaler the script builds is never
+handed to hdet. So, from attach under hdet until hdet's STOP (close()), and
+only then, the recorder wraps three functions of the process, listed in
+LossRecorder.PATCHES:
 - torch.autograd.backward, through which Tensor.backward also goes;
 - GradScaler.scale (torch.amp's class, which torch.cuda.amp's inherits):
   the scaled loss remembers the unscaled one;
 - GradScaler.step: a step it skipped for the attached optimizer drops the
   iteration's loss.
-Tested with torch 2.15; python/tests/test_loss.py fails if Tensor.backward
-stops going through torch.autograd.backward.
+Each wrapper calls the function it replaced with the same arguments and
+returns its result. Tested with torch 2.15; python/tests/test_loss.py fails
+if Tensor.backward stops going through torch.autograd.backward, if a
+GradScaler step it skips calls the optimizer's step, or if GradScaler stops
+setting found_inf on a fused optimizer (_attachment._skipped reads it).
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable
 
 import torch
@@ -41,10 +51,15 @@ class LossRecorder:
     calls while the run is attached (one per process: hdet attaches one
     optimizer)."""
 
+    # What the recorder replaces for the whole process while it is open.
+    PATCHES = ("torch.autograd.backward", "torch.amp.grad_scaler.GradScaler.scale",
+               "torch.amp.grad_scaler.GradScaler.step")
+
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
         self.pending: list[torch.Tensor] = []  # recorded since the last take()
         self.steps = 0  # the optimizer's step() calls that ran
+        self.patched: list[str] = []  # what of the process it has replaced now
         self._undo: list[Callable[[], None]] = []
         hook = optimizer.register_step_pre_hook(self._stepped)
         self._undo.append(hook.remove)
@@ -68,6 +83,7 @@ class LossRecorder:
         over one of them stays, and so does ours under it)."""
         while self._undo:
             self._undo.pop()()
+        self.patched.clear()
         self.pending.clear()
 
     def _stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -84,6 +100,8 @@ class LossRecorder:
         wrapper.__wrapped__ = orig
         wrapper.__doc__ = orig.__doc__
         setattr(owner, name, wrapper)
+        where = owner.__name__ if isinstance(owner, types.ModuleType) else owner.__module__ + "." + owner.__qualname__
+        self.patched.append(where + "." + name)
 
         def undo() -> None:
             if getattr(owner, name) is wrapper:

@@ -73,15 +73,13 @@ def request() -> tuple[str, int] | None:
     return path, step
 
 
-_emptied: set[str] = set()  # search folders this process has started afresh
-
-
-def checkpoint_path(path: str, under_hdet: bool, rank: int) -> str:
+def checkpoint_path(path: str, under_hdet: bool, rank: int, emptied: set[str]) -> str:
     """path in the main pass and outside hdet; in the search pass a file of
     the same name under the run directory, so what the search pass saves
     never becomes the main pass's start. A search pass that hdet starts
     afresh (it resumes nothing) empties the folder first: an earlier
-    launch's files there are no start for it either."""
+    launch's files there are no start for it either. emptied: the folders
+    this process has started afresh (it adds the one it empties)."""
     if not under_hdet or pass_name() == "main":
         return path
     run_dir = os.environ.get(ENV_RUN_DIR)
@@ -89,9 +87,9 @@ def checkpoint_path(path: str, under_hdet: bool, rank: int) -> str:
         raise RuntimeError("hdet.checkpoint_path: hdet did not give this worker its run directory (%s); this hdet "
                            "is older than the hdet Python package" % ENV_RUN_DIR)
     folder = os.path.join(run_dir, "worker", "search", "rank-%d" % rank)
-    if folder not in _emptied and request() is None and os.path.isdir(folder):
+    if folder not in emptied and request() is None and os.path.isdir(folder):
         shutil.rmtree(folder)
-    _emptied.add(folder)
+    emptied.add(folder)
     os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, os.path.basename(path))
 

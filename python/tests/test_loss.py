@@ -8,7 +8,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
-from hdet import _loss
+from hdet import _attachment, _loss
 
 
 def model_loss(scale=1.0):
@@ -78,6 +78,28 @@ class LossRecorderTest(unittest.TestCase):
         scaler.step(self.opt)
         self.assertEqual(self.rec.steps, 1)
         self.assertEqual(float(self.rec.take()), 6.0)
+
+    def test_a_fused_step_the_scaler_skips_is_seen(self):
+        """GradScaler hands a fused optimizer found_inf for the step it
+        skips (a private hand-over, torch 2.15): this fails if it stops."""
+        w = torch.nn.Parameter(torch.tensor([2.0]))
+        opt = torch.optim.SGD([w], lr=0.1, fused=True)
+        seen = []
+        opt.register_step_pre_hook(lambda o, args, kwargs: seen.append(_attachment._skipped(o)))
+        scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+        for bad in (True, False):
+            opt.zero_grad()
+            scaler.scale((w * 3).sum()).backward()
+            if bad:
+                w.grad.fill_(float("inf"))
+            scaler.step(opt)
+            scaler.update()
+        self.assertEqual(seen, [True, False])
+
+    def test_what_is_patched_is_listed_and_only_while_open(self):
+        self.assertEqual(self.rec.patched, list(_loss.LossRecorder.PATCHES))
+        self.rec.close()
+        self.assertEqual(self.rec.patched, [])
 
     def test_close_puts_everything_back(self):
         scaler = torch.amp.GradScaler

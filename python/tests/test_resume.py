@@ -21,7 +21,7 @@ from torch.optim import lr_scheduler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # test the checkout
 import hdet
-from hdet import _attach, _resume, _session
+from hdet import _attach, _session
 
 TOTAL, WINDOW = 17, 5
 
@@ -356,7 +356,7 @@ class OwnCheckpointTest(unittest.TestCase):
         for resume, kept in (({"HDET_RESUME_STATE": "/r/rank-0/search-step-5.pt", "HDET_RESUME_STEP": "5"}, True),
                              ({}, False)):
             with self.subTest(resume=resume):
-                _resume._emptied.clear()  # a new process
+                fresh()  # a new process
                 torch.save({"step": 100}, old)
                 clean = {k: v for k, v in os.environ.items() if not k.startswith("HDET_RESUME_")}
                 with mock.patch.dict(os.environ, dict(clean, HDET_RANK="0", HDET_RUN_DIR=d, HDET_PASS="search",
@@ -439,8 +439,9 @@ class OwnCheckpointTest(unittest.TestCase):
         _, writer = copy.deepcopy((model, opt))  # the launch that saved; this one restored itself
         run = _attach.Attachment(writer, 20, _attach.Values(writer, {}), {"window": WINDOW}, None, None)
         run.resume({}, None)
-        run.step_num, run._planned = 5, True  # in the middle of a launch
+        run.step_num, run.windows.planned = 5, True  # in the middle of a launch
         run._save({"path": path, "step": 5})
+        run.recorder.close()
         fresh()
         env = {"HDET_PASS": "main", "HDET_RESUME_STATE": path, "HDET_RESUME_STEP": "5"}
         sessions = self.run_under_hdet(env, opt, model, start_step=5)

@@ -11,7 +11,7 @@ _windows.Windows (the window protocol: plan, hand-over, report, STOP),
 _tail.TailAverage (the probe's average), _saved_state.SavedState (resume
 and save), _loss.LossRecorder (each step's loss), _exit_report.ExitReport
 (why a script stopped early), _session.Session (the connection and shared
-buffer).
+buffer), _buffer_layout (what of the tensors the buffer holds).
 """
 
 from __future__ import annotations
@@ -144,20 +144,27 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
     if not _session.under_hdet():
         _process.start_step = script_step or 0
         return optimizer
-    if _process.run is not None:
-        raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one"
-                           % (_by, _process.attached.get(_process.run.optimizer, "attach")))
-    if _process.ended:
-        raise RuntimeError("%s: hdet runs one optimizer per process, and this process's run under hdet is over"
-                           % _by)
-    _reseed_replica()
-    process = _process
-    run = Attachment(optimizer, total, values, settings, evaluate, probe, by=_by,
-                     registered_probe=lambda: process.probe, on_end=process.end)
+    registered_probe = _start_run(_process, _by)
+    run = Attachment(optimizer, total, values, settings, evaluate, probe, by=_by, registered_probe=registered_probe,
+                     on_end=_process.end)
     run.resume(objects, script_step)
-    process.start_step = run.step_num
-    process.start(run)
+    _process.start_step = run.step_num
+    _process.start(run)
     return optimizer
+
+
+def _start_run(process: Process, by: str) -> Callable[[], Callable[[], float] | None]:
+    """Before the process's one run under hdet starts: refuse a second,
+    give this replica its own data order; returns how the run finds the
+    probe registered before its first step."""
+    if process.run is not None:
+        raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one"
+                           % (by, process.attached.get(process.run.optimizer, "attach")))
+    if process.ended:
+        raise RuntimeError("%s: hdet runs one optimizer per process, and this process's run under hdet is over"
+                           % by)
+    _reseed_replica()
+    return lambda: process.probe
 
 
 def start_step() -> int:

@@ -19,6 +19,7 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from . import _loss, _session
+from ._buffer_layout import local
 from ._saved_state import SavedState
 from ._tail import TailAverage
 from ._values import Saved, Values, as_float, group_keys, restore
@@ -132,7 +133,7 @@ class Attachment:
         hello: dict[str, Any] = {
             "hyperparameters": self.values.names(),
             "param_groups": [
-                {"key": k, "size": sum(_session.local(p).numel() for p in g["params"]), "lr": as_float(g["lr"]),
+                {"key": k, "size": sum(local(p).numel() for p in g["params"]), "lr": as_float(g["lr"]),
                  "weight_decay": as_float(g.get("weight_decay", 0.0))}
                 for k, g in zip(group_keys(groups), groups)],
             "device": str(groups[0]["params"][0].device),

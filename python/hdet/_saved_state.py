@@ -10,7 +10,8 @@ from typing import Any, Callable, NoReturn
 import torch
 from torch.optim import lr_scheduler
 
-from . import _resume, _session
+from . import _resume
+from ._buffer_layout import local
 from ._values import as_float
 
 
@@ -69,12 +70,12 @@ class SavedState:
     def _load_tensors(self, saved: dict[str, Any], path: str) -> None:
         self.optimizer.load_state_dict(saved["optimizer"])
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        shapes = [tuple(_session.local(p).shape) for p in params]
+        shapes = [tuple(local(p).shape) for p in params]
         if [tuple(t.shape) for t in saved["params"]] != shapes:
             raise RuntimeError("hdet: %s holds parameters of other shapes than the attached optimizer's %s"
                                % (path, shapes))
         for p, t in zip(params, saved["params"]):
-            _session.local(p).copy_(t)
+            local(p).copy_(t)
 
     def _load_objects(self, saved: dict[str, Any]) -> None:
         objects = self.objects or {}
@@ -111,7 +112,7 @@ class SavedState:
         _resume.write(path, {
             "format": _resume.FORMAT, "step": step, "pass": msg.get("pass", _resume.pass_name()),
             "optimizer": self.optimizer.state_dict(),
-            "params": [_session.local(p).detach() for g in self.optimizer.param_groups for p in g["params"]],
+            "params": [local(p).detach() for g in self.optimizer.param_groups for p in g["params"]],
             "state": {name: obj.state_dict() for name, obj in objects.items()},
             "step_after": [name for name, (prev, now) in self._epochs.items() if prev is None or now == prev + 1],
             "client": client,

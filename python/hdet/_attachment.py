@@ -200,12 +200,13 @@ def _wrap_step(optimizer: torch.optim.Optimizer, step: Callable[..., Any]) -> No
 
     if getattr(original, "_wrapped_by_lr_sched", False):
         # A scheduler built before attach (one given in state=) wrapped the
-        # step to see it called; without the mark it warns that the step
-        # was overridden.
+        # step to see it called; without the mark (private to torch's
+        # lr_scheduler, 2.15) it warns that the step was overridden.
         wrapper._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
     # A bound method: torch's LR schedulers wrap optimizer.step and read
-    # its __func__. torch's step post-hook would not run when the step
-    # raises, and the group's rate must be put back then too.
+    # its __func__ (test_step_wrapper.py fails if either part changes).
+    # torch's step post-hook would not run when the step raises, and the
+    # group's rate must be put back then too.
     optimizer.step = types.MethodType(wrapper, optimizer)  # type: ignore[method-assign]
 
 

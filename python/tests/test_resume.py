@@ -111,10 +111,13 @@ def script(state="all"):
     else:
         sched = lr_scheduler.CosineAnnealingLR(opt, T_max=TOTAL, eta_min=1e-4) if state != "empty" else None
         objects = {"all": {"model": model, "sched": sched, "train": train}, "none": None, "empty": {},
-                   "loader": {"model": model, "sched": sched, "train": train}}[state]
+                   "loader": {"model": model, "sched": sched, "train": train},
+                   "stateful": {"model": model, "sched": sched, "train": train, "loader": stateful_loader()}}[state]
         hdet.attach(opt, TOTAL, window=WINDOW, state=objects)
     if state == "loader":
         return loader_loop(model, opt, sched, train)
+    if state == "stateful":
+        return stateful_loop(model, opt, sched, train, objects["loader"])
     for _ in range(hdet.start_step(), TOTAL):
         train.step += 1  # torchtitan's order: the train state counts before the step
         x = torch.randn(8, 4)
@@ -149,6 +152,37 @@ def loader_loop(model, opt, sched, train):
             if step == TOTAL:
                 break
         epoch, skip = epoch + 1, 0
+    return model, opt, sched, train
+
+
+def stateful_loader():
+    """torchdata's StatefulDataLoader, shuffling (7 batches an epoch): a
+    Stateful object in state=, as torchtitan's CheckpointManager holds its
+    dataloader. It shuffles with torch's global generator: with a
+    generator= of its own, torchdata 0.11 restores the epoch's order but
+    not the next epoch's, with or without hdet (docs/pytorch.md#resume)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    data = torch.utils.data.TensorDataset(torch.linspace(-1, 1, 56 * 4).reshape(56, 4))
+    return StatefulDataLoader(data, batch_size=8, shuffle=True)
+
+
+def stateful_loop(model, opt, sched, train, loader):
+    """A loop over epochs of a loader that resumes itself: hdet loaded its
+    state at attach, so the first epoch goes on where the saved one was.
+    train.tokens folds in each batch, in order: the data order's checksum."""
+    step = hdet.start_step()
+    while step < TOTAL:
+        for (x,) in loader:
+            train.step += 1
+            train.tokens = (train.tokens * 31 + int(x.mul(1e4).round().sum())) % (1 << 61)
+            F.mse_loss(model(x), x[:, :2].cos()).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            step += 1
+            if step == TOTAL:
+                break
     return model, opt, sched, train
 
 
@@ -244,6 +278,18 @@ class ResumeTest(unittest.TestCase):
                 whole = self.launch(state="loader", save_at=save_at, path=self.path)
                 self.launch(state="loader", save_at=save_at, path=self.path, stop=True)
                 self.assert_same_end(self.launch(state="loader", resume=save_at), whole)
+
+    def test_a_stateful_dataloader_resumes_mid_epoch(self):
+        """The data order is the uninterrupted run's across epoch ends. Not
+        the parameters: the new iterator draws from torch's generator after
+        hdet restored it, so dropout's masks differ from there on."""
+        for save_at in (5, 10, 15):  # inside the first, second and third epoch
+            with self.subTest(save_at=save_at):
+                whole = self.launch(state="stateful", save_at=save_at, path=self.path)
+                self.launch(state="stateful", save_at=save_at, path=self.path, stop=True)
+                again = self.launch(state="stateful", resume=save_at)
+                self.assertEqual(again[3].state_dict(), whole[3].state_dict(), "the batches, in order")
+                self.assertEqual(sum(d["steps"] for d in self.sessions[-1].done_calls), TOTAL - save_at)
 
     def test_hdet_onecycle_resumes_with_hdet_state(self):
         whole = self.launch(state="onecycle", save_at=10, path=self.path)

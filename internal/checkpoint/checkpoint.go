@@ -30,10 +30,14 @@ var ErrCorrupt = errors.New("corrupt checkpoint")
 var ErrNone = errors.New("no checkpoint")
 
 // magic starts every checkpoint; version 2 added the pass, version 3 the
-// rollbacks. Older files still read: version 2 with no rollbacks, version 1
-// (one-pass runs, before the search and main passes) also as pass 0.
+// rollbacks, version 4 the divergence guard's last losses. Older files
+// still read: version 3 with no last losses (the first window after the
+// resume is judged as a pass's first), version 2 with no rollbacks either,
+// version 1 (one-pass runs, before the search and main passes) also as
+// pass 0.
 const (
-	magic   = "HDETCKP3"
+	magic   = "HDETCKP4"
+	magicV3 = "HDETCKP3"
 	magicV2 = "HDETCKP2"
 	magicV1 = "HDETCKP1"
 )
@@ -42,11 +46,21 @@ const (
 // real run, and small enough that no arithmetic on them overflows.
 const maxCount = 1 << 40
 
+// Guard is the divergence guard's state that a resumed run carries on
+// with, so that it judges its windows as the run left alone would have.
+type Guard struct {
+	Rollbacks int // rollbacks so far: the learning rates train at 0.5^Rollbacks, in the main pass too
+	// LastMedian and LastProbe are the healthy replicas' median window and
+	// probe losses of the last window (0: none), which the next window's
+	// are judged against (engine's checkDivergence).
+	LastMedian, LastProbe float64
+}
+
 // State is what a checkpoint holds.
 type State struct {
-	Config     []byte    // the resolved config.yaml of the run that wrote it
-	Pass       int       // plan.PassSearch or PassMain
-	Rollbacks  int       // rollbacks so far: the learning rates train at 0.5^Rollbacks, in the main pass too
+	Config []byte // the resolved config.yaml of the run that wrote it
+	Pass   int    // plan.PassSearch or PassMain
+	Guard
 	Step       int       // steps done in the pass
 	Window     int       // windows done in the pass
 	Ranks      int       // N when written
@@ -63,6 +77,8 @@ func Encode(s *State) []byte {
 	for _, v := range []int{s.Pass, s.Rollbacks, s.Step, s.Window, s.Ranks, s.ParamCount, len(s.Buffer)} {
 		b = binary.AppendUvarint(b, uint64(v))
 	}
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.LastMedian))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.LastProbe))
 	for _, f := range s.Buffer {
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
 	}
@@ -83,7 +99,7 @@ func Decode(data []byte) (*State, error) {
 	if len(data) >= len(magic)+sha256.Size {
 		head = string(data[:len(magic)])
 	}
-	if head != magic && head != magicV2 && head != magicV1 {
+	if head != magic && head != magicV3 && head != magicV2 && head != magicV1 {
 		return nil, fmt.Errorf("%w: not an hdet checkpoint (bad header)", ErrCorrupt)
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
@@ -95,7 +111,7 @@ func Decode(data []byte) (*State, error) {
 	if head != magicV1 {
 		s.Pass = r.Int("pass", 1)
 	}
-	if head == magic {
+	if head == magic || head == magicV3 {
 		s.Rollbacks = r.Int("rollbacks", maxCount)
 	}
 	s.Step, s.Window, s.Ranks = r.Int("step", maxCount), r.Int("window", maxCount), r.Int("ranks", maxCount)
@@ -103,6 +119,12 @@ func Decode(data []byte) (*State, error) {
 	n := r.Int("buffer length", maxCount)
 	if r.Err() == nil && s.ParamCount > n {
 		r.Fail("parameter count")
+	}
+	if head == magic {
+		last := r.Float64s("last losses", 2)
+		if len(last) == 2 {
+			s.LastMedian, s.LastProbe = last[0], last[1]
+		}
 	}
 	s.Buffer = r.Float32s("buffer", n)
 	s.Controller = r.Bytes("controller state")

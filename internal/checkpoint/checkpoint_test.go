@@ -81,14 +81,17 @@ func TestMainPassCheckpointsComeLast(t *testing.T) {
 
 	v1 := sample(30)
 	b := Encode(v1)
-	// Version 1 had no pass field and version 2 no rollbacks: drop their
-	// varints (0, a byte each after the config) and seal the file again.
+	// Version 3 had no last losses (16 bytes after the 7 varints, a byte
+	// each here), version 2 no rollbacks and version 1 no pass either (the
+	// first two varints after the config): drop them and seal the file
+	// again.
 	at := len(magic) + 1 + len(v1.Config)
+	b = append(append([]byte{}, b[:at+7]...), b[at+7+16:]...)
 	for _, c := range []struct {
-		magic string
-		keep  int // where the kept head ends: before the pass, or after it
-	}{{magicV1, at}, {magicV2, at + 1}} {
-		body := append(append([]byte(c.magic), b[len(magic):c.keep]...), b[at+2:len(b)-32]...)
+		magic      string
+		keep, skip int // the kept head ends at keep; the body goes on from skip
+	}{{magicV1, at, at + 2}, {magicV2, at + 1, at + 2}, {magicV3, at + 2, at + 2}} {
+		body := append(append([]byte(c.magic), b[len(magic):c.keep]...), b[c.skip:len(b)-32]...)
 		sum := sha256.Sum256(body)
 		got, err := Decode(append(body, sum[:]...))
 		require.NoError(t, err, c.magic)
@@ -96,11 +99,11 @@ func TestMainPassCheckpointsComeLast(t *testing.T) {
 	}
 }
 
-// The rollbacks' count survives the file, so a resumed run keeps its
-// learning rates' halving.
+// The divergence guard survives the file: a resumed run keeps its learning
+// rates' halving and judges its next window against the last one's losses.
 func TestRollbacksRoundTrip(t *testing.T) {
 	s := sample(40)
-	s.Pass, s.Rollbacks = 1, 2
+	s.Pass, s.Guard = 1, Guard{Rollbacks: 2, LastMedian: 0.0123, LastProbe: 1.5e-7}
 	got, err := Decode(Encode(s))
 	require.NoError(t, err)
 	assert.Equal(t, s, got)

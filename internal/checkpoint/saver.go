@@ -40,11 +40,11 @@ type Saver struct {
 // learning rate that diverges in the first window rolls back to the start
 // (halved) instead of stopping the run. A failed write only warns; the
 // first converge's checkpoint stays due.
-func (s *Saver) AtStart(ctx context.Context, pass, rollbacks int) {
+func (s *Saver) AtStart(ctx context.Context, pass int, g Guard) {
 	if s.Rank != 0 || s.StartsApart {
 		return
 	}
-	path, err := s.write(ctx, pass, -1, 0, rollbacks)
+	path, err := s.write(ctx, pass, -1, 0, g)
 	if err != nil {
 		s.Log.Warn().Err(err).Msg("the step-0 checkpoint failed: a run that diverges in its first window will stop")
 		return
@@ -60,11 +60,11 @@ func (s *Saver) AtStart(ctx context.Context, pass, rollbacks int) {
 // session's first converge is always due: a run that diverges before its
 // first cadence (a learning rate too high in the warm-up) then has a
 // checkpoint to roll back to instead of stopping.
-func (s *Saver) AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error {
+func (s *Saver) AfterConverge(ctx context.Context, pass, window, step int, g Guard, force bool) error {
 	if s.Rank != 0 || !s.Due(window, force) {
 		return nil
 	}
-	_, err := s.Save(ctx, pass, window, step, rollbacks)
+	_, err := s.Save(ctx, pass, window, step, g)
 	return err
 }
 
@@ -80,8 +80,8 @@ func (s *Saver) Due(window int, force bool) bool {
 
 // Save (rank 0) writes the checkpoint Due asked for and reports whether it
 // is written; a failure is handled as AfterConverge says.
-func (s *Saver) Save(ctx context.Context, pass, window, step, rollbacks int) (bool, error) {
-	path, err := s.write(ctx, pass, window, step, rollbacks)
+func (s *Saver) Save(ctx context.Context, pass, window, step int, g Guard) (bool, error) {
+	path, err := s.write(ctx, pass, window, step, g)
 	if err == nil {
 		s.last, s.failingAt = time.Now(), time.Time{}
 		s.Log.Info().Int("step", step).Str("path", path).Msg("checkpoint written")
@@ -106,7 +106,7 @@ func (s *Saver) Failed(step int, err error) error {
 	return nil
 }
 
-func (s *Saver) write(ctx context.Context, pass, window, step, rollbacks int) (string, error) {
+func (s *Saver) write(ctx context.Context, pass, window, step int, g Guard) (string, error) {
 	if s.BeforeWrite != nil {
 		if err := s.BeforeWrite(); err != nil {
 			return "", err
@@ -116,6 +116,6 @@ func (s *Saver) write(ctx context.Context, pass, window, step, rollbacks int) (s
 	if err != nil {
 		return "", fmt.Errorf("controller state: %w", err)
 	}
-	return Write(s.Dir, &State{Config: s.Config, Pass: pass, Rollbacks: rollbacks, Step: step, Window: window + 1, Ranks: s.Ranks,
+	return Write(s.Dir, &State{Config: s.Config, Pass: pass, Guard: g, Step: step, Window: window + 1, Ranks: s.Ranks,
 		ParamCount: s.ParamCount, Buffer: s.Buffer(), Controller: ctrl}, s.Keep)
 }

@@ -31,14 +31,14 @@ func TestSaverFailuresWarnUntilMaxFailing(t *testing.T) {
 	var log bytes.Buffer
 	s := saverIn(filepath.Join(file, "checkpoints"), time.Hour, &log)
 	ctx := context.Background()
-	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, 0, false))
-	require.NoError(t, s.AfterConverge(ctx, 0, 1, 20, 0, true), "a forced checkpoint that fails warns too")
+	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, Guard{}, false))
+	require.NoError(t, s.AfterConverge(ctx, 0, 1, 20, Guard{}, true), "a forced checkpoint that fails warns too")
 	assert.Equal(t, 2, strings.Count(log.String(), "checkpoint failed; the previous one stays valid"))
 
 	s = saverIn(filepath.Join(file, "checkpoints"), time.Minute, &log)
-	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, 0, false), "the first failure starts the clock")
+	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, Guard{}, false), "the first failure starts the clock")
 	s.failingAt = s.failingAt.Add(-time.Minute) // as if it had failed for a minute
-	err := s.AfterConverge(ctx, 0, 1, 20, 0, false)
+	err := s.AfterConverge(ctx, 0, 1, 20, Guard{}, false)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "(run.checkpoint_max_failing 1m0s)")
 }
@@ -67,12 +67,12 @@ func TestSaverRecoversAfterAFailure(t *testing.T) {
 	var log bytes.Buffer
 	s := saverIn(good, time.Minute, &log)
 	ctx := context.Background()
-	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, 0, false))
+	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, Guard{}, false))
 	s.Dir = filepath.Join(file, "checkpoints") // the disk goes bad
-	require.NoError(t, s.AfterConverge(ctx, 0, 1, 20, 0, false))
+	require.NoError(t, s.AfterConverge(ctx, 0, 1, 20, Guard{}, false))
 	assert.False(t, s.failingAt.IsZero())
 	s.Dir = good // and recovers
-	require.NoError(t, s.AfterConverge(ctx, 0, 2, 30, 0, false))
+	require.NoError(t, s.AfterConverge(ctx, 0, 2, 30, Guard{}, false))
 	assert.True(t, s.failingAt.IsZero(), "the clock restarts at the next failure")
 	ck, _, skipped, err := Latest(good)
 	require.NoError(t, err)
@@ -89,7 +89,7 @@ func TestSaverFirstConvergeWrites(t *testing.T) {
 	s.Every, s.Keep = 10, 5
 	ctx := context.Background()
 	for w := range 12 {
-		require.NoError(t, s.AfterConverge(ctx, 0, w, 10*(w+1), 0, false))
+		require.NoError(t, s.AfterConverge(ctx, 0, w, 10*(w+1), Guard{}, false))
 	}
 	names, err := filepath.Glob(filepath.Join(dir, "ckpt-*.hdet"))
 	require.NoError(t, err)
@@ -108,12 +108,12 @@ func TestSaverAtStart(t *testing.T) {
 	var log bytes.Buffer
 	s := saverIn(dir, 0, &log)
 	s.Every = 10
-	s.AtStart(ctx, 0, 0)
+	s.AtStart(ctx, 0, Guard{})
 	ck, _, _, err := Latest(dir)
 	require.NoError(t, err)
 	assert.Equal(t, 0, ck.Step)
 	assert.Equal(t, 0, ck.Window)
-	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, 0, false))
+	require.NoError(t, s.AfterConverge(ctx, 0, 0, 10, Guard{}, false))
 	ck, _, _, err = Latest(dir)
 	require.NoError(t, err)
 	assert.Equal(t, 10, ck.Step, "the first converge still writes")
@@ -125,7 +125,7 @@ func TestSaverAtStart(t *testing.T) {
 		empty := t.TempDir()
 		s := saverIn(empty, 0, &log)
 		mod(s)
-		s.AtStart(ctx, 0, 0)
+		s.AtStart(ctx, 0, Guard{})
 		_, _, _, err := Latest(empty)
 		assert.ErrorIs(t, err, ErrNone, name)
 	}
@@ -133,7 +133,7 @@ func TestSaverAtStart(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	s = saverIn(filepath.Join(file, "checkpoints"), time.Minute, &log)
-	s.AtStart(ctx, 0, 0)
+	s.AtStart(ctx, 0, Guard{})
 	assert.Contains(t, log.String(), "the step-0 checkpoint failed")
 	assert.True(t, s.failingAt.IsZero(), "a failed step-0 write does not start the failing clock")
 }

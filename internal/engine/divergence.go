@@ -20,7 +20,7 @@ import (
 func (l *loop) checkDivergence(w *window) {
 	before := healthyMedian(w.losses, w.healthyRanks)
 	f := l.o.DivergenceFactor
-	last, lastName, judged, judgedName := l.lastMedian, "the previous window's", before, "median"
+	last, lastName, judged, judgedName := l.guard.LastMedian, "the previous window's", before, "median"
 	if l.firstOfPass() {
 		// A pass's first window (or the first after a resume) has no
 		// earlier one: its replicas' loss at its first step stands in, so
@@ -33,7 +33,7 @@ func (l *loop) checkDivergence(w *window) {
 	}
 	div := markDiverged(l.lay, divergence{w.losses, last, lastName, "window loss", f, "train.divergence_factor"}, w.healthyRanks, w.index)
 	if w.plan.Probe {
-		pd := markDiverged(l.lay, divergence{w.probes, l.lastProbe, "the previous window's", "probe loss", math.Sqrt(f), "the square root of train.divergence_factor"}, w.healthyRanks, w.index)
+		pd := markDiverged(l.lay, divergence{w.probes, l.guard.LastProbe, "the previous window's", "probe loss", math.Sqrt(f), "the square root of train.divergence_factor"}, w.healthyRanks, w.index)
 		for _, e := range pd {
 			w.losses[*e.Rank] = math.NaN()
 		}
@@ -47,9 +47,9 @@ func (l *loop) checkDivergence(w *window) {
 		clear(w.healthyRanks)
 		w.events, w.nHealthy = append(w.events, ev), 0
 	} else if w.nHealthy > 0 {
-		l.lastMedian = healthyMedian(w.losses, w.healthyRanks)
+		l.guard.LastMedian = healthyMedian(w.losses, w.healthyRanks)
 		if w.plan.Probe {
-			l.lastProbe = healthyMedian(w.probes, w.healthyRanks)
+			l.guard.LastProbe = healthyMedian(w.probes, w.healthyRanks)
 		}
 	}
 }
@@ -185,7 +185,7 @@ func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 			return 0, fmt.Errorf("%w, and this run does not roll back (no checkpoint holds its training state: a worker script keeps its own); lower the learning rate", what)
 		}
 		return 0, fmt.Errorf("%w after %d rollbacks (train.max_rollbacks %d) with learning rates scaled by %g; the last checkpoint stays valid",
-			what, l.rollbacks, l.o.MaxRollbacks, w.lrScale)
+			what, l.guard.Rollbacks, l.o.MaxRollbacks, w.lrScale)
 	}
 	got, evs, err := Restore(ctx, RestoreOptions{Comm: l.o.Comm, Dir: l.o.CheckpointDir, Replica: l.o.Replica, Controller: l.o.Controller, Log: l.o.Log})
 	if errors.Is(err, checkpoint.ErrNone) {
@@ -197,11 +197,11 @@ func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 	if got.State.Pass != l.pass { // the main pass's step-0 checkpoint failed to write
 		return 0, fmt.Errorf("%w; rollback: the newest checkpoint (%s) is of the search pass, and the main pass has none", what, got.Path)
 	}
-	l.rollbacks++
+	l.guard.Rollbacks++
 	to := got.State.Step
 	if l.rank == 0 {
 		l.o.Log.Warn().Str("path", got.Path).Int("step", to).Msg("rolling back")
-		w.events = append(append(w.events, frozenEvents(evs)...), rollbackEvent(w.index, to, l.rollbacks, l.o.MaxRollbacks))
+		w.events = append(append(w.events, frozenEvents(evs)...), rollbackEvent(w.index, to, l.guard.Rollbacks, l.o.MaxRollbacks))
 		rec := windowRecord(&w.plan, nil, w.losses, w.healthyRanks, 0, 0, "", nil, w.events)
 		rec.Step = w.end()
 		l.recordWindow(rec) // the window has no converge and no feedback
@@ -212,7 +212,7 @@ func (l *loop) rollback(ctx context.Context, w *window) (int, error) {
 // canRollBack reports whether a rollback is left: a checkpoint directory
 // to go back to and fewer than train.max_rollbacks done.
 func (l *loop) canRollBack() bool {
-	return l.o.CheckpointDir != "" && l.rollbacks < l.o.MaxRollbacks
+	return l.o.CheckpointDir != "" && l.guard.Rollbacks < l.o.MaxRollbacks
 }
 
 func rollbackEvent(window, to, done, max int) metrics.Event {
@@ -223,4 +223,4 @@ func rollbackEvent(window, to, done, max int) metrics.Event {
 
 // firstOfPass reports whether the window about to be judged is a pass's
 // first (or the first after a resume): it has no previous window's median.
-func (l *loop) firstOfPass() bool { return !(l.lastMedian > 0) }
+func (l *loop) firstOfPass() bool { return !(l.guard.LastMedian > 0) }

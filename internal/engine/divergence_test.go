@@ -68,7 +68,7 @@ func TestMarkDiverged(t *testing.T) {
 // the next window.
 func TestCheckDivergence(t *testing.T) {
 	l := &loop{o: Options{DivergenceFactor: 10, CheckpointDir: t.TempDir(), MaxRollbacks: 3}, lay: Layout{World: 4, Size: 1},
-		lastMedian: 0.24, lastProbe: 0.17} // a previous window's
+		guard: checkpoint.Guard{LastMedian: 0.24, LastProbe: 0.17}} // a previous window's
 	window := func(losses, probes []float64) *window {
 		w := &window{index: 3, losses: losses, probes: probes, healthyRanks: []bool{true, true, true, true}, nHealthy: 4}
 		w.plan.Probe = probes != nil
@@ -82,15 +82,15 @@ func TestCheckDivergence(t *testing.T) {
 	assert.Equal(t, []bool{true, false, true, true}, w.healthyRanks, "rank 1's probe diverged")
 	assert.Equal(t, 3, w.nHealthy)
 	assert.True(t, math.IsNaN(w.losses[1]), "its window loss is left out too")
-	assert.InDelta(t, 0.4, l.lastMedian, 1e-12)
-	assert.InDelta(t, 0.16, l.lastProbe, 1e-12)
+	assert.InDelta(t, 0.4, l.guard.LastMedian, 1e-12)
+	assert.InDelta(t, 0.16, l.guard.LastProbe, 1e-12)
 
 	// 4.5 is 7.5x this window's median (0.6) but 11x the last one's (0.4).
 	w = window([]float64{0.3, 4.5, 0.2, 0.9}, nil)
 	l.checkDivergence(w)
 	assert.Equal(t, []bool{true, false, true, true}, w.healthyRanks)
-	assert.InDelta(t, 0.3, l.lastMedian, 1e-12)
-	assert.InDelta(t, 0.16, l.lastProbe, 1e-12, "a window that did not probe keeps the last probe median")
+	assert.InDelta(t, 0.3, l.guard.LastMedian, 1e-12)
+	assert.InDelta(t, 0.16, l.guard.LastProbe, 1e-12, "a window that did not probe keeps the last probe median")
 
 	// Every replica blew up (the median is 71x the last one's): rolled back
 	// when a rollback is left, although the two left after the two far
@@ -102,12 +102,12 @@ func TestCheckDivergence(t *testing.T) {
 	assert.Equal(t, []bool{false, false, false, false}, w.healthyRanks)
 	assert.Zero(t, w.nHealthy)
 	assert.Contains(t, w.events[len(w.events)-1].Message, "blew up everywhere")
-	assert.InDelta(t, 0.3, l.lastMedian, 1e-12, "a rolled-back window leaves the reference")
+	assert.InDelta(t, 0.3, l.guard.LastMedian, 1e-12, "a rolled-back window leaves the reference")
 	l.o.CheckpointDir = ""
 	w = window(slices.Clone(blown), nil)
 	l.checkDivergence(w)
 	assert.Equal(t, []bool{true, false, true, false}, w.healthyRanks)
-	assert.InDelta(t, 2.25, l.lastMedian, 1e-12)
+	assert.InDelta(t, 2.25, l.guard.LastMedian, 1e-12)
 
 	// The probe's threshold is the square root of the factor (3.16 here).
 	// Measured on the PyTorch ConvNet (local mode, 1e-2, seed 0, window
@@ -115,13 +115,13 @@ func TestCheckDivergence(t *testing.T) {
 	// previous window's median, 0.157), their window losses under 10x
 	// theirs. Averaged in, they ended the run at test loss 0.0724; left
 	// out, at 0.0440.
-	l.o.CheckpointDir, l.lastMedian, l.lastProbe = t.TempDir(), 0.24495, 0.15665
+	l.o.CheckpointDir, l.guard.LastMedian, l.guard.LastProbe = t.TempDir(), 0.24495, 0.15665
 	w = window([]float64{0.4003, 1.169, 0.2632, 1.6936}, []float64{0.1921, 0.6601, 0.1245, 1.0017})
 	l.checkDivergence(w)
 	assert.Equal(t, []bool{true, false, true, false}, w.healthyRanks, "ranks 1 and 3's probes diverged")
 	assert.Contains(t, w.events[0].Message, "the square root of train.divergence_factor (3.162)")
-	assert.InDelta(t, 0.33175, l.lastMedian, 1e-12)
-	assert.InDelta(t, 0.1583, l.lastProbe, 1e-12)
+	assert.InDelta(t, 0.33175, l.guard.LastMedian, 1e-12)
+	assert.InDelta(t, 0.1583, l.guard.LastProbe, 1e-12)
 }
 
 // A pass's first window has no previous one: its first steps' losses
@@ -140,14 +140,14 @@ func TestCheckDivergenceFirstWindow(t *testing.T) {
 	l.checkDivergence(w)
 	assert.Equal(t, []bool{false, true, false, false}, w.healthyRanks, "the best replica is sound: no rollback")
 	assert.Contains(t, w.events[0].Message, "its first step's when lower")
-	assert.InDelta(t, 0.53, l.lastMedian, 1e-12)
+	assert.InDelta(t, 0.53, l.guard.LastMedian, 1e-12)
 
-	l.lastMedian = 0
+	l.guard.LastMedian = 0
 	w = window([]float64{3.1e12, 31, 7.8e11, 7.6e12})
 	l.checkDivergence(w)
 	assert.Equal(t, []bool{false, false, false, false}, w.healthyRanks)
 	assert.Contains(t, w.events[len(w.events)-1].Message, "the replicas' lowest window loss 31 in window 0 is over train.divergence_factor (10) times its first step's 2.3")
-	assert.Zero(t, l.lastMedian, "a rolled-back window leaves no reference")
+	assert.Zero(t, l.guard.LastMedian, "a rolled-back window leaves no reference")
 }
 
 func TestScaleLROnlyTouchesLearningRates(t *testing.T) {
@@ -371,4 +371,33 @@ func TestWindowRecordCarriesProbeSeconds(t *testing.T) {
 		assert.Equal(t, 0.25, r.ProbeSeconds, "window %d", r.Window)
 	}
 	assert.Equal(t, 6, windows)
+}
+
+// A run resumed from a checkpoint judges its first window against the
+// previous window's median that the checkpoint carried (Options.StartGuard),
+// as the run left alone did, not against its first step's loss: found by
+// the 200-fault PyTorch chaos soak, where a replica reset in the first
+// window after a resume changed every later window.
+func TestResumedRunJudgesAgainstTheLastWindow(t *testing.T) {
+	for _, c := range []struct {
+		guard checkpoint.Guard
+		want  []bool
+		ref   string
+	}{
+		{checkpoint.Guard{LastMedian: 0.05}, []bool{true, true, true, true}, ""},
+		{checkpoint.Guard{}, []bool{true, true, true, false}, "its first step's"},
+	} {
+		l := &loop{o: Options{DivergenceFactor: 10}, lay: Layout{World: 4, Size: 1}, guard: c.guard}
+		// Rank 3's 0.45 is 9x the last window's median, but 22x the median
+		// of this window's first steps (0.02; the best replica's 0.01 is
+		// the floor of both references).
+		w := &window{index: 7, losses: []float64{0.01, 0.05, 0.06, 0.45}, firsts: []float64{0.02, 0.02, 0.02, 0.02},
+			healthyRanks: []bool{true, true, true, true}, nHealthy: 4}
+		l.checkDivergence(w)
+		assert.Equal(t, c.want, w.healthyRanks, "guard %+v", c.guard)
+		if c.ref != "" {
+			require.NotEmpty(t, w.events)
+			assert.Contains(t, w.events[0].Message, c.ref)
+		}
+	}
 }

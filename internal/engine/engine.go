@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/mpi/reduce"
@@ -52,8 +53,8 @@ type Progress interface {
 // plan.PassSearch or PassMain). The engine calls it on every rank;
 // implementations write from rank 0 only.
 type Checkpointer interface {
-	AtStart(ctx context.Context, pass, rollbacks int)
-	AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error
+	AtStart(ctx context.Context, pass int, g checkpoint.Guard)
+	AfterConverge(ctx context.Context, pass, window, step int, g checkpoint.Guard, force bool) error
 }
 
 // Options configure a run of the window loop.
@@ -78,12 +79,13 @@ type Options struct {
 	EvalEvery  int // windows between evaluations; 0: at the end only
 	StartStep  int // > 0 when resuming
 	StartPass  int // plan.PassMain when resuming in the main pass
-	// StartRollbacks is the rollbacks of the run resumed from (its
-	// checkpoint's): its learning rates keep their halving 0.5^n.
-	StartRollbacks int
-	Metrics        *metrics.Writer // rank 0 only
-	Progress       Progress        // rank 0 only; may be nil
-	Checkpoint     Checkpointer    // may be nil
+	// StartGuard is the divergence guard of the run resumed from (its
+	// checkpoint's): its learning rates keep their halving 0.5^n, and its
+	// next window is judged against the last one's losses.
+	StartGuard checkpoint.Guard
+	Metrics    *metrics.Writer // rank 0 only
+	Progress   Progress        // rank 0 only; may be nil
+	Checkpoint Checkpointer    // may be nil
 	// Converge all-reduces the sync buffer; nil means Comm on the host slice.
 	Converge Converger
 	// Restart restores every rank's step-0 state (parameters, optimizer

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hdet-dev/hdet/hparam"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/metrics"
 	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/mpi/reduce"
@@ -18,28 +19,26 @@ import (
 // below in order; a window where every rank is unhealthy leaves through
 // rollback (divergence.go) instead of converge.
 type loop struct {
-	o         Options
-	rank, n   int    // world rank and size
-	lay       Layout // how the world divides into replicas
-	rep       int    // this rank's replica
-	grads     GradReducer
-	conv      Converger
-	buf       []float32 // the sync buffer converge all-reduces
-	params    []float32 // its parameters
-	accepted  map[string]bool
-	watch     Watch
-	rollbacks int
-	pass      int // plan.PassSearch, or PassMain once the explorers committed
+	o        Options
+	rank, n  int    // world rank and size
+	lay      Layout // how the world divides into replicas
+	rep      int    // this rank's replica
+	grads    GradReducer
+	conv     Converger
+	buf      []float32 // the sync buffer converge all-reduces
+	params   []float32 // its parameters
+	accepted map[string]bool
+	watch    Watch
+	pass     int // plan.PassSearch, or PassMain once the explorers committed
 	// warnedSameBatches: the same-data warning is given once a run.
 	warnedSameBatches bool
-	// lastMedian and lastProbe are the healthy replicas' median window
-	// and probe losses of the last converged window (of the last that
-	// probed), 0 before the first one of this process (a resume starts
-	// without them).
-	lastMedian float64
-	lastProbe  float64
-	pending    []metrics.Event // rank 0: events for the next window record
-	res        Result
+	// guard is the rollbacks so far and the healthy replicas' median
+	// window and probe losses of the last converged window (of the last
+	// that probed; 0 before a pass's first), which checkpoints carry so a
+	// resumed run judges its next window as the run left alone would.
+	guard   checkpoint.Guard
+	pending []metrics.Event // rank 0: events for the next window record
+	res     Result
 }
 
 // window is what one window's phases hand each other.
@@ -81,7 +80,7 @@ func newLoop(o Options) (*loop, error) {
 	}
 	l := &loop{o: o, rank: o.Comm.Rank(), n: o.Comm.Size(), conv: o.Converge, watch: watchOrNop(o.Watch),
 		accepted: map[string]bool{}, pending: frozenEvents(o.Events), lay: groupOf(o), pass: o.StartPass,
-		rollbacks: o.StartRollbacks}
+		guard: o.StartGuard}
 	if err := checkGroups(o, l.lay); err != nil {
 		return nil, err
 	}
@@ -114,7 +113,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 	start := time.Now()
 	if l.o.StartStep == 0 && l.o.Checkpoint != nil && l.canRollBack() {
 		l.watch.Enter(0, 0, PhaseCheckpoint)
-		l.o.Checkpoint.AtStart(ctx, l.pass, l.rollbacks)
+		l.o.Checkpoint.AtStart(ctx, l.pass, l.guard)
 	}
 	for step := l.o.StartStep; step < l.o.Steps; {
 		next, err := l.window(ctx, step)
@@ -127,7 +126,7 @@ func (l *loop) run(ctx context.Context) (Result, error) {
 		l.o.Progress.Done()
 	}
 	l.res.Pass, l.res.Steps = l.pass, l.o.Steps
-	l.res.Checksum, l.res.LRScale = Checksum(l.params), math.Pow(0.5, float64(l.rollbacks))
+	l.res.Checksum, l.res.LRScale = Checksum(l.params), math.Pow(0.5, float64(l.guard.Rollbacks))
 	l.o.Log.Info().Dur("wall_ms", time.Since(start)).Str("checksum", l.res.Checksum).Msg("run finished")
 	return l.res, nil
 }
@@ -197,7 +196,7 @@ func (l *loop) plan(ctx context.Context, step int) (*window, error) {
 	if w.plan.Start != w.start || w.plan.Steps != w.steps {
 		return nil, fmt.Errorf("plan of window %d covers steps [%d, %d), want [%d, %d)", w.index, w.plan.Start, w.plan.Start+w.plan.Steps, w.start, w.end())
 	}
-	w.lrScale = math.Pow(0.5, float64(l.rollbacks))
+	w.lrScale = math.Pow(0.5, float64(l.guard.Rollbacks))
 	scaleLR(&w.plan, w.lrScale)
 	w.values = Values{}
 	for i := range w.plan.Params {
@@ -246,12 +245,12 @@ func (l *loop) restart(ctx context.Context, w *window) error {
 	l.buf = l.o.Replica.SyncBuffer(l.o.Sync == SyncLocal)
 	l.params = l.buf[:l.o.Replica.ParamCount()]
 	// The rollbacks' halving stays: the search found its rate at that scale.
-	l.pass, l.lastMedian, l.lastProbe = plan.PassMain, 0, 0
+	l.pass, l.guard.LastMedian, l.guard.LastProbe = plan.PassMain, 0, 0
 	w.index, w.start, w.steps = 0, 0, min(l.windowSteps(), l.o.Steps)
 	l.o.Log.Info().Msg("search pass over: the main pass trains from step 0 at the committed values, without spread")
 	if l.o.Checkpoint != nil && l.canRollBack() {
 		l.watch.Enter(0, 0, PhaseCheckpoint)
-		l.o.Checkpoint.AtStart(ctx, l.pass, l.rollbacks)
+		l.o.Checkpoint.AtStart(ctx, l.pass, l.guard)
 	}
 	return nil
 }
@@ -524,5 +523,5 @@ func (l *loop) checkpoint(ctx context.Context, w *window) error {
 		return nil
 	}
 	l.watch.Enter(w.index, w.end(), PhaseCheckpoint)
-	return l.o.Checkpoint.AfterConverge(ctx, l.pass, l.cadence(w), w.end(), l.rollbacks, w.stop || w.end() == l.o.Steps)
+	return l.o.Checkpoint.AfterConverge(ctx, l.pass, l.cadence(w), w.end(), l.guard, w.stop || w.end() == l.o.Steps)
 }

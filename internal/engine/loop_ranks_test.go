@@ -294,7 +294,7 @@ func TestStopThenResumeIsBitExact(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				o.StartStep, o.StartPass = got.State.Step, got.State.Pass
+				o.StartStep, o.StartPass, o.StartGuard = got.State.Step, got.State.Pass, got.State.Guard
 				return nil
 			}
 			resumed := runRanks(t, s)
@@ -316,11 +316,11 @@ type ckptCall struct {
 // recCheckpointer records the engine's checkpoint calls.
 type recCheckpointer struct{ calls []ckptCall }
 
-func (c *recCheckpointer) AtStart(_ context.Context, pass, _ int) {
+func (c *recCheckpointer) AtStart(_ context.Context, pass int, _ checkpoint.Guard) {
 	c.calls = append(c.calls, ckptCall{atStart: true, pass: pass})
 }
 
-func (c *recCheckpointer) AfterConverge(_ context.Context, pass, window, step, _ int, force bool) error {
+func (c *recCheckpointer) AfterConverge(_ context.Context, pass, window, step int, _ checkpoint.Guard, force bool) error {
 	c.calls = append(c.calls, ckptCall{pass: pass, window: window, step: step, force: force})
 	return nil
 }

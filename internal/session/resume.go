@@ -46,7 +46,7 @@ func (s *session) restore(ctx context.Context) error {
 	}
 	ck := got.State
 	s.events = append(s.events, evs...)
-	s.resumeAt, s.resumePass, s.resumeRollbacks, s.resumed = ck.Step, ck.Pass, ck.Rollbacks, true
+	s.resumeAt, s.resumePass, s.resumeGuard, s.resumed = ck.Step, ck.Pass, ck.Guard, true
 	if s.rank == 0 {
 		if ck.Ranks != s.replicas() { // replicas: ranks when train.replica_size is 1
 			log.Warn().Int("checkpoint_ranks", ck.Ranks).Int("ranks", s.replicas()).Msg("resuming with a different number of ranks (replicas): parameters are shared, the spread is recomputed")

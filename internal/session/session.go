@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hdet-dev/hdet/device"
+	"github.com/hdet-dev/hdet/internal/checkpoint"
 	"github.com/hdet-dev/hdet/internal/config"
 	"github.com/hdet-dev/hdet/internal/controller"
 	"github.com/hdet-dev/hdet/internal/engine"
@@ -111,25 +112,25 @@ func (e agreedError) Unwrap() error { return e.error }
 
 // session is one rank's run, built up by the setup phases.
 type session struct {
-	o               Options
-	rank            int
-	cfg             *config.Config
-	slurm           slurm.Env
-	sync            engine.SyncMode
-	replica         engine.Replica
-	gpu             workload.GPU // this rank's GPU, for a workload that starts a process
-	converge        device.Allreducer
-	lay             engine.Layout // replica groups (G = 1: a rank per replica)
-	inside          World         // G > 1: this rank's replica
-	hostPeers       []int         // G > 1: the node-local ranks of its replica's ranks on its host, in position order
-	cross           World         // G > 1: the same position in every replica
-	steps           int
-	ctrl            *controller.Controller // rank 0
-	mw              *metrics.Writer        // rank 0
-	resumeAt        int                    // the step a resume starts from; 0 for a fresh run
-	resumePass      int                    // the pass it is in (plan.PassMain after a commit)
-	resumeRollbacks int                    // its rollbacks: the learning rates keep their halving
-	resumed         bool                   // a checkpoint was loaded (resumeAt 0: the step-0 one)
+	o           Options
+	rank        int
+	cfg         *config.Config
+	slurm       slurm.Env
+	sync        engine.SyncMode
+	replica     engine.Replica
+	gpu         workload.GPU // this rank's GPU, for a workload that starts a process
+	converge    device.Allreducer
+	lay         engine.Layout // replica groups (G = 1: a rank per replica)
+	inside      World         // G > 1: this rank's replica
+	hostPeers   []int         // G > 1: the node-local ranks of its replica's ranks on its host, in position order
+	cross       World         // G > 1: the same position in every replica
+	steps       int
+	ctrl        *controller.Controller // rank 0
+	mw          *metrics.Writer        // rank 0
+	resumeAt    int                    // the step a resume starts from; 0 for a fresh run
+	resumePass  int                    // the pass it is in (plan.PassMain after a commit)
+	resumeGuard checkpoint.Guard       // its rollbacks (the learning rates keep their halving) and last losses
+	resumed     bool                   // a checkpoint was loaded (resumeAt 0: the step-0 one)
 	// restarted: no checkpoint, but this run's own metrics.jsonl from a
 	// launch that ended before writing one; the run starts over.
 	restarted bool

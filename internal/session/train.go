@@ -109,7 +109,7 @@ func (s *session) engineOptions() (engine.Options, error) {
 	}
 	return engine.Options{
 		Comm: s.wd.Comm(w), Replica: s.replica, Controller: s.ctrl, Groups: s.groups(),
-		Steps: s.steps, Window: tc.Window, MainWindow: s.mainWindow(), Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt, StartPass: s.resumePass, StartRollbacks: s.resumeRollbacks,
+		Steps: s.steps, Window: tc.Window, MainWindow: s.mainWindow(), Sync: s.sync, EvalEvery: tc.EvalEvery, StartStep: s.resumeAt, StartPass: s.resumePass, StartGuard: s.resumeGuard,
 		Restart:  s.restoreStart,
 		Converge: s.wd.Converger(hostBuffer{s.converge}), Metrics: s.mw, Progress: prog, Checkpoint: ckpt, Stop: s.o.Stop,
 		Log: s.o.Log, Watch: s.wd, Events: s.events,

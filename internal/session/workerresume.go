@@ -100,8 +100,8 @@ type workerCheckpointer struct {
 
 // AtStart is the Saver's (the engine calls it only for runs that roll back,
 // which worker runs do not).
-func (c workerCheckpointer) AtStart(ctx context.Context, pass, rollbacks int) {
-	c.saver.AtStart(ctx, pass, rollbacks)
+func (c workerCheckpointer) AtStart(ctx context.Context, pass int, g checkpoint.Guard) {
+	c.saver.AtStart(ctx, pass, g)
 }
 
 // saveStates has every rank's script save its state for the checkpoint at
@@ -125,7 +125,7 @@ func (c workerCheckpointer) saveStates(ctx context.Context, pass, step int) (boo
 	return refused[0] > 0, nil
 }
 
-func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, step, rollbacks int, force bool) error {
+func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, step int, g checkpoint.Guard, force bool) error {
 	s := c.s
 	due := []float64{0}
 	if s.rank == 0 && c.saver.Due(window, force) {
@@ -148,7 +148,7 @@ func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, ste
 		if refused {
 			err = c.saver.Failed(step, errors.New("a rank's script could not write its state (that rank's log says why)"))
 		} else {
-			written, err = c.saver.Save(ctx, pass, window, step, rollbacks)
+			written, err = c.saver.Save(ctx, pass, window, step, g)
 		}
 		if err != nil {
 			ok[0] = -1

@@ -186,10 +186,12 @@ type message struct {
 	Message string `json:"message,omitempty"`
 
 	// saved: the file written and the step it holds; Refused: why the
-	// disk refused it (the worker runs on, the checkpoint fails).
+	// disk refused it (the worker runs on, the checkpoint fails), and Errno
+	// the OSError's errno where it has one.
 	Path    string `json:"path,omitempty"`
 	Step    int    `json:"step,omitempty"`
 	Refused string `json:"refused,omitempty"`
+	Errno   int    `json:"errno,omitempty"`
 }
 
 // saveRequest is SAVE: its pass is the pass's name ("search" or "main"),

@@ -6,11 +6,14 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
+	"github.com/hdet-dev/hdet/internal/atomicfile"
 	"github.com/hdet-dev/hdet/internal/plan"
 	"github.com/hdet-dev/hdet/internal/workload"
 )
@@ -98,7 +101,13 @@ func (w *Worker) SaveState(ctx context.Context, path string, step, pass int) err
 		return w.fail(op, err)
 	}
 	if m.Refused != "" {
-		return w.wrap(op, fmt.Errorf("%w: %s", workload.ErrStateRefused, m.Refused))
+		// A full disk is named as hdet's own refused writes are: the file
+		// system and its free space (atomicfile.NoSpace).
+		why := errors.New(m.Refused)
+		if e := syscall.Errno(m.Errno); e == syscall.ENOSPC || e == syscall.EDQUOT {
+			why = atomicfile.NoSpace(e, filepath.Dir(path))
+		}
+		return w.wrap(op, fmt.Errorf("%w: %w", workload.ErrStateRefused, why))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -50,7 +51,9 @@ func resumable(c net.Conn, hello *Hello) {
 		b, _ := json.Marshal(map[string]any{"path": req.Path, "step": req.Step, "pass": req.Pass,
 			"env_pass": os.Getenv("HDET_PASS"), "env_step": os.Getenv("HDET_RESUME_STEP")})
 		saved := &message{Type: msgSaved, Path: req.Path, Step: req.Step}
-		if err := os.WriteFile(req.Path, b, 0o644); err != nil {
+		if strings.HasSuffix(req.Path, "full.pt") { // a full disk, as Python's OSError says it
+			saved.Refused, saved.Errno = "[Errno 28] No space left on device", int(syscall.ENOSPC)
+		} else if err := os.WriteFile(req.Path, b, 0o644); err != nil {
 			saved.Refused = err.Error()
 		}
 		_ = writeFrame(c, saved, nil)
@@ -105,6 +108,9 @@ func TestRefusedSaveLeavesTheWorkerRunning(t *testing.T) {
 	require.NoError(t, os.WriteFile(blocked, nil, 0o644))
 	err = w.SaveState(ctx, filepath.Join(blocked, "rank-0", "x.pt"), 0, plan.PassSearch)
 	require.ErrorIs(t, err, workload.ErrStateRefused, "hdet could not make its folder")
+	err = w.SaveState(ctx, filepath.Join(dir, "full.pt"), 0, plan.PassSearch)
+	require.ErrorIs(t, err, workload.ErrStateRefused, "a full disk")
+	assert.Contains(t, err.Error(), "no space left on device (the file system of "+dir+" has ", "named as hdet's own writes are")
 	require.NoError(t, w.SaveState(ctx, filepath.Join(dir, "ok.pt"), 0, plan.PassSearch), "the worker runs on")
 }
 

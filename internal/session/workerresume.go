@@ -142,15 +142,15 @@ func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, ste
 		}
 	}
 	ok := []float64{1}
+	var failed error // rank 0's: why checkpoints stop the run
 	if s.rank == 0 {
 		var written bool
-		var err error
 		if refused {
-			err = c.saver.Failed(step, errors.New("a rank's script could not write its state (that rank's log says why)"))
+			failed = c.saver.Failed(step, errors.New("a rank's script could not write its state (that rank's log says why)"))
 		} else {
-			written, err = c.saver.Save(ctx, pass, window, step, g)
+			written, failed = c.saver.Save(ctx, pass, window, step, g)
 		}
-		if err != nil {
+		if failed != nil {
 			ok[0] = -1
 		} else if !written {
 			ok[0] = 0
@@ -162,6 +162,9 @@ func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, ste
 		return err
 	}
 	if ok[0] < 0 {
+		if failed != nil {
+			return failed
+		}
 		return fmt.Errorf("no checkpoint could be written for run.checkpoint_max_failing (rank 0 says why)")
 	}
 	if err := c.st.PruneStates(); err != nil {

@@ -236,6 +236,8 @@ class Session:
             # A full or read-only disk: hdet skips this checkpoint, as it
             # does when its own write is refused, and the run goes on.
             answer["refused"] = str(e)
+            if e.errno:
+                answer["errno"] = e.errno  # hdet names the file system and its free space
         except Exception as e:  # whatever the script's objects raise in state_dict()
             if self.finished:  # on_save reported it
                 raise

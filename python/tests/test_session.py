@@ -142,7 +142,7 @@ class SaveTest(unittest.TestCase):
         plan, got = self.run_save(on_save)
         self.assertEqual(plan["type"], "plan", "a full disk skips hdet's checkpoint, the window goes on")
         self.assertEqual(got["answer"], {"type": "saved", "path": "/x/rank-0/search-step-0.pt", "step": 0,
-                                         "refused": "[Errno 28] No space left on device"})
+                                         "refused": "[Errno 28] No space left on device", "errno": 28})
 
     def test_a_failed_save_answers_error(self):
         def on_save(s):

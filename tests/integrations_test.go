@@ -446,3 +446,125 @@ func TestIntegrationsLightningSrun(t *testing.T) {
 	}
 	checkLightningFolders(t, root, saw, float64(commit.Committed["lr"].Value))
 }
+
+// stoppedIntegration launches script (under mpirun, 2 ranks, into dir) once
+// with STOP_AT at each of stops, each stopped by the signal (exit 3), then
+// once more to its end, every time the same command; record is the
+// script's --record folder. It checks what each launch trained (the steps
+// left, from the last window end both hdet and the trainer saved) and
+// returns the launches' wall times.
+func stoppedIntegration(t *testing.T, dir, record string, script []string, stops []position, search int,
+	total int) []time.Duration {
+	t.Helper()
+	l := workerLaunch{runDir: filepath.Join(dir, "run"), record: record}
+	from, seen := position{"search", 0}, make([]int, 2)
+	var walls []time.Duration
+	for i := 0; i <= len(stops); i++ {
+		to, env, wantCode := position{"main", total}, []string(nil), 0
+		if i < len(stops) {
+			env, wantCode = []string{"STOP_AT=" + stops[i].pass + ":" + fmt.Sprint(stops[i].step)}, 3
+		}
+		start := time.Now()
+		r, _ := workerScriptRun(t, dir, mpirun2(t), env, script...)
+		walls = append(walls, time.Since(start))
+		code := 0
+		if r.err != nil {
+			var ee *exec.ExitError
+			require.ErrorAs(t, r.err, &ee, "launch %d", i+1)
+			code = ee.ExitCode()
+		}
+		require.Equal(t, wantCode, code, "launch %d:\nstdout:\n%s\nstderr:\n%s", i+1, r.stdout, r.stderr)
+		if i > 0 {
+			assert.Contains(t, r.stdout+r.stderr, "resuming from checkpoint", "launch %d", i+1)
+		}
+		if i < len(stops) {
+			to = l.checkpoint(t)
+			assert.Equal(t, stops[i].pass, to.pass, "launch %d checkpointed in the pass it was stopped in", i+1)
+			assert.Greater(t, to.step, stops[i].step, "launch %d checkpointed at the end of the window it was stopped in", i+1)
+		}
+		for r := range seen {
+			recs := l.steps(t, r, seen[r])
+			seen[r] += len(recs)
+			s0, s1 := span(t, recs, "search")
+			m0, m1 := span(t, recs, "main")
+			assert.Equal(t, trained(from, to, search), [4]int{s0, s1, m0, m1},
+				"rank %d's launch %d trains from %v to %v (search pass [s0, s1), main pass [m0, m1))", r, i+1, from, to)
+		}
+		from = to
+	}
+	return walls
+}
+
+// The Hugging Face Trainer (tests/testdata/hf_regression.py: dropout,
+// save_steps of its own, resume_from_checkpoint=True when its output_dir
+// holds a checkpoint) under mpirun, 2 ranks, stopped by SIGUSR1 in the
+// search pass and then in the main pass, launched again each time with the
+// same command: the final parameters are the uninterrupted run's, each
+// launch trains only what was left, and metrics.jsonl holds each window
+// once. The main pass's checkpoints load without hdet.
+func TestIntegrationsHuggingFaceResumes(t *testing.T) {
+	needPythonModule(t, "transformers")
+	const total = 32
+	args := func(dir string) []string {
+		return []string{testdataScript(t, "hf_regression.py"), "--output-dir", filepath.Join(dir, "out"),
+			"--max-steps", fmt.Sprint(total), "--window", "4", "--save-steps", "6", "--dropout", "0.1",
+			"--resume", "auto", "--record", filepath.Join(dir, "record")}
+	}
+	refDir := t.TempDir()
+	start := time.Now()
+	ref, _ := workerScriptRun(t, refDir, mpirun2(t), nil, args(refDir)...)
+	require.NoError(t, ref.err, "stdout:\n%s\nstderr:\n%s", ref.stdout, ref.stderr)
+	t.Logf("uninterrupted: %.1f s", time.Since(start).Seconds())
+	refL := workerLaunch{runDir: ref.dir}
+	want, wantWindows, search := ref.end(t).Checksum, refL.windows(t), searchEnd(t, refL)
+	require.Greater(t, search, 4, "the search pass lasts past its first window: %v", wantWindows)
+	require.Less(t, search, total, "the run committed: %v", wantWindows)
+
+	dir := t.TempDir()
+	walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
+		[]position{{"search", 1}, {"main", 9}}, search, total)
+	t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
+	l := workerLaunch{runDir: filepath.Join(dir, "run")}
+	assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
+	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+
+	out := filepath.Join(dir, "out")
+	ck := filepath.Join(out, fmt.Sprintf("checkpoint-%d", total))
+	require.DirExists(t, ck)
+	loadsWithoutHdet(t, fmt.Sprintf(`import torch
+torch.load(%q, weights_only=True); torch.load(%q, weights_only=True); torch.load(%q, weights_only=False)`,
+		filepath.Join(ck, "optimizer.pt"), filepath.Join(ck, "scheduler.pt"), filepath.Join(ck, "training_args.bin")))
+}
+
+// A Lightning script that resumes itself (tests/testdata/lightning_resume.py:
+// dropout, a ModelCheckpoint with save_last in a fixed folder,
+// fit(ckpt_path="last") every launch) under mpirun, 2 ranks, stopped by
+// SIGUSR1 in the search pass and then in the main pass, launched again each
+// time with the same command: the final parameters are the uninterrupted
+// run's, each launch trains only what was left, and metrics.jsonl holds
+// each window once. The main pass's last checkpoint loads without hdet.
+func TestIntegrationsLightningResumes(t *testing.T) {
+	needPythonModule(t, "lightning")
+	const total = 32
+	args := func(dir string) []string {
+		return []string{testdataScript(t, "lightning_resume.py"), "--root", filepath.Join(dir, "out"),
+			"--max-steps", fmt.Sprint(total), "--record", filepath.Join(dir, "record")}
+	}
+	refDir := t.TempDir()
+	ref, _ := workerScriptRun(t, refDir, mpirun2(t), nil, args(refDir)...)
+	require.NoError(t, ref.err, "stdout:\n%s\nstderr:\n%s", ref.stdout, ref.stderr)
+	refL := workerLaunch{runDir: ref.dir}
+	want, wantWindows, search := ref.end(t).Checksum, refL.windows(t), searchEnd(t, refL)
+	require.Greater(t, search, 4, "the search pass lasts past its first window: %v", wantWindows)
+	require.Less(t, search, total, "the run committed: %v", wantWindows)
+
+	dir := t.TempDir()
+	walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
+		[]position{{"search", 1}, {"main", 9}}, search, total)
+	t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
+	l := workerLaunch{runDir: filepath.Join(dir, "run")}
+	assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
+	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+	last := filepath.Join(dir, "out", "ckpts", "last.ckpt")
+	loadsWithoutHdet(t, fmt.Sprintf("import torch\nck = torch.load(%q, weights_only=False)\nassert ck['global_step'] == %d, ck['global_step']\nassert 'net.0.weight' in ck['state_dict']", last, total-total%6))
+}

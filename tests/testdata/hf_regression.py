@@ -11,20 +11,30 @@ the Trainer's cosine schedule with warm-up. --save-steps and --resume
 training step the script prints one "HDET-TEST {json}" line of what the
 Trainer sees; at the end one "HDET-RESULT {json}" line: the parameters'
 sum and the Trainer's global step.
+
+For the resume tests: --dropout P puts a dropout layer in the model (its
+masks come from the generators a resume restores); STOP_AT=PASS:STEP in the
+environment (search or main) makes HDET_RANK 0 send SIGUSR1 to its hdet at
+the start of that global step, as a time limit would (hdet checkpoints at
+the window's end and exits 3); with --record DIR every process appends a
+line per optimizer step to DIR/steps-rankR.jsonl (its pid, pass and step).
 """
 
 import argparse
 import json
 import os
+import signal
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
 
 
 class Net(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, dropout=0.0):
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+        layers = [torch.nn.Linear(8, 32), torch.nn.Tanh()] + ([torch.nn.Dropout(dropout)] if dropout else [])
+        self.body = torch.nn.Sequential(*layers, torch.nn.Linear(32, 1))
 
     def forward(self, x, labels=None):
         out = self.body(x).squeeze(-1)
@@ -65,15 +75,44 @@ class Report(TrainerCallback):
             "global_step": state.global_step, "world_before_import": Report.world_before_import}), flush=True)
 
 
+class StopAndRecord(TrainerCallback):
+    """STOP_AT and --record (see the module's doc)."""
+
+    def __init__(self, record):
+        self.stop = os.environ.get("STOP_AT", "").split(":") if os.environ.get("STOP_AT") else None
+        self.rank, self.pass_ = int(os.environ.get("HDET_RANK", "0")), os.environ.get("HDET_PASS") or "search"
+        self.record = None
+        if record:
+            os.makedirs(record, exist_ok=True)
+            self.record = open(os.path.join(record, "steps-rank%d.jsonl" % self.rank), "a")
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.stop and self.rank == 0 and self.pass_ == self.stop[0] and state.global_step == int(self.stop[1]):
+            os.kill(os.getppid(), signal.SIGUSR1)  # hdet, as mpirun forwards a time limit's signal
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        if self.record is not None:  # the torch optimizer inside accelerate's
+            optimizer.optimizer.register_step_post_hook(lambda *_: self.recorded(state.global_step))
+
+    def recorded(self, step):
+        """A step trained: after its update, inside the step call, which hdet
+        holds at a window's end until the next window (or ends the process)."""
+        self.record.write(json.dumps({"pid": os.getpid(), "pass": self.pass_, "step": step}) + "\n")
+        self.record.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--output-dir", required=True)
     ap.add_argument("--max-steps", type=int, default=24)
     ap.add_argument("--save-steps", type=int, default=0, help="0: no checkpoints")
-    ap.add_argument("--resume", help="a checkpoint folder, or 'last'")
+    ap.add_argument("--resume", help="a checkpoint folder, 'last', or 'auto' (the last, when there is one)")
     ap.add_argument("--window", type=int, help="HdetCallback's window")
+    ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--record", help="folder for the steps each process ran")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
     set_seed(0)
     training_args = TrainingArguments(
         output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=16,
@@ -84,9 +123,14 @@ def main():
     Report.world_before_import = torch.distributed.is_initialized()  # accelerate's, of every rank
     from hdet.integrations.transformers import HdetCallback  # imported where it is used
 
-    trainer = Trainer(model=Net(), args=training_args, train_dataset=Items(512, 1), eval_dataset=Items(64, 2),
-                      callbacks=[HdetCallback(probe_examples=64, window=args.window), Report()])
-    trainer.train(resume_from_checkpoint=True if args.resume == "last" else args.resume)
+    evals = Items(64, 2)
+    trainer = Trainer(model=Net(args.dropout), args=training_args, train_dataset=Items(512, 1), eval_dataset=evals,
+                      callbacks=[HdetCallback(probe_examples=64, probe_dataset=evals, window=args.window), Report(),
+                                 StopAndRecord(args.record)])
+    resume = True if args.resume == "last" else args.resume
+    if args.resume == "auto":  # a requeued job's own checkpoint, if it has one (output_dir: under hdet the replica's)
+        resume = os.path.isdir(trainer.args.output_dir) and get_last_checkpoint(trainer.args.output_dir) is not None
+    trainer.train(resume_from_checkpoint=resume or None)
     total = sum(float(p.detach().double().sum()) for p in trainer.model.parameters())
     print("HDET-RESULT " + json.dumps({"param_sum": total, "global_step": trainer.state.global_step}), flush=True)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,10 +24,14 @@ from typing import Any, Callable
 
 import torch
 
-from .. import _args, _attach, _session
+from .. import _args, _attach, _resume, _session
 from .._values import as_float
 
 PASS_ENV = "HDET_PASS"
+DOCS = "docs/pytorch.md#resume"
+# The key of hdet's mark in a trainer's checkpoint (the Hugging Face
+# TrainerState's stateful_callbacks, Lightning's checkpoint dict).
+MARK = "hdet"
 REPLICA_SIZE_ENV = "HDET_REPLICA_SIZE"
 
 # What launchers set to tell a process its place in a multi-process job. A
@@ -222,6 +227,119 @@ def value_keys(status: dict[str, Any], applied_lr: float) -> dict[str, float]:
     return out
 
 
+def resume_step() -> int:
+    """The step hdet resumes this launch at (its last window end in this
+    pass, HDET_RESUME_STEP), 0 when the pass starts afresh."""
+    req = _resume.request()
+    return req[1] if req is not None else 0
+
+
+def identity() -> dict[str, Any]:
+    """Which process of which hdet run wrote a trainer checkpoint: the run
+    directory, the pass and the replica (their checkpoints differ in the
+    random generators and, across passes, in everything)."""
+    return {"run_dir": os.environ.get(_resume.ENV_RUN_DIR, ""), "pass": pass_name(), "replica": replica_rank()}
+
+
+def describe(mark: Any) -> str:
+    """A checkpoint's mark (identity() and hdet's step at its save) in words."""
+    if not isinstance(mark, dict):
+        return "a checkpoint hdet did not mark (a run without hdet, or an older hdet)"
+    return "one of replica %s of the %s pass of the run in %s (hdet's step %s)" % (
+        mark.get("replica"), mark.get("pass"), mark.get("run_dir"), mark.get("hdet_step"))
+
+
+class TrainerResume:
+    """hdet's window-end checkpoints as the trainer's own (docs/pytorch.md#resume).
+
+    Given to hdet.attach as state={"trainer": this}: at each of hdet's saves
+    (a window end, inside the optimizer step that ends it) state_dict()
+    marks a trainer checkpoint due, which the callback has the trainer
+    write at the end of that step, in the folder the replica writes to.
+    hdet's own file holds this step's mark; a relaunch that hdet resumes
+    loads it back (load_state_dict) and check() compares it with the
+    checkpoint the trainer resumed. A stop that hdet asks for at that
+    window end is held (hold_stop) until the trainer has saved."""
+
+    def __init__(self, by: str, fix: str) -> None:
+        self.by, self.fix = by, fix  # fix: the trainer's way to resume the checkpoint hdet names
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.offset = 0  # the trainer's step minus hdet's
+        self.due = False  # hdet saved in this step: the trainer saves at its end
+        self.stop: _session.Stopped | None = None  # hdet's stop, raised once the trainer saved
+        self.saved: dict[str, Any] | None = None  # the mark hdet's file held, at a resume
+
+    def hdet_step(self) -> int:
+        status = _attach.current(self.optimizer) if self.optimizer is not None else None
+        return int(status["step"]) if status is not None else 0
+
+    def mark(self) -> dict[str, Any]:
+        return dict(identity(), hdet_step=self.hdet_step())
+
+    def state_dict(self) -> dict[str, Any]:
+        self.due = True
+        return dict(self.mark(), trainer_step=self.hdet_step() + self.offset)
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        self.saved = dict(saved)
+
+    def check(self, trainer_step: int) -> None:
+        """At a resume: the trainer resumed the checkpoint that this replica
+        saved at hdet's step (hdet's file says which)."""
+        saved = self.saved or {}
+        want = saved.get("trainer_step")
+        if want != trainer_step or {k: saved.get(k) for k in identity()} != identity():
+            raise RuntimeError(
+                "%s: hdet resumes this run at step %d of the %s pass, where this replica's trainer saved its step %s, "
+                "but the trainer resumed its step %d: %s" % (self.by, resume_step(), pass_name(), want, trainer_step,
+                                                              self.fix))
+
+    def hold_stop(self, optimizer: torch.optim.Optimizer) -> None:
+        """hdet's stop (a signal: SIGUSR1, SIGTERM) comes inside the
+        optimizer step that ends a window, after hdet saved its state
+        there. The step returns instead, so that the trainer finishes it and
+        saves its checkpoint of the same step; the callback then raises the
+        stop (hdet.Stopped, exit 0). A second stop is raised at once."""
+        hdet_step = optimizer.step
+
+        def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return hdet_step(*args, **kwargs)
+            except _session.Stopped as e:
+                if self.stop is not None:
+                    raise
+                self.stop = e
+                return None
+
+        if getattr(hdet_step, "_wrapped_by_lr_sched", False):
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+        optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
+
+    def raise_stop(self) -> None:
+        """The trainer saved the step hdet stopped at: stop now."""
+        if self.stop is not None:
+            raise self.stop
+
+
+def supersede(folder: str, names: Sequence[str]) -> list[str]:
+    """Move checkpoints that come after the step hdet resumes at (a kill
+    after the trainer's own save_steps) to folder/hdet-superseded, where
+    the trainer's "newest checkpoint" no longer finds them; the resumed
+    run writes those steps again. Returns the moved names."""
+    moved = []
+    for name in names:
+        dst = os.path.join(folder, "hdet-superseded", name)
+        if os.path.isdir(dst):
+            shutil.rmtree(dst)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(os.path.join(folder, name), dst)
+        moved.append(name)
+    if moved:
+        print("hdet: %s: moved %s, saved after the step hdet resumes at, to %s" % (
+            folder, ", ".join(moved), os.path.join(folder, "hdet-superseded")), file=sys.stderr, flush=True)
+    return moved
+
+
 class AttachedOptimizer:
     """The one optimizer a callback attaches, and what the callback keeps
     about its steps."""
@@ -236,23 +354,55 @@ class AttachedOptimizer:
         self._before: tuple[int, list[torch.Tensor]] | None = None
 
     def attach(self, optimizer: torch.optim.Optimizer, total: int, probe: Callable[[], float] | None,
-               model: torch.nn.Module | None, trainer_step: int = 0) -> None:
+               model: torch.nn.Module | None, trainer_step: int = 0, resume: TrainerResume | None = None) -> None:
         """hdet.attach under hdet; outside it only attach's checks.
-        trainer_step: the step the trainer resumed its own checkpoint at
-        (resume_from_checkpoint, ckpt_path; resolved in the folders the user
-        gave, so the same for every replica of both passes). hdet's run then
-        starts from that state on purpose, which attach's start_step=0 says
-        (without it the client stops a launch whose optimizer has taken
-        steps hdet did not resume). A relaunch of such a run that hdet
-        resumes at its own checkpoint stops naming both steps: the
-        callbacks do not resume at hdet's step yet."""
+
+        trainer_step: the step the trainer's own checkpoint resumed at. At
+        a relaunch that hdet resumes (at a window end S > 0) that is the
+        trainer's checkpoint of hdet's step, which the callback checks
+        (resume.check); hdet's file then loads the same parameters and
+        optimizer state, and the group hyperparameters the trainer's
+        scheduler set stay. Otherwise (hdet starts the pass afresh) a
+        trainer_step > 0 is a deliberate start from a checkpoint hdet did
+        not write (a plain run's, resolved in the folders the user gave, so
+        the same for every replica of both passes): attach's start_step=0.
+
+        resume: given to attach as state=, so that hdet's saves at window
+        ends make the trainer save its own checkpoint there; a stop that
+        hdet asks for inside a step is held until the trainer has saved
+        that step (resume.stop)."""
         if not _session.under_hdet():
             self.opts.check(optimizer, total, model)
             return
-        start = 0 if trainer_step > 0 else None
-        _attach.attach(optimizer, total, probe=probe, start_step=start, _by=self.opts.by,
+        resuming = resume_step() > 0
+        if resuming:
+            total += resume_step()  # total: the trainer's steps left; hdet counts its run's from the step it resumes
+        start = 0 if trainer_step > 0 and not resuming else None
+        state = None
+        if resume is not None:
+            resume.offset = trainer_step - (resume_step() if resuming else 0)
+            resume.optimizer = optimizer
+            state = {"trainer": resume}
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        params = [p.detach().clone() for g in optimizer.param_groups for p in g["params"]] if resuming else []
+        _attach.attach(optimizer, total, probe=probe, start_step=start, state=state, _by=self.opts.by,
                        **self.opts.attach_kwargs(model))
         self.optimizer = optimizer
+        if resuming and resume is not None:
+            resume.check(trainer_step)
+            mine = [p for g in optimizer.param_groups for p in g["params"]]
+            if any(not torch.equal(a, b.detach()) for a, b in zip(params, mine)):
+                raise RuntimeError(
+                    "%s: the trainer's checkpoint at its step %d holds other parameters than hdet's state at step %d "
+                    "of the %s pass: it is not the checkpoint this replica saved there; %s"
+                    % (self.opts.by, trainer_step, resume_step(), pass_name(), resume.fix))
+            # hdet saved inside the window's last optimizer step, before the
+            # trainer's scheduler stepped; the trainer's checkpoint, saved at
+            # the end of that step, holds the rates the next step starts at.
+            for g, kept in zip(optimizer.param_groups, groups):
+                g.update(kept)
+        if resume is not None:
+            resume.hold_stop(optimizer)
         optimizer.register_step_pre_hook(self._inside)
 
     def _inside(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -345,20 +495,6 @@ class AttachedOptimizer:
             f.write("\n")
         os.replace(tmp, path)
         return path
-
-
-def find_self(cls: type, depth: int = 16) -> Any:
-    """The nearest caller's `self` that is a cls: the trainer running a
-    callback's hook (the callback API does not hand callbacks the trainer)."""
-    f: types.FrameType | None = sys._getframe(1)
-    for _ in range(depth):
-        if f is None:
-            return None
-        obj = f.f_locals.get("self")
-        if isinstance(obj, cls):
-            return obj
-        f = f.f_back
-    return None
 
 
 def fixed_indices(n: int, examples: int, seed: int = 0) -> list[int]:

@@ -24,6 +24,7 @@ whole story.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -33,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import _session
+from .. import _resume, _session
 from . import _common
 
 _common.hide_launcher_environment()
@@ -115,6 +116,8 @@ class HdetCallback(pl.Callback):
             raise TypeError("%s: probe_metric must be a logged name, got %r" % (_BY, probe_metric))
         self._metric = probe_metric
         self._attached = _common.AttachedOptimizer(self._opts)
+        self._resume = _common.TrainerResume(_BY, RESUME_FIX)
+        self._resume_ckpt: dict[str, Any] | None = None  # at hdet's resume: this replica's checkpoint of its step
         self._user_root: str | None = None
         self._prepared = False
         self._stepped = False
@@ -144,6 +147,7 @@ class HdetCallback(pl.Callback):
                                "replica trains alone: leave devices and num_nodes at one per replica"
                                % (_BY, trainer.world_size, trainer.num_devices, trainer.num_nodes))
         self._user_root = trainer.default_root_dir
+        self._load_resume(trainer)
         if _common.is_primary():
             return
         if isinstance(getattr(trainer, "_default_root_dir", None), str):
@@ -165,6 +169,49 @@ class HdetCallback(pl.Callback):
         if stage == "fit":
             self.prepare(trainer)
 
+    def _load_resume(self, trainer: Any) -> None:
+        """At a relaunch that hdet resumes at its step S: this replica's
+        checkpoint of step S (saved by on_train_batch_end) becomes what the
+        fit restores, whatever ckpt_path says. Lightning resolves ckpt_path
+        ("last", "hpc" or a path) before any callback hook, in the folders
+        the user gave, which hold the main pass's rank 0's checkpoints only.
+        Without one (ckpt_path=None, or "last" with none found) the fit
+        restores the checkpoint put here: the Trainer's private
+        _checkpoint_connector._loaded_checkpoint, which its
+        _restore_modules_and_callbacks and restore_training_state read
+        after the setup hooks when resume_start got no path (Lightning
+        2.6.6; LightningTest.test_resumes_at_hdets_step fails if that
+        changes). With one, on_load_checkpoint puts this one in its place."""
+        step = _common.resume_step()
+        if step <= 0:
+            return
+        path = _resume_path(step)
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        except (OSError, RuntimeError, EOFError) as e:
+            raise RuntimeError(
+                "%s: hdet resumes this run at step %d of the %s pass, but this replica's Lightning checkpoint of "
+                "that step (%s) cannot be read: %s. hdet saved its state there and the Trainer did not get to (the "
+                "run was killed in between): this run cannot resume; start it in a new run directory; %s"
+                % (_BY, step, _common.pass_name(), path, e, _common.DOCS)) from e
+        self._resume_ckpt = ckpt
+        connector = trainer._checkpoint_connector
+        if not isinstance(getattr(connector, "_loaded_checkpoint", None), dict):
+            raise RuntimeError("%s: this Lightning's Trainer has no _checkpoint_connector._loaded_checkpoint (tested "
+                               "with Lightning 2.6.6): hdet cannot resume its fit" % _BY)
+        connector._loaded_checkpoint = ckpt
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """The fit restores the checkpoint ckpt_path named: at hdet's resume,
+        this replica's of hdet's step replaces it (its model weights now,
+        the rest as the fit restores it)."""
+        ours = self._resume_ckpt
+        if ours is None or checkpoint is ours:
+            return
+        checkpoint.clear()
+        checkpoint.update(ours)
+        pl_module.load_state_dict(ours["state_dict"])
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         optimizers = trainer.optimizers
         if not optimizers:
@@ -183,10 +230,16 @@ class HdetCallback(pl.Callback):
         if not _session.under_hdet():
             self._attached.attach(opt, total, None, pl_module)  # the checks alone
             return
+        if self._resume_ckpt is not None and int(trainer.global_step) != int(self._resume_ckpt["global_step"]):
+            raise RuntimeError("%s: hdet resumes this run at step %d of the %s pass, where this replica's Trainer "
+                               "saved its step %d, but the fit is at step %d: %s"
+                               % (_BY, _common.resume_step(), _common.pass_name(), self._resume_ckpt["global_step"],
+                                  trainer.global_step, RESUME_FIX))
+        self._resume_ckpt = None
         probe = self._opts.probe
         if probe is None and self._opts.probe_examples > 0:
             probe = _val_probe(trainer, pl_module, self._opts.probe_examples, self._metric)
-        self._attached.attach(opt, total, probe, pl_module, int(trainer.global_step))
+        self._attached.attach(opt, total, probe, pl_module, int(trainer.global_step), self._resume)
 
     # -- steps ------------------------------------------------------------
 
@@ -201,6 +254,14 @@ class HdetCallback(pl.Callback):
             return  # accumulating
         self._stepped = False
         self._attached.after_step()
+        resume = self._resume
+        if resume.due or resume.stop is not None:
+            # hdet saved this step's state (a window end): the Trainer saves
+            # its checkpoint of the same step, after the step's scheduler
+            # update, as ModelCheckpoint does here; and stops if hdet stops.
+            resume.due = False
+            _save_resume(trainer, resume.hdet_step())
+            resume.raise_stop()
         last = self._attached.last
         if not last:
             return
@@ -217,6 +278,38 @@ class HdetCallback(pl.Callback):
         one_pass = self._attached.finished_in_search() and _common.replica_rank() == 0
         if _common.is_primary() or one_pass:
             self._attached.write_report(self._user_root or trainer.default_root_dir, None)
+
+
+RESUME_FIX = ("the fit restores this replica's checkpoint of hdet's step by itself; a LightningModule or callback "
+              "that changes the restored step or loops stops it; %s" % _common.DOCS)
+
+
+def _resume_path(step: int, pass_name: str | None = None) -> str:
+    """This process's Lightning checkpoint of hdet's step in the run
+    directory: RUN_DIR/worker/lightning/<pass>-rank-<r>-step-<S>.ckpt."""
+    run_dir = os.environ.get(_resume.ENV_RUN_DIR)
+    if not run_dir:
+        raise RuntimeError("%s: hdet did not give this worker its run directory (%s); this hdet is older than the "
+                           "hdet Python package" % (_BY, _resume.ENV_RUN_DIR))
+    return os.path.join(run_dir, "worker", "lightning", "%s-rank-%d-step-%d.ckpt"
+                        % (pass_name or _common.pass_name(), _session.rank(), step))
+
+
+def _save_resume(trainer: Any, step: int) -> None:
+    """trainer.save_checkpoint at hdet's step (written to .tmp and renamed),
+    and the older ones of this process and pass go, but the one before
+    (hdet's previous checkpoint until its new one is written)."""
+    path = _resume_path(step)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    trainer.save_checkpoint(tmp)
+    os.replace(tmp, path)
+    folder, mine = os.path.dirname(path), os.path.basename(_resume_path(0))[:-len("0.ckpt")]
+    steps = sorted(int(n[len(mine):-len(".ckpt")]) for n in os.listdir(folder)
+                   if n.startswith(mine) and n.endswith(".ckpt") and n[len(mine):-len(".ckpt")].isdigit())
+    for old in steps[:-2]:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(folder, "%s%d.ckpt" % (mine, old)))
 
 
 def _silence_srun_warning() -> None:

@@ -21,13 +21,14 @@ has the whole story.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import torch
-import transformers
 from transformers import TrainerCallback
 
 from .. import _session
@@ -77,11 +78,15 @@ if _session.under_hdet():
 class HdetCallback(TrainerCallback):
     """Trains this Trainer's run as one hdet replica (see the module's doc).
 
-    probe_examples: items of eval_dataset (drawn once with a fixed seed, the
-      same on every rank, collated by the Trainer's data collator) on which
-      hdet compares the replicas by the Trainer's loss; 0, or no
-      eval_dataset: the training losses.
-    probe: a function() -> loss of your own instead.
+    probe_examples: items (drawn once with a fixed seed, the same on every
+      rank, collated by the Trainer's data collator) on which hdet compares
+      the replicas by the model's loss: of probe_dataset, else of the
+      training set (the Trainer hands its callbacks neither itself nor its
+      eval_dataset); 0: the training losses.
+    probe_dataset: the held-out items to draw them from, usually the
+      Trainer's eval_dataset.
+    probe: a function() -> loss of your own instead (a Trainer whose
+      compute_loss is not the model's loss).
     window, explore, alpha, spread, auto, callbacks: hdet.attach's.
     dropout: True for every dropout layer of the Trainer's model, or a
       module or function(p), as hdet.attach's.
@@ -93,13 +98,19 @@ class HdetCallback(TrainerCallback):
                  window: int | None = None, explore: Sequence[Any] | None = None,
                  alpha: float | None = None, spread: str | None = None, auto: dict[str, Any] | None = None,
                  dropout: Any = None, callbacks: dict[str, Callable[[float], Any]] | None = None,
-                 report: str | None = "hdet.json") -> None:
+                 report: str | None = "hdet.json", probe_dataset: Any = None) -> None:
+        if probe_dataset is not None and not hasattr(probe_dataset, "__getitem__"):
+            raise TypeError("%s: probe_dataset must be a map-style dataset (the Trainer's eval_dataset), got %r"
+                            % (_BY, probe_dataset))
         self._opts = _common.Options(_BY, probe_examples=probe_examples, probe=probe, window=window,
                                      explore=explore, alpha=alpha, spread=spread, auto=auto, dropout=dropout,
                                      callbacks=callbacks, report=report)
         self._attached = _common.AttachedOptimizer(self._opts)
-        self._trainer: Any = None
+        self._resume = _common.TrainerResume(_BY, RESUME_FIX)
+        self._probe_dataset = probe_dataset
         self._user_output_dir: str | None = None
+        self._redirected = False
+        self._resume_from: tuple[str, int] | None = None  # at hdet's resume: (its checkpoint, its global step)
         if _session.under_hdet():
             leave_accelerate_world()
             _common.check_single_process(_BY)
@@ -107,24 +118,19 @@ class HdetCallback(TrainerCallback):
     # -- set-up -----------------------------------------------------------
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if _session.under_hdet():
-            self._bind(_common.find_self(transformers.Trainer))
-
-    def _bind(self, trainer: Any) -> None:
-        """Run first among the Trainer's callbacks: on_log's additions then
-        reach every reporting callback (TensorBoard, W&B, the printer), and
-        the folders move before TensorBoardCallback opens its writer."""
-        if trainer is None:
-            raise RuntimeError("%s: cannot find the Trainer that runs this callback (a Trainer subclass that "
-                               "does not call Trainer.__init__?)" % _BY)
-        self._trainer = trainer
-        cbs = trainer.callback_handler.callbacks
-        if self in cbs:
-            cbs.remove(self)
-        cbs.insert(0, self)
+        if not _session.under_hdet():
+            return
+        self._user_output_dir = args.output_dir
+        step = _common.resume_step()
+        if step > 0 or not _checkpoints(args.output_dir):
+            # The replica's folder from the start: resume_from_checkpoint=True
+            # finds its checkpoint of hdet's step there.
+            self._redirect(args)
+        if step > 0:
+            self._resume_from = _checkpoint_of(args.output_dir, step)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                       train_dataloader: Any = None, **kwargs: Any) -> None:
+                       train_dataloader: Any = None, eval_dataloader: Any = None, **kwargs: Any) -> None:
         inner = _torch_optimizer(optimizer)
         total = int(state.max_steps) - int(state.global_step)
         if total <= 0:
@@ -132,32 +138,56 @@ class HdetCallback(TrainerCallback):
         if not _session.under_hdet():
             self._attached.attach(inner, total, None, model)  # the checks alone
             return
-        if self._trainer is None:  # trainer.add_callback(...) after the Trainer was built
-            trainer = _common.find_self(transformers.Trainer)
-            self._bind(trainer)
-            early = [type(cb).__name__ for cb in trainer.callback_handler.callbacks[1:]
-                     if hasattr(cb, "tb_writer") and cb.tb_writer is not None]
-            if early:
-                raise RuntimeError("%s: %s started writing before this callback could move its folder; pass "
-                                   "HdetCallback in Trainer(callbacks=[...])" % (_BY, ", ".join(early)))
-        trainer = self._trainer
         _common.check_single_process(_BY)
-        self._redirect(args, trainer)
+        self._redirect(args)
+        self._check_resumed(args, state)
         _common.offset_data_order(train_dataloader)
         probe = self._opts.probe
         if probe is None and self._opts.probe_examples > 0:
-            probe = _eval_probe(trainer, self._opts.probe_examples)
-        self._attached.attach(inner, total, probe, trainer.model, int(state.global_step))
+            probe = _probe(model, self._probe_dataset, eval_dataloader, train_dataloader, self._opts.probe_examples)
+        self._attached.attach(inner, total, probe, model, int(state.global_step), self._resume)
+        state.stateful_callbacks[_common.MARK] = self._resume.mark()
         _repoint_accelerate(optimizer, inner)
 
-    def _redirect(self, args: Any, trainer: Any) -> None:
+    def _check_resumed(self, args: Any, state: Any) -> None:
+        """At a relaunch that hdet resumes at its step S: the Trainer must
+        have resumed this replica's checkpoint of step S (found in
+        on_init_end; the Trainer's state names the process that saved it)."""
+        step = _common.resume_step()
+        got, mark = int(state.global_step), state.stateful_callbacks.get(_common.MARK)
+        if step <= 0:
+            if got > 0 and isinstance(mark, dict) and mark.get("run_dir") == _common.identity()["run_dir"]:
+                raise RuntimeError(
+                    "%s: hdet starts the %s pass of this run afresh (it has no checkpoint in it past step 0), but "
+                    "the Trainer resumed its step %d from %s, which an earlier launch of this run wrote: move "
+                    "that launch's checkpoints out of %s; %s"
+                    % (_BY, _common.pass_name(), got, _common.describe(mark), args.output_dir, _common.DOCS))
+            return
+        if self._resume_from is None:  # add_callback() after the Trainer was built
+            self._resume_from = _checkpoint_of(args.output_dir, step)
+        path, want = self._resume_from
+        if got == want and isinstance(mark, dict) and {k: mark.get(k) for k in _common.identity()} == \
+                _common.identity():
+            return
+        what = "started at step 0 (train() got no resume_from_checkpoint)" if got == 0 else \
+            "resumed its step %d, from %s" % (got, _common.describe(mark))
+        raise RuntimeError("%s: hdet resumes this run at step %d of the %s pass, where this replica's Trainer saved "
+                           "%s (its step %d), but the Trainer %s: %s"
+                           % (_BY, step, _common.pass_name(), path, want, what, RESUME_FIX))
+
+    def _redirect(self, args: Any) -> None:
         """Every process but the main pass's rank 0 writes under
         output_dir/hdet/<pass>/rank-<r> (checkpoints, TensorBoard's runs/,
-        W&B's run name gets a -hdet-<pass>-rank<r> suffix). Done here, after
-        train() resolved resume_from_checkpoint=True in the output_dir the
-        user gave (every replica of both passes resumes from the same
-        checkpoint), and before the other callbacks open their writers
-        (this one runs first)."""
+        W&B's run name gets a -hdet-<pass>-rank<r> suffix). Done when the
+        Trainer is built (on_init_end), before train() resolves
+        resume_from_checkpoint=True: a relaunch that hdet resumes finds the
+        replica's own checkpoint of hdet's step. A fresh launch whose
+        output_dir holds checkpoints (a run without hdet) moves at the
+        start of training instead, after train() resolved True there:
+        every replica of both passes starts from the same checkpoint."""
+        if self._redirected:
+            return
+        self._redirected = True
         self._user_output_dir = args.output_dir
         if _common.is_primary():
             return
@@ -166,13 +196,7 @@ class HdetCallback(TrainerCallback):
         suffix = "-hdet-%s-rank%d" % (_common.pass_name(), _common.replica_rank())
         if getattr(args, "run_name", None):
             args.run_name = args.run_name + suffix
-        env_dir = os.environ.get("TENSORBOARD_LOGGING_DIR")
-        if env_dir:
-            os.environ["TENSORBOARD_LOGGING_DIR"] = _common.replica_dir(env_dir)
-        for cb in trainer.callback_handler.callbacks:
-            d = getattr(cb, "logging_dir", None)
-            if isinstance(d, str) and d and getattr(cb, "tb_writer", None) is None:
-                cb.logging_dir = _common.replica_dir(d)
+        _move_tensorboard_dir()
 
     # -- steps ------------------------------------------------------------
 
@@ -183,9 +207,18 @@ class HdetCallback(TrainerCallback):
         self._attached.after_step()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        values = self._attached.window_start()
-        if values and self._trainer is not None:
-            self._trainer.log(values)  # each window's values once, at its first step
+        resume = self._resume
+        if resume.optimizer is None:
+            return
+        state.stateful_callbacks[_common.MARK] = resume.mark()  # in every checkpoint the Trainer saves
+        if resume.due:  # hdet saved this step's state: the Trainer saves its checkpoint of the same step
+            resume.due = False
+            control.should_save = True
+        if resume.stop is not None:  # and hdet stops there: save, then stop
+            control.should_save, control.should_training_stop, control.should_evaluate = True, True, False
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._resume.raise_stop()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:
@@ -210,6 +243,52 @@ class HdetCallback(TrainerCallback):
             self._attached.write_report(self._user_output_dir or "", float(args.learning_rate))
 
 
+RESUME_FIX = ("pass trainer.train(resume_from_checkpoint=True), which finds it (under hdet output_dir is the replica's "
+              "folder from the Trainer's construction on); a path the script computes from output_dir names the "
+              "main pass's rank 0's; %s" % _common.DOCS)
+
+
+def _checkpoints(folder: str | None) -> list[tuple[int, str]]:
+    """(global step, name) of the Trainer's checkpoints in folder, in order."""
+    if not folder or not os.path.isdir(folder):
+        return []
+    out = []
+    for name in os.listdir(folder):
+        m = re.fullmatch(r"checkpoint-(\d+)", name)
+        if m and os.path.isdir(os.path.join(folder, name)):
+            out.append((int(m.group(1)), name))
+    return sorted(out)
+
+
+def _mark(folder: str, name: str) -> Any:
+    try:
+        with open(os.path.join(folder, name, "trainer_state.json")) as f:
+            return (json.load(f).get("stateful_callbacks") or {}).get(_common.MARK)
+    except (OSError, ValueError):
+        return None
+
+
+def _checkpoint_of(folder: str, step: int) -> tuple[str, int]:
+    """This replica's checkpoint in folder that the Trainer saved at hdet's
+    step (its mark says so), as (path, global step). Checkpoints after it
+    (the Trainer's own save_steps, before a kill) move aside, so that
+    resume_from_checkpoint=True finds it."""
+    me = _common.identity()
+    found = [(g, n) for g, n in _checkpoints(folder)
+             if isinstance(m := _mark(folder, n), dict) and m.get("hdet_step") == step
+             and {k: m.get(k) for k in me} == me]
+    if not found:
+        have = ", ".join(n for _, n in _checkpoints(folder)) or "none"
+        raise RuntimeError(
+            "%s: hdet resumes this run at step %d of the %s pass, but this replica's Trainer saved no checkpoint of "
+            "that step in %s (it has: %s). hdet saved its state there and the Trainer did not get to (the run was "
+            "killed in between, or the checkpoint was deleted): this run cannot resume; start it in a new run "
+            "directory; %s" % (_BY, step, _common.pass_name(), folder, have, _common.DOCS))
+    g, name = found[-1]
+    _common.supersede(folder, [n for h, n in _checkpoints(folder) if h > g])
+    return os.path.join(folder, name), g
+
+
 def _torch_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     """The torch optimizer the Trainer steps (accelerate wraps it)."""
     inner = getattr(optimizer, "optimizer", optimizer)
@@ -231,14 +310,26 @@ def _repoint_accelerate(wrapper: Any, inner: torch.optim.Optimizer) -> None:
     wrapper._optimizer_patched_step_method = patch_optimizer_step(wrapper, inner.step)
 
 
-def _eval_probe(trainer: Any, examples: int) -> Callable[[], float] | None:
-    """The Trainer's loss on `examples` items of eval_dataset (the first one
-    of a dict), drawn with a fixed seed, collated as the Trainer's
-    evaluation collates them; None without an eval_dataset of known size."""
-    ds = trainer.eval_dataset
-    if isinstance(ds, dict):
-        ds = next(iter(ds.values()), None)
-    if ds is None or isinstance(ds, torch.utils.data.IterableDataset):
+def _move_tensorboard_dir() -> None:
+    """TENSORBOARD_LOGGING_DIR, which TensorBoardCallback reads when the
+    Trainer is built, in the replica's folder (done at import too)."""
+    env_dir = os.environ.get("TENSORBOARD_LOGGING_DIR")
+    if env_dir and not _common.is_primary() and os.sep + "hdet" + os.sep not in env_dir:
+        os.environ["TENSORBOARD_LOGGING_DIR"] = _common.replica_dir(env_dir)
+
+
+def _probe(model: Any, dataset: Any, eval_loader: Any, train_loader: Any, examples: int) -> Callable[[], float] | None:
+    """The model's loss on `examples` fixed items of dataset (else of the
+    evaluation loader's dataset when the Trainer has one, else of the
+    training set), collated by the Trainer's collator (the loader's
+    collate_fn); None without a dataset of known size."""
+    loader = eval_loader if eval_loader is not None else train_loader
+    ds = dataset
+    for src in (eval_loader, train_loader):
+        if ds is None and src is not None:
+            ds = getattr(src, "dataset", None)
+    collate = getattr(loader, "collate_fn", None) or getattr(train_loader, "collate_fn", None)
+    if ds is None or collate is None or isinstance(ds, torch.utils.data.IterableDataset):
         return None
     try:
         n = len(ds)
@@ -247,31 +338,22 @@ def _eval_probe(trainer: Any, examples: int) -> Callable[[], float] | None:
     if n == 0:
         return None
     picked = _common.fixed_indices(n, examples)
+    size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size", 0) \
+        or 64
     batches: list[Any] = []
-
-    def load() -> None:
-        sub = ds.select(picked) if hasattr(ds, "select") and hasattr(ds, "column_names") \
-            else torch.utils.data.Subset(ds, picked)
-        args = trainer.args
-        persistent = args.dataloader_persistent_workers
-        args.dataloader_persistent_workers = False  # not cached as the Trainer's own eval loader
-        try:
-            batches.extend(trainer.get_eval_dataloader(sub))
-        finally:
-            args.dataloader_persistent_workers = persistent
 
     @torch.no_grad()
     def probe() -> float:
         if not batches:
-            load()
-        model = trainer.model
+            batches.extend(collate([ds[j] for j in picked[i:i + size]]) for i in range(0, len(picked), size))
+        device = next(model.parameters()).device
         was_training = model.training
         model.eval()
         try:
             total, count = 0.0, 0
             for inputs in batches:
-                with trainer.compute_loss_context_manager():
-                    loss = trainer.compute_loss(model, inputs)
+                out = model(**_to(inputs, device))
+                loss = out["loss"] if isinstance(out, Mapping) else out[0]
                 k = _common.batch_rows(inputs) or 1
                 total += float(loss) * k
                 count += k
@@ -280,3 +362,15 @@ def _eval_probe(trainer: Any, examples: int) -> Callable[[], float] | None:
         return total / count
 
     return probe
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    if torch.is_tensor(batch):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: _to(v, device) for k, v in batch.items()}
+    return batch
+
+
+if _session.under_hdet():
+    _move_tensorboard_dir()

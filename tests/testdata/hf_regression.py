@@ -16,7 +16,8 @@ For the resume tests: --dropout P puts a dropout layer in the model (its
 masks come from the generators a resume restores); STOP_AT=PASS:STEP in the
 environment (search or main) makes HDET_RANK 0 send SIGUSR1 to its hdet at
 the start of that global step, as a time limit would (hdet checkpoints at
-the window's end and exits 3); with --record DIR every process appends a
+the window's end and exits 3), KILL_AT=PASS:STEP makes it SIGKILL itself
+there (a lost process); with --record DIR every process appends a
 line per optimizer step to DIR/steps-rankR.jsonl (its pid, pass and step).
 """
 
@@ -80,6 +81,7 @@ class StopAndRecord(TrainerCallback):
 
     def __init__(self, record):
         self.stop = os.environ.get("STOP_AT", "").split(":") if os.environ.get("STOP_AT") else None
+        self.kill = os.environ.get("KILL_AT", "").split(":") if os.environ.get("KILL_AT") else None
         self.rank, self.pass_ = int(os.environ.get("HDET_RANK", "0")), os.environ.get("HDET_PASS") or "search"
         self.record = None
         if record:
@@ -89,6 +91,8 @@ class StopAndRecord(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if self.stop and self.rank == 0 and self.pass_ == self.stop[0] and state.global_step == int(self.stop[1]):
             os.kill(os.getppid(), signal.SIGUSR1)  # hdet, as mpirun forwards a time limit's signal
+        if self.kill and self.rank == 0 and self.pass_ == self.kill[0] and state.global_step == int(self.kill[1]):
+            os.kill(os.getpid(), signal.SIGKILL)  # a lost process: no checkpoint of hdet's or the Trainer's
 
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         if self.record is not None:  # the torch optimizer inside accelerate's

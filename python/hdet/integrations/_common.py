@@ -323,9 +323,10 @@ class TrainerResume:
 
 def supersede(folder: str, names: Sequence[str]) -> list[str]:
     """Move checkpoints that come after the step hdet resumes at (a kill
-    after the trainer's own save_steps) to folder/hdet-superseded, where
-    the trainer's "newest checkpoint" no longer finds them; the resumed
-    run writes those steps again. Returns the moved names."""
+    after the trainer's own save_steps; at a pass hdet starts afresh, all
+    that an earlier launch of it saved) to folder/hdet-superseded, where the
+    trainer's "newest checkpoint" no longer finds them; the resumed run
+    writes those steps again. Returns the moved names."""
     moved = []
     for name in names:
         dst = os.path.join(folder, "hdet-superseded", name)

@@ -201,11 +201,26 @@ class HdetCallback(pl.Callback):
                                "with Lightning 2.6.6): hdet cannot resume its fit" % _BY)
         connector._loaded_checkpoint = ckpt
 
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """Every checkpoint the fit saves under hdet (ModelCheckpoint's too)
+        says which run, pass and replica wrote it, at which step of hdet's."""
+        if self._resume.optimizer is not None:
+            checkpoint[_common.MARK] = self._resume.mark()
+
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         """The fit restores the checkpoint ckpt_path named: at hdet's resume,
         this replica's of hdet's step replaces it (its model weights now,
-        the rest as the fit restores it)."""
+        the rest as the fit restores it). When hdet starts the pass afresh,
+        a checkpoint an earlier launch of this run wrote is no start."""
         ours = self._resume_ckpt
+        mark = checkpoint.get(_common.MARK)
+        if ours is None and _session.under_hdet() and isinstance(mark, dict) and \
+                mark.get("run_dir") == _common.identity()["run_dir"]:
+            raise RuntimeError(
+                "%s: hdet starts the %s pass of this run afresh (it has no checkpoint in it past step 0), but the "
+                "fit's ckpt_path named %s, which an earlier launch of this run wrote (a kill before hdet's first "
+                "checkpoint of the pass): move that launch's checkpoints away and launch again; %s"
+                % (_BY, _common.pass_name(), _common.describe(mark), _common.DOCS))
         if ours is None or checkpoint is ours:
             return
         checkpoint.clear()

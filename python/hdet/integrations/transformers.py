@@ -122,6 +122,9 @@ class HdetCallback(TrainerCallback):
             return
         self._user_output_dir = args.output_dir
         step = _common.resume_step()
+        if step == 0:  # hdet starts this pass afresh: what an earlier launch of it saved is no start
+            folder = _common.replica_dir(args.output_dir)
+            _common.supersede(folder, [n for _, n in _checkpoints(folder) if _earlier_launch(_mark(folder, n))])
         if step > 0 or not _checkpoints(args.output_dir):
             # The replica's folder from the start: resume_from_checkpoint=True
             # finds its checkpoint of hdet's step there.
@@ -266,6 +269,12 @@ def _mark(folder: str, name: str) -> Any:
             return (json.load(f).get("stateful_callbacks") or {}).get(_common.MARK)
     except (OSError, ValueError):
         return None
+
+
+def _earlier_launch(mark: Any) -> bool:
+    """A checkpoint that this replica saved in this pass of this run."""
+    me = _common.identity()
+    return isinstance(mark, dict) and {k: mark.get(k) for k in me} == me
 
 
 def _checkpoint_of(folder: str, step: int) -> tuple[str, int]:

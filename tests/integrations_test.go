@@ -497,11 +497,16 @@ func stoppedIntegration(t *testing.T, dir, record string, script []string, stops
 
 // The Hugging Face Trainer (tests/testdata/hf_regression.py: dropout,
 // save_steps of its own, resume_from_checkpoint=True when its output_dir
-// holds a checkpoint) under mpirun, 2 ranks, stopped by SIGUSR1 in the
-// search pass and then in the main pass, launched again each time with the
-// same command: the final parameters are the uninterrupted run's, each
-// launch trains only what was left, and metrics.jsonl holds each window
-// once. The main pass's checkpoints load without hdet.
+// holds a checkpoint) under mpirun, 2 ranks, launched again with the same
+// command after each stop: the final parameters are the uninterrupted
+// run's and metrics.jsonl holds each window once. "signals": SIGUSR1 in
+// the search pass, then in the main pass; each launch trains only what was
+// left, and the main pass's checkpoints load without hdet. "kill": rank 0's
+// script is killed in the main pass after the Trainer's save_steps
+// checkpoint 6 of both passes; hdet's last checkpoint is the search pass's
+// first window end (step 4), where the relaunch resumes: it moves the
+// search pass's checkpoint-6 aside, and the main pass's of the killed
+// launch when it starts that pass afresh.
 func TestIntegrationsHuggingFaceResumes(t *testing.T) {
 	needPythonModule(t, "transformers")
 	const total = 32
@@ -520,20 +525,38 @@ func TestIntegrationsHuggingFaceResumes(t *testing.T) {
 	require.Greater(t, search, 4, "the search pass lasts past its first window: %v", wantWindows)
 	require.Less(t, search, total, "the run committed: %v", wantWindows)
 
-	dir := t.TempDir()
-	walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
-		[]position{{"search", 1}, {"main", 9}}, search, total)
-	t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
-	l := workerLaunch{runDir: filepath.Join(dir, "run")}
-	assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
-	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
-
-	out := filepath.Join(dir, "out")
-	ck := filepath.Join(out, fmt.Sprintf("checkpoint-%d", total))
-	require.DirExists(t, ck)
-	loadsWithoutHdet(t, fmt.Sprintf(`import torch
+	t.Run("signals", func(t *testing.T) {
+		dir := t.TempDir()
+		walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
+			[]position{{"search", 1}, {"main", 9}}, search, total)
+		t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
+		l := workerLaunch{runDir: filepath.Join(dir, "run")}
+		assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
+		assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+		ck := filepath.Join(dir, "out", fmt.Sprintf("checkpoint-%d", total))
+		require.DirExists(t, ck)
+		loadsWithoutHdet(t, fmt.Sprintf(`import torch
 torch.load(%q, weights_only=True); torch.load(%q, weights_only=True); torch.load(%q, weights_only=False)`,
-		filepath.Join(ck, "optimizer.pt"), filepath.Join(ck, "scheduler.pt"), filepath.Join(ck, "training_args.bin")))
+			filepath.Join(ck, "optimizer.pt"), filepath.Join(ck, "scheduler.pt"), filepath.Join(ck, "training_args.bin")))
+	})
+	t.Run("kill", func(t *testing.T) {
+		dir := t.TempDir()
+		r, _ := workerScriptRun(t, dir, mpirun2(t), []string{"KILL_AT=main:9"}, args(dir)...)
+		require.Error(t, r.err, "the killed launch fails")
+		l := workerLaunch{runDir: filepath.Join(dir, "run")}
+		assert.Equal(t, position{"search", 4}, l.checkpoint(t), "hdet's last checkpoint: the search pass's first window end")
+		out := filepath.Join(dir, "out")
+		require.DirExists(t, filepath.Join(out, "checkpoint-6"), "the Trainer's own, after hdet's")
+		r, _ = workerScriptRun(t, dir, mpirun2(t), nil, args(dir)...)
+		require.NoError(t, r.err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+		assert.Contains(t, r.stderr, "checkpoint-6, saved after the step hdet resumes at")
+		for _, d := range []string{filepath.Join(out, "hdet", "search", "rank-0"), filepath.Join(out, "hdet", "search", "rank-1"),
+			out, filepath.Join(out, "hdet", "main", "rank-1")} {
+			assert.DirExists(t, filepath.Join(d, "hdet-superseded", "checkpoint-6"))
+		}
+		assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
+		assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+	})
 }
 
 // A Lightning script that resumes itself (tests/testdata/lightning_resume.py:

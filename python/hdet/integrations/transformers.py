@@ -125,7 +125,7 @@ class HdetCallback(TrainerCallback):
         if step == 0:  # hdet starts this pass afresh: what an earlier launch of it saved is no start
             folder = _common.replica_dir(args.output_dir)
             _common.supersede(folder, [n for _, n in _checkpoints(folder) if _earlier_launch(_mark(folder, n))])
-        if step > 0 or not _checkpoints(args.output_dir):
+        if step > 0 or not _foreign(args.output_dir):
             # The replica's folder from the start: resume_from_checkpoint=True
             # finds its checkpoint of hdet's step there.
             self._redirect(args)
@@ -269,6 +269,16 @@ def _mark(folder: str, name: str) -> Any:
             return (json.load(f).get("stateful_callbacks") or {}).get(_common.MARK)
     except (OSError, ValueError):
         return None
+
+
+def _foreign(folder: str | None) -> list[str]:
+    """The checkpoints in folder that no launch of this run saved (a run
+    without hdet's, another run's): a fresh launch may start from them. The
+    main pass's rank 0 moves its own of an earlier launch at the same time,
+    so they do not count."""
+    run_dir = _common.identity()["run_dir"]
+    return [n for _, n in _checkpoints(folder)
+            if not isinstance(m := _mark(folder or "", n), dict) or m.get("run_dir") != run_dir]
 
 
 def _earlier_launch(mark: Any) -> bool:

@@ -3,10 +3,11 @@
     python examples/pytorch/hf_finetune.py
     mpirun -np 4 bin/hdet run --worker -- .venv/bin/python examples/pytorch/hf_finetune.py
 
-The hdet change is one import and callbacks=[HdetCallback()]: under hdet
-each rank's Trainer trains one replica at its own multiple of the rate the
-Trainer's scheduler sets, and hdet compares the replicas on 256 fixed items
-of the evaluation set; outside hdet the callback changes nothing. The
+The hdet change is one import and callbacks=[HdetCallback(probe_dataset=val)]:
+under hdet each rank's Trainer trains one replica at its own multiple of the
+rate the Trainer's scheduler sets, and hdet compares the replicas on 256
+fixed items of the evaluation set (HF's callback events do not hand a
+callback the Trainer's eval_dataset, so it is named here); outside hdet the callback changes nothing. The
 model is GPT-2 built from a config (2 layers, width 64, 256 byte tokens:
 nothing is downloaded), trained on the .py files of the standard library of
 the Python running the script (tests and site-packages left out, the first
@@ -117,7 +118,7 @@ def main():
         **kwargs,
     )
     trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=val,
-                      callbacks=[HdetCallback()])
+                      callbacks=[HdetCallback(probe_dataset=val)])
     resume = True if args.resume == "last" else args.resume
     trainer.train(resume_from_checkpoint=resume)
     metrics = trainer.evaluate()

@@ -46,6 +46,7 @@ class Process:
         self._ended: weakref.ref[Attachment] | None = None
         self.start_step: int | None = None  # set by attach: hdet.start_step()
         self.emptied: set[str] = set()  # search folders hdet.checkpoint_path started afresh
+        self.hidden_env: dict[str, str] = {}  # launcher variables the integrations took out of os.environ
         # The exit report was installed for this process's run; a test's
         # stand-in process sets it beforehand to install none.
         self.hooked = False

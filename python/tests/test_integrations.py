@@ -137,11 +137,11 @@ class EnvironmentTest(unittest.TestCase):
             "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "4", "CUDA_VISIBLE_DEVICES": "1", "OMP_NUM_THREADS": "2"}
 
     def setUp(self):
-        self.saved = dict(_common._hidden)
+        self.saved = dict(_attach._process.hidden_env)
 
     def tearDown(self):
-        _common._hidden.clear()
-        _common._hidden.update(self.saved)
+        _attach._process.hidden_env.clear()
+        _attach._process.hidden_env.update(self.saved)
 
     def test_under_hdet_the_launchers_variables_leave(self):
         with mock.patch.dict(os.environ, dict(self.LAUNCHED, **self.KEPT)):
@@ -426,15 +426,15 @@ class TransformersTest(unittest.TestCase):
         try:
             args = transformers.TrainingArguments(output_dir=self.dir, use_cpu=True, report_to="none")
             self.assertEqual(args.distributed_state.num_processes, 1)
-            hidden = dict(_common._hidden)
+            hidden = dict(_attach._process.hidden_env)
             # The world (1 process here) is not the replica's (2 here): accelerate's to take apart.
             with mock.patch.dict(os.environ), mock.patch.object(_session, "under_hdet", return_value=True), \
                     mock.patch.object(_common, "replica_size", return_value=2):
                 self.assertTrue(hf.leave_accelerate_world())
                 self.assertFalse(d.is_initialized())
                 self.assertFalse(hf.leave_accelerate_world(), "nothing left to take apart")
-            _common._hidden.clear()
-            _common._hidden.update(hidden)
+            _attach._process.hidden_env.clear()
+            _attach._process.hidden_env.update(hidden)
             self.assertEqual((args.world_size, args.process_index), (1, 0), "the arguments see the new world")
             self.assertEqual(args.distributed_state.device.type, "cpu")
             d.init_process_group("gloo", store=d.HashStore(), rank=0, world_size=1)

@@ -57,8 +57,6 @@ LAUNCHER_NAMES = (
 LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "OMPI_MCA_ess_base_", "OMPI_MCA_orte_", "PMIX_", "PMI_",
                      "MV2_COMM_WORLD_", "JSM_NAMESPACE_")
 
-_hidden: dict[str, str] = {}
-
 # Data orders of replica r > 0 are the script's seed plus r times this.
 SEED_STRIDE = 1_000_003
 
@@ -91,14 +89,14 @@ def hide_launcher_environment() -> dict[str, str]:
         names, prefixes = names + TORCHRUN_NAMES, prefixes + TORCHRUN_PREFIXES
     for name in list(os.environ):
         if name in names or name.startswith(prefixes):
-            _hidden[name] = os.environ.pop(name)
-    return dict(_hidden)
+            _attach._process.hidden_env[name] = os.environ.pop(name)
+    return dict(_attach._process.hidden_env)
 
 
 def hidden_environment() -> dict[str, str]:
     """The variables (name: value) the integration removed from this
     process's environment under hdet; empty outside hdet."""
-    return dict(_hidden)
+    return dict(_attach._process.hidden_env)
 
 
 def pass_name() -> str:

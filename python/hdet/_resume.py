@@ -17,7 +17,7 @@ import os
 import random
 import shutil
 import sys
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import torch
 
@@ -128,7 +128,7 @@ def write(path: str, contents: dict[str, Any] | str | None) -> None:
             shutil.copyfile(contents, tmp)
         with open(tmp, "ab" if isinstance(contents, str) else "wb") as f:
             if not isinstance(contents, str):
-                torch.save(contents if contents is not None else {"format": FORMAT, "fresh": True}, f)
+                _save(contents if contents is not None else {"format": FORMAT, "fresh": True}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -142,6 +142,38 @@ def write(path: str, contents: dict[str, Any] | str | None) -> None:
         os.fsync(fd)  # the rename itself
     finally:
         os.close(fd)
+
+
+class _WriteErrors:
+    """A file's write and flush that keep the OSError a write raised:
+    torch.save's zip writer turns it into a RuntimeError ("unexpected pos
+    64 vs 0", torch 2.15), and a full disk must stay an OSError, which the
+    session answers as a refused save (the checkpoint skipped, the run on)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, b: bytes) -> int:
+        try:
+            return self.f.write(b)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _save(obj: dict[str, Any], f: BinaryIO) -> None:
+    """torch.save obj to f; a write the disk refused raises its OSError."""
+    sink = _WriteErrors(f)
+    try:
+        torch.save(obj, cast(BinaryIO, sink))
+    except RuntimeError:
+        if sink.error is not None:
+            raise sink.error from None
+        raise
 
 
 def read(path: str, step: int) -> dict[str, Any]:

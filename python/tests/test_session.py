@@ -4,6 +4,7 @@ the protocol (a real Unix socket and a real memfd buffer)."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import socket
 import tempfile
@@ -168,6 +169,22 @@ class WriteTest(unittest.TestCase):
                 _resume.write(path, {"x": Full()})
             self.assertEqual(os.listdir(os.path.dirname(path)), ["search-step-5.pt"], "the old file stays, no .tmp")
             self.assertTrue(torch.load(path, weights_only=False)["fresh"])
+
+    def test_a_disk_full_inside_torch_save_stays_an_oserror(self):
+        """torch.save's zip writer turns a write's OSError into a RuntimeError
+        (the 40-fault chaos soak: "unexpected pos 64 vs 0"); the client keeps
+        the OSError, which SAVED answers as refused."""
+        class FullAfter(io.BytesIO):
+            def write(self, b):
+                if self.tell() + len(b) > 64:
+                    raise OSError(28, "No space left on device")
+                return super().write(b)
+
+        with tempfile.TemporaryDirectory() as d, \
+                mock.patch.object(_resume, "open", lambda *a, **k: FullAfter(), create=True):
+            with self.assertRaises(OSError) as cm:
+                _resume.write(os.path.join(d, "x.pt"), {"w": torch.zeros(1000)})
+            self.assertEqual(cm.exception.errno, 28)
 
 if __name__ == "__main__":
     unittest.main()

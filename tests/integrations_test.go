@@ -447,6 +447,33 @@ func TestIntegrationsLightningSrun(t *testing.T) {
 	checkLightningFolders(t, root, saw, float64(commit.Committed["lr"].Value))
 }
 
+// resumeWant is what a stopped and resumed run must end with: the
+// uninterrupted run's checksum and windows; search is its search pass's
+// length.
+type resumeWant struct {
+	checksum string
+	windows  []string
+	search   int
+}
+
+// uninterrupted reads resumeWant from the uninterrupted run ref of total
+// steps, which must commit after its first window.
+func uninterrupted(t *testing.T, ref hdetRun, total int) resumeWant {
+	t.Helper()
+	require.NoError(t, ref.err, "stdout:\n%s\nstderr:\n%s", ref.stdout, ref.stderr)
+	l := workerLaunch{runDir: ref.dir}
+	w := resumeWant{ref.end(t).Checksum, l.windows(t), searchEnd(t, l)}
+	require.Greater(t, w.search, 4, "the search pass lasts past its first window: %v", w.windows)
+	require.Less(t, w.search, total, "the run committed: %v", w.windows)
+	return w
+}
+
+func (w resumeWant) check(t *testing.T, l workerLaunch) {
+	t.Helper()
+	assert.Equal(t, w.checksum, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
+	assert.Equal(t, w.windows, l.windows(t), "metrics.jsonl holds each window once")
+}
+
 // stoppedIntegration launches script (under mpirun, 2 ranks, into dir) once
 // with STOP_AT at each of stops, each stopped by the signal (exit 3), then
 // once more to its end, every time the same command; record is the
@@ -477,20 +504,7 @@ func stoppedIntegration(t *testing.T, dir, record string, script []string, stops
 		if i > 0 {
 			assert.Contains(t, r.stdout+r.stderr, "resuming from checkpoint", "launch %d", i+1)
 		}
-		if i < len(stops) {
-			to = l.checkpoint(t)
-			assert.Equal(t, stops[i].pass, to.pass, "launch %d checkpointed in the pass it was stopped in", i+1)
-			assert.Greater(t, to.step, stops[i].step, "launch %d checkpointed at the end of the window it was stopped in", i+1)
-		}
-		for r := range seen {
-			recs := l.steps(t, r, seen[r])
-			seen[r] += len(recs)
-			s0, s1 := span(t, recs, "search")
-			m0, m1 := span(t, recs, "main")
-			assert.Equal(t, trained(from, to, search), [4]int{s0, s1, m0, m1},
-				"rank %d's launch %d trains from %v to %v (search pass [s0, s1), main pass [m0, m1))", r, i+1, from, to)
-		}
-		from = to
+		from = l.checkLaunch(t, i, stops, from, to, seen, search)
 	}
 	return walls
 }
@@ -518,21 +532,15 @@ func TestIntegrationsHuggingFaceResumes(t *testing.T) {
 	refDir := t.TempDir()
 	start := time.Now()
 	ref, _ := workerScriptRun(t, refDir, mpirun2(t), nil, args(refDir)...)
-	require.NoError(t, ref.err, "stdout:\n%s\nstderr:\n%s", ref.stdout, ref.stderr)
 	t.Logf("uninterrupted: %.1f s", time.Since(start).Seconds())
-	refL := workerLaunch{runDir: ref.dir}
-	want, wantWindows, search := ref.end(t).Checksum, refL.windows(t), searchEnd(t, refL)
-	require.Greater(t, search, 4, "the search pass lasts past its first window: %v", wantWindows)
-	require.Less(t, search, total, "the run committed: %v", wantWindows)
+	want := uninterrupted(t, ref, total)
 
 	t.Run("signals", func(t *testing.T) {
 		dir := t.TempDir()
 		walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
-			[]position{{"search", 1}, {"main", 9}}, search, total)
+			[]position{{"search", 1}, {"main", 9}}, want.search, total)
 		t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
-		l := workerLaunch{runDir: filepath.Join(dir, "run")}
-		assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
-		assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+		want.check(t, workerLaunch{runDir: filepath.Join(dir, "run")})
 		ck := filepath.Join(dir, "out", fmt.Sprintf("checkpoint-%d", total))
 		require.DirExists(t, ck)
 		loadsWithoutHdet(t, fmt.Sprintf(`import torch
@@ -554,8 +562,7 @@ torch.load(%q, weights_only=True); torch.load(%q, weights_only=True); torch.load
 			out, filepath.Join(out, "hdet", "main", "rank-1")} {
 			assert.DirExists(t, filepath.Join(d, "hdet-superseded", "checkpoint-6"))
 		}
-		assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
-		assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+		want.check(t, l)
 	})
 }
 
@@ -575,19 +582,13 @@ func TestIntegrationsLightningResumes(t *testing.T) {
 	}
 	refDir := t.TempDir()
 	ref, _ := workerScriptRun(t, refDir, mpirun2(t), nil, args(refDir)...)
-	require.NoError(t, ref.err, "stdout:\n%s\nstderr:\n%s", ref.stdout, ref.stderr)
-	refL := workerLaunch{runDir: ref.dir}
-	want, wantWindows, search := ref.end(t).Checksum, refL.windows(t), searchEnd(t, refL)
-	require.Greater(t, search, 4, "the search pass lasts past its first window: %v", wantWindows)
-	require.Less(t, search, total, "the run committed: %v", wantWindows)
+	want := uninterrupted(t, ref, total)
 
 	dir := t.TempDir()
 	walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
-		[]position{{"search", 1}, {"main", 9}}, search, total)
+		[]position{{"search", 1}, {"main", 9}}, want.search, total)
 	t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
-	l := workerLaunch{runDir: filepath.Join(dir, "run")}
-	assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
-	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+	want.check(t, workerLaunch{runDir: filepath.Join(dir, "run")})
 	last := filepath.Join(dir, "out", "ckpts", "last.ckpt")
 	loadsWithoutHdet(t, fmt.Sprintf("import torch\nck = torch.load(%q, weights_only=False)\nassert ck['global_step'] == %d, ck['global_step']\nassert 'net.0.weight' in ck['state_dict']", last, total-total%6))
 }

@@ -226,24 +226,35 @@ func stoppedAndResumed(t *testing.T, setup resumeSetup, stops []position, search
 		}
 		if i < len(stops) {
 			assert.Contains(t, out, "stopped by a signal after checkpointing; launch the same command again to resume")
-			to = l.checkpoint(t)
-			// The end of the window the signal came in: T steps, or in the
-			// main pass of a DDP script the longer window of its hand-overs.
-			assert.Equal(t, stops[i].pass, to.pass, "launch %d checkpointed in the pass it was stopped in", i+1)
-			assert.Greater(t, to.step, stops[i].step, "launch %d checkpointed at the end of the window it was stopped in", i+1)
 		}
-		for r := range seen {
-			recs := l.steps(t, r, seen[r])
-			seen[r] += len(recs)
-			s0, s1 := span(t, recs, "search")
-			m0, m1 := span(t, recs, "main")
-			assert.Equal(t, trained(from, to, search), [4]int{s0, s1, m0, m1},
-				"rank %d's launch %d trains from %v to %v (search pass [s0, s1), main pass [m0, m1))", r, i+1, from, to)
-		}
-		from = to
+		from = l.checkLaunch(t, i, stops, from, to, seen, search)
 	}
 	assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
 	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+}
+
+// checkLaunch checks launch i of a run stopped at stops, which started at
+// from: a stopped launch checkpointed at the end of the window the signal
+// came in (T steps, or in the main pass of a DDP script the longer window
+// of its hand-overs), and each rank trained from from to there (to, the
+// run's end, for the last launch), its record read on from line seen[r].
+// Returns where the next launch starts.
+func (l workerLaunch) checkLaunch(t *testing.T, i int, stops []position, from, to position, seen []int, search int) position {
+	t.Helper()
+	if i < len(stops) {
+		to = l.checkpoint(t)
+		assert.Equal(t, stops[i].pass, to.pass, "launch %d checkpointed in the pass it was stopped in", i+1)
+		assert.Greater(t, to.step, stops[i].step, "launch %d checkpointed at the end of the window it was stopped in", i+1)
+	}
+	for r := range seen {
+		recs := l.steps(t, r, seen[r])
+		seen[r] += len(recs)
+		s0, s1 := span(t, recs, "search")
+		m0, m1 := span(t, recs, "main")
+		assert.Equal(t, trained(from, to, search), [4]int{s0, s1, m0, m1},
+			"rank %d's launch %d trains from %v to %v (search pass [s0, s1), main pass [m0, m1))", r, i+1, from, to)
+	}
+	return to
 }
 
 // trained is what a launch from one position to another trains: its search

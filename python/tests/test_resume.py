@@ -138,21 +138,13 @@ def loader_loop(model, opt, sched, train):
     data = torch.utils.data.TensorDataset(torch.linspace(-1, 1, 56 * 4).reshape(56, 4))
     gen = torch.Generator()
     loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, generator=gen)
-    step = hdet.start_step()
-    epoch, skip = divmod(step, len(loader))
-    while step < TOTAL:
+
+    def rest_of_epoch(step):
+        epoch, skip = divmod(step, len(loader))
         gen.manual_seed(100 + epoch)
-        for (x,) in itertools.islice(loader, skip, None):
-            train.step += 1
-            F.mse_loss(model(x), x[:, :2].cos()).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sched.step()
-            step += 1
-            if step == TOTAL:
-                break
-        epoch, skip = epoch + 1, 0
-    return model, opt, sched, train
+        return itertools.islice(loader, skip, None)
+
+    return epochs_loop(model, opt, sched, train, rest_of_epoch)
 
 
 def stateful_loader():
@@ -169,11 +161,17 @@ def stateful_loader():
 
 def stateful_loop(model, opt, sched, train, loader):
     """A loop over epochs of a loader that resumes itself: hdet loaded its
-    state at attach, so the first epoch goes on where the saved one was.
+    state at attach, so the first epoch goes on where the saved one was."""
+    return epochs_loop(model, opt, sched, train, lambda step: loader)
+
+
+def epochs_loop(model, opt, sched, train, rest_of_epoch):
+    """Epochs of batches from hdet.start_step() to TOTAL steps;
+    rest_of_epoch(step) gives the batches left of the epoch step is in.
     train.tokens folds in each batch, in order: the data order's checksum."""
     step = hdet.start_step()
     while step < TOTAL:
-        for (x,) in loader:
+        for (x,) in rest_of_epoch(step):
             train.step += 1
             train.tokens = (train.tokens * 31 + int(x.mul(1e4).round().sum())) % (1 << 61)
             F.mse_loss(model(x), x[:, :2].cos()).backward()

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -157,4 +158,19 @@ func TestWorkerFailingAfterStopFailsTheRun(t *testing.T) {
 		assert.Nil(t, o.Report, "written before the ranks part")
 		assert.FileExists(t, filepath.Join(dir, "report", "index.html"))
 	}
+}
+
+// A run directory on a full disk is a runtime error (exit 1) that names the
+// room left and says a relaunch resumes; a path that is not a directory is
+// the user's (a usage error, exit 2).
+func TestRunDirErrorFullDiskIsNotUsage(t *testing.T) {
+	dir := t.TempDir()
+	full := runDirError(&os.PathError{Op: "write", Path: filepath.Join(dir, "config.yaml"), Err: syscall.ENOSPC}, dir)
+	var ue *UsageError
+	assert.False(t, errors.As(full, &ue), "a full disk is not a usage error: %v", full)
+	assert.ErrorIs(t, full, syscall.ENOSPC)
+	assert.Contains(t, full.Error(), "free of")
+	assert.Contains(t, full.Error(), "launch the same command again once there is room")
+	notDir := runDirError(&os.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}, dir)
+	assert.True(t, errors.As(notDir, &ue), "a path that is not a directory is a usage error: %v", notDir)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/hdet-dev/hdet/internal/atomicfile"
@@ -65,14 +66,14 @@ func (s *session) restoreStart(ctx context.Context) error {
 func (s *session) openRunDir(ctx context.Context) error {
 	cfg := s.cfg
 	if err := os.MkdirAll(cfg.Run.Dir, 0o755); err != nil {
-		return Usagef("run.dir: %v", err)
+		return runDirError(err, cfg.Run.Dir)
 	}
 	b, err := cfg.YAML()
 	if err != nil {
 		return err
 	}
 	if err := atomicfile.Write(filepath.Join(cfg.Run.Dir, "config.yaml"), b); err != nil {
-		return Usagef("run.dir: %v", err)
+		return runDirError(err, cfg.Run.Dir)
 	}
 	// What launches killed mid-write left (rank 0 holds the lock: no one
 	// else writes here); on a small disk it is room the run needs.
@@ -92,7 +93,7 @@ func (s *session) openRunDir(ctx context.Context) error {
 	}
 	mw, err := metrics.OpenWriter(mpath)
 	if err != nil {
-		return Usagef("run.dir: %v", err)
+		return runDirError(err, cfg.Run.Dir)
 	}
 	s.mw = mw
 	s.closers = append(s.closers, func() { _ = mw.Close() })
@@ -101,6 +102,21 @@ func (s *session) openRunDir(ctx context.Context) error {
 		return err
 	}
 	return mw.Write(rec)
+}
+
+// runDirError says why the run directory could not be written. A full disk
+// (or quota) and a failing device are not what the user typed: they are
+// runtime errors (exit 1), and a full one names the room left and says the
+// same command resumes once there is room. Anything else (a path that is a
+// file, no permission) is a usage error.
+func runDirError(err error, dir string) error {
+	switch {
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("run.dir: %w; nothing written is lost: launch the same command again once there is room", atomicfile.NoSpace(err, dir))
+	case errors.Is(err, syscall.EIO):
+		return fmt.Errorf("run.dir: %w", err)
+	}
+	return Usagef("run.dir: %v", err)
 }
 
 // startRecord describes the run: its shape and, for each explored

@@ -22,7 +22,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # interfaces; hparam and its subpackages do no I/O).
 NOCGO   := ./internal/engine ./internal/bridge ./internal/watchdog ./hparam/... ./internal/controller ./internal/plan ./mpi/reduce ./internal/faults
 
-.PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long test-chaos-pytorch run data bench bench-quick bench-run bench-allreduce bench-bill bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
+.PHONY: all build deps venv bench-peers test test-go test-python test-faults test-multihost test-chaos test-chaos-long test-chaos-pytorch test-resume-4 run data bench bench-quick bench-run bench-allreduce bench-bill bench-pytorch bench-gpt bench-gpt-quick allreduce-bins lint proto gpu-check clean
 
 all: build
 
@@ -75,6 +75,14 @@ test-go: venv
 
 test-faults: venv
 	cd tests && $(GO) test -count=1 -timeout 35m -run '$(FAULTS)'
+
+# The PyTorch resume tests (docs/pytorch.md#resume: the attach line local
+# and DDP, replica groups, the Trainer and Lightning callbacks, each stopped
+# in the search pass, at the commit and in the main pass) on 4 ranks; make
+# test runs them on 2 (replica groups: 4). About 30 minutes on 2 cores.
+RESUME := TestWorkerResumesAtTheStep|TestWorkerWithoutStateStartsOver|TestIntegrations(HuggingFace|Lightning)Resumes
+test-resume-4: deps data venv
+	cd tests && HDET_RESUME_RANKS=4 $(GO) test -count=1 -timeout 60m -v -run '$(RESUME)' .
 
 # hdet across 3 fake hosts (network namespaces, one slurmd each): mpirun
 # --hostfile, srun -N 3, sbatch, a dead or frozen host, buffers past 2 GiB,

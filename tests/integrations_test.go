@@ -187,8 +187,9 @@ func cpuSeconds(cmd *exec.Cmd) float64 {
 	return (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 }
 
-func mpirun2(t *testing.T) func(ctx context.Context, args ...string) *exec.Cmd {
-	return func(ctx context.Context, args ...string) *exec.Cmd { return mpirunCmd(ctx, t, 2, args...) }
+// mpirunN launches under mpirun on n ranks.
+func mpirunN(t *testing.T, n int) func(ctx context.Context, args ...string) *exec.Cmd {
+	return func(ctx context.Context, args ...string) *exec.Cmd { return mpirunCmd(ctx, t, n, args...) }
 }
 
 // plainRun runs an example once without hdet (python EXAMPLE ARGS in dir).
@@ -288,7 +289,7 @@ func TestIntegrationsHuggingFace(t *testing.T) {
 	plainRun(t, dir, "hf_finetune.py", append(common, "--max-steps", "4")...)
 	require.DirExists(t, filepath.Join(out, "checkpoint-4"))
 
-	r, traceDir := integrationRun(t, dir, mpirun2(t), []string{"HDET_TEST_SKIP=9,15"}, hfWrapper, "hf_finetune.py",
+	r, traceDir := integrationRun(t, dir, mpirunN(t, 2), []string{"HDET_TEST_SKIP=9,15"}, hfWrapper, "hf_finetune.py",
 		append(common, "--max-steps", "20", "--resume", "last")...)
 	commit, saw := checkIntegrationRun(t, r, traceDir, 16)
 	committed := float64(commit.Committed["lr"].Value)
@@ -361,7 +362,7 @@ func TestIntegrationsHuggingFaceArgumentsFirst(t *testing.T) {
 	needPythonModule(t, "transformers")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	r, traceDir := workerScriptRun(t, dir, mpirun2(t), nil, testdataScript(t, "hf_regression.py"),
+	r, traceDir := workerScriptRun(t, dir, mpirunN(t, 2), nil, testdataScript(t, "hf_regression.py"),
 		"--output-dir", out, "--max-steps", "32", "--window", "4") // a search pass of two windows, the first probed
 	_, saw := checkIntegrationRun(t, r, traceDir, 32)
 	for _, s := range saw {
@@ -413,7 +414,7 @@ func TestIntegrationsLightning(t *testing.T) {
 	require.FileExists(t, ckpt)
 
 	root := filepath.Join(dir, "out")
-	r, traceDir := integrationRun(t, dir, mpirun2(t), nil, lightningWrapper, "lightning_train.py",
+	r, traceDir := integrationRun(t, dir, mpirunN(t, 2), nil, lightningWrapper, "lightning_train.py",
 		append([]string{"--root", root, "--max-steps", "24", "--ckpt-path", ckpt}, lightningArgs...)...)
 	commit, saw := checkIntegrationRun(t, r, traceDir, 16)
 	for _, s := range saw {
@@ -468,13 +469,20 @@ func uninterrupted(t *testing.T, ref hdetRun, total int) resumeWant {
 	return w
 }
 
+// stops is where the callback resume tests stop a run (both callbacks'
+// windows are 4 steps): in the search pass's first window, in its last (so
+// that the relaunch commits), and in the main pass's third.
+func (w resumeWant) stops() []position {
+	return []position{{"search", 1}, {"search", w.search - 3}, {"main", 9}}
+}
+
 func (w resumeWant) check(t *testing.T, l workerLaunch) {
 	t.Helper()
 	assert.Equal(t, w.checksum, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
-	assert.Equal(t, w.windows, l.windows(t), "metrics.jsonl holds each window once")
+	assert.Equal(t, w.windows, l.windows(t), "metrics.jsonl holds each window and the commit once")
 }
 
-// stoppedIntegration launches script (under mpirun, 2 ranks, into dir) once
+// stoppedIntegration launches script (mpirun, resumeRanks, into dir) once
 // with STOP_AT at each of stops, each stopped by the signal (exit 3), then
 // once more to its end, every time the same command; record is the
 // script's --record folder. It checks what each launch trained (the steps
@@ -484,7 +492,7 @@ func stoppedIntegration(t *testing.T, dir, record string, script []string, stops
 	total int) []time.Duration {
 	t.Helper()
 	l := workerLaunch{runDir: filepath.Join(dir, "run"), record: record}
-	from, seen := position{"search", 0}, make([]int, 2)
+	from, seen := position{"search", 0}, make([]int, resumeRanks(t))
 	var walls []time.Duration
 	for i := 0; i <= len(stops); i++ {
 		to, env, wantCode := position{"main", total}, []string(nil), 0
@@ -492,7 +500,7 @@ func stoppedIntegration(t *testing.T, dir, record string, script []string, stops
 			env, wantCode = []string{"STOP_AT=" + stops[i].pass + ":" + fmt.Sprint(stops[i].step)}, 3
 		}
 		start := time.Now()
-		r, _ := workerScriptRun(t, dir, mpirun2(t), env, script...)
+		r, _ := workerScriptRun(t, dir, mpirunN(t, len(seen)), env, script...)
 		walls = append(walls, time.Since(start))
 		code := 0
 		if r.err != nil {
@@ -511,11 +519,12 @@ func stoppedIntegration(t *testing.T, dir, record string, script []string, stops
 
 // The Hugging Face Trainer (tests/testdata/hf_regression.py: dropout,
 // save_steps of its own, resume_from_checkpoint=True when its output_dir
-// holds a checkpoint) under mpirun, 2 ranks, launched again with the same
-// command after each stop: the final parameters are the uninterrupted
+// holds a checkpoint) under mpirun (resumeRanks), launched again with the
+// same command after each stop: the final parameters are the uninterrupted
 // run's and metrics.jsonl holds each window once. "signals": SIGUSR1 in
-// the search pass, then in the main pass; each launch trains only what was
-// left, and the main pass's checkpoints load without hdet. "kill": rank 0's
+// the search pass, at the commit, then in the main pass; each launch
+// trains only what was left, and the main pass's checkpoints load without
+// hdet. "kill": rank 0's
 // script is killed in the main pass after the Trainer's save_steps
 // checkpoint 6 of both passes; hdet's last checkpoint is the search pass's
 // first window end (step 4), where the relaunch resumes: it moves the
@@ -531,15 +540,14 @@ func TestIntegrationsHuggingFaceResumes(t *testing.T) {
 	}
 	refDir := t.TempDir()
 	start := time.Now()
-	ref, _ := workerScriptRun(t, refDir, mpirun2(t), nil, args(refDir)...)
+	ref, _ := workerScriptRun(t, refDir, mpirunN(t, resumeRanks(t)), nil, args(refDir)...)
 	t.Logf("uninterrupted: %.1f s", time.Since(start).Seconds())
 	want := uninterrupted(t, ref, total)
 
 	t.Run("signals", func(t *testing.T) {
 		dir := t.TempDir()
-		walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
-			[]position{{"search", 1}, {"main", 9}}, want.search, total)
-		t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
+		walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir), want.stops(), want.search, total)
+		t.Logf("stopped in the search pass, at the commit, in the main pass, to the end: %v", walls)
 		want.check(t, workerLaunch{runDir: filepath.Join(dir, "run")})
 		ck := filepath.Join(dir, "out", fmt.Sprintf("checkpoint-%d", total))
 		require.DirExists(t, ck)
@@ -549,13 +557,13 @@ torch.load(%q, weights_only=True); torch.load(%q, weights_only=True); torch.load
 	})
 	t.Run("kill", func(t *testing.T) {
 		dir := t.TempDir()
-		r, _ := workerScriptRun(t, dir, mpirun2(t), []string{"KILL_AT=main:9"}, args(dir)...)
+		r, _ := workerScriptRun(t, dir, mpirunN(t, resumeRanks(t)), []string{"KILL_AT=main:9"}, args(dir)...)
 		require.Error(t, r.err, "the killed launch fails")
 		l := workerLaunch{runDir: filepath.Join(dir, "run")}
 		assert.Equal(t, position{"search", 4}, l.checkpoint(t), "hdet's last checkpoint: the search pass's first window end")
 		out := filepath.Join(dir, "out")
 		require.DirExists(t, filepath.Join(out, "checkpoint-6"), "the Trainer's own, after hdet's")
-		r, _ = workerScriptRun(t, dir, mpirun2(t), nil, args(dir)...)
+		r, _ = workerScriptRun(t, dir, mpirunN(t, resumeRanks(t)), nil, args(dir)...)
 		require.NoError(t, r.err, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 		assert.Contains(t, r.stderr, "checkpoint-6, saved after the step hdet resumes at")
 		for _, d := range []string{filepath.Join(out, "hdet", "search", "rank-0"), filepath.Join(out, "hdet", "search", "rank-1"),
@@ -568,11 +576,11 @@ torch.load(%q, weights_only=True); torch.load(%q, weights_only=True); torch.load
 
 // A Lightning script that resumes itself (tests/testdata/lightning_resume.py:
 // dropout, a ModelCheckpoint with save_last in a fixed folder,
-// fit(ckpt_path="last") every launch) under mpirun, 2 ranks, stopped by
-// SIGUSR1 in the search pass and then in the main pass, launched again each
-// time with the same command: the final parameters are the uninterrupted
-// run's, each launch trains only what was left, and metrics.jsonl holds
-// each window once. The main pass's last checkpoint loads without hdet.
+// fit(ckpt_path="last") every launch) under mpirun (resumeRanks), stopped
+// by SIGUSR1 in the search pass, at the commit and in the main pass,
+// launched again each time with the same command: the final parameters are
+// the uninterrupted run's, each launch trains only what was left, and
+// metrics.jsonl holds each window once. The main pass's last checkpoint loads without hdet.
 func TestIntegrationsLightningResumes(t *testing.T) {
 	needPythonModule(t, "lightning")
 	const total = 32
@@ -581,13 +589,12 @@ func TestIntegrationsLightningResumes(t *testing.T) {
 			"--max-steps", fmt.Sprint(total), "--record", filepath.Join(dir, "record")}
 	}
 	refDir := t.TempDir()
-	ref, _ := workerScriptRun(t, refDir, mpirun2(t), nil, args(refDir)...)
+	ref, _ := workerScriptRun(t, refDir, mpirunN(t, resumeRanks(t)), nil, args(refDir)...)
 	want := uninterrupted(t, ref, total)
 
 	dir := t.TempDir()
-	walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir),
-		[]position{{"search", 1}, {"main", 9}}, want.search, total)
-	t.Logf("stopped in the search pass, in the main pass, to the end: %v", walls)
+	walls := stoppedIntegration(t, dir, filepath.Join(dir, "record"), args(dir), want.stops(), want.search, total)
+	t.Logf("stopped in the search pass, at the commit, in the main pass, to the end: %v", walls)
 	want.check(t, workerLaunch{runDir: filepath.Join(dir, "run")})
 	last := filepath.Join(dir, "out", "ckpts", "last.ckpt")
 	loadsWithoutHdet(t, fmt.Sprintf("import torch\nck = torch.load(%q, weights_only=False)\nassert ck['global_step'] == %d, ck['global_step']\nassert 'net.0.weight' in ck['state_dict']", last, total-total%6))

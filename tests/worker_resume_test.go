@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,11 +23,22 @@ import (
 	"github.com/hdet-dev/hdet/internal/testenv"
 )
 
-// resumeRanks is the ranks of most worker resume tests: 2, because each
-// launch starts every rank's Python twice (the search pass, the main pass)
-// and the tests make 17 launches, which at 4 ranks on a 2-core CI runner
-// take most of an hour; the replica-group case runs 4 (resumeGroup).
-const resumeRanks = 2
+// resumeRanks is the ranks of the worker and callback resume tests:
+// HDET_RESUME_RANKS, 2 unless set. make test-resume-4 runs them on 4; the
+// default suite runs 2, because each launch starts every rank's Python
+// twice (the search pass, the main pass) and 4 ranks on a 2-core CI runner
+// double their 8 minutes. The replica-group case always runs 4
+// (resumeGroup).
+func resumeRanks(t *testing.T) int {
+	s := os.Getenv("HDET_RESUME_RANKS")
+	if s == "" {
+		return 2
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, "HDET_RESUME_RANKS")
+	require.GreaterOrEqual(t, n, 2, "HDET_RESUME_RANKS")
+	return n
+}
 
 // resumeWindow and resumeSteps are resume_train.py's window and run
 // length (its --window and --steps defaults).
@@ -35,19 +47,24 @@ const (
 	resumeSteps  = 160
 )
 
-// resumeSetup is how resume_train.py runs: its ranks, hdet's flags and the
-// script's.
+// resumeSetup is how a resume test's script runs: its ranks, hdet's flags,
+// the script in tests/testdata (resume_train.py when empty) and its flags.
 type resumeSetup struct {
 	ranks      int
 	hdet, args []string
+	script     string
 }
 
 // resumeLocal is local mode on resumeRanks ranks; resumeGroup is 4 ranks
 // as two replica groups of 2, each a DDP of its two ranks.
-var (
-	resumeLocal = resumeSetup{ranks: resumeRanks}
-	resumeGroup = resumeSetup{ranks: 4, hdet: []string{"--set", "train.replica_size=2"}, args: []string{"--ddp"}}
-)
+func resumeLocal(t *testing.T) resumeSetup { return resumeSetup{ranks: resumeRanks(t)} }
+
+var resumeGroup = resumeSetup{ranks: 4, hdet: []string{"--set", "train.replica_size=2"}, args: []string{"--ddp"}}
+
+// resumeFSDP is 4 ranks as two replica groups of 2, each an FSDP2 of its
+// two ranks (uneven shards), run as long as resume_train.py.
+var resumeFSDP = resumeSetup{ranks: 4, hdet: []string{"--set", "train.replica_size=2"}, script: "fsdp_worker.py",
+	args: []string{"--state", "--steps", strconv.Itoa(resumeSteps), "--window", strconv.Itoa(resumeWindow)}}
 
 // workerLaunch is one launch of resume_train.py under hdet into a run
 // directory: the same command every time, env only differs.
@@ -68,7 +85,7 @@ func (l workerLaunch) run(t *testing.T, env ...string) (string, int) {
 	t.Helper()
 	testenv.NeedTorch(t)
 	hdet, plugins := hdetBinaries(t)
-	script := filepath.Join(repoRoot(t), "tests", "testdata", "resume_train.py")
+	script := filepath.Join(repoRoot(t), "tests", "testdata", cmp.Or(l.script, "resume_train.py"))
 	full := append([]string{hdet, "run", "--run-dir", l.runDir, "--plugin-dir", plugins, "--progress", "none"}, l.hdet...)
 	full = append(append(full, "--worker", "--", testenv.Python, script, "--record", l.record), l.args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -84,13 +101,19 @@ func (l workerLaunch) run(t *testing.T, env ...string) (string, int) {
 	return string(out), 0
 }
 
-// windows lists the run's window records as "pass/window" in their order.
+// windows lists the run's window records as "pass/window" and its commit
+// as "commit@step", in their order.
 func (l workerLaunch) windows(t *testing.T) []string {
 	recs, _, err := metrics.ReadFile(filepath.Join(l.runDir, "metrics.jsonl"))
 	require.NoError(t, err)
 	var out []string
-	for _, r := range metrics.Of[metrics.WindowRecord](recs) {
-		out = append(out, fmt.Sprintf("%d/%d", r.Pass, r.Window))
+	for _, r := range recs {
+		switch r := r.(type) {
+		case metrics.WindowRecord:
+			out = append(out, fmt.Sprintf("%d/%d", r.Pass, r.Window))
+		case metrics.CommitRecord:
+			out = append(out, fmt.Sprintf("commit@%d", r.Step))
+		}
 	}
 	return out
 }
@@ -175,34 +198,28 @@ type position struct {
 // A worker run whose script gives hdet its state (attach's state=), stopped
 // by a signal and launched again with the same command, ends with the
 // parameters of the run left alone; each relaunch trains only the steps
-// left, and metrics.jsonl holds each window once. One run is stopped in the
-// search pass, then in the main pass; another in the search pass's last
-// window, so that its relaunch commits and trains the main pass. Local mode
-// and DDP (gradients mode) on 2 ranks; replica groups of a DDP script on 4
-// ranks, stopped in the search pass, then in the main pass.
+// left, and metrics.jsonl holds each window once. Each run is stopped in
+// the search pass, then in its last window (so that the relaunch commits),
+// then in the main pass. Local mode and DDP (gradients mode) on resumeRanks
+// ranks; replica groups of a DDP and of an FSDP2 script on 4 ranks.
 func TestWorkerResumesAtTheStep(t *testing.T) {
-	ddp := resumeLocal
+	ddp := resumeLocal(t)
 	ddp.args = []string{"--ddp"}
 	for _, mode := range []struct {
-		name   string
-		setup  resumeSetup
-		commit bool
-	}{{"local", resumeLocal, true}, {"ddp", ddp, true}, {"replica-groups", resumeGroup, false}} {
-		t.Run(mode.name, func(t *testing.T) {
+		name  string
+		setup resumeSetup
+	}{{"local", resumeLocal(t)}, {"ddp", ddp}, {"replica-groups", resumeGroup}, {"fsdp2-groups", resumeFSDP}} {
+		t.Run(fmt.Sprintf("%s, %d ranks", mode.name, mode.setup.ranks), func(t *testing.T) {
 			ref := newWorkerLaunch(t, mode.setup)
 			out, code := ref.run(t)
 			require.Equal(t, 0, code, out)
 			want, wantWindows := ref.end(t).Checksum, ref.windows(t)
 			search := searchEnd(t, ref)
 			require.Greater(t, search, 3*resumeWindow, "the run committed after its third window: %v", wantWindows)
-			cases := map[string][]position{"search-then-main": {{"search", 2 * resumeWindow}, {"main", 3 * resumeWindow}}}
-			if mode.commit {
-				cases["commit"] = []position{{"search", search - resumeWindow}}
-			}
-			for name, stops := range cases {
-				t.Run(name, func(t *testing.T) {
-					stoppedAndResumed(t, mode.setup, stops, search, want, wantWindows)
-				})
+			stops := []position{{"search", 2 * resumeWindow}, {"search", search - resumeWindow}, {"main", 3 * resumeWindow}}
+			l := stoppedAndResumed(t, mode.setup, stops, search, want, wantWindows)
+			if mode.setup.script == resumeFSDP.script { // the checksum is rank 0's shards: compare the whole model
+				assert.Equal(t, fsdpModel(t, ref), fsdpModel(t, l), "the final model (every shard) is the uninterrupted run's")
 			}
 		})
 	}
@@ -211,7 +228,8 @@ func TestWorkerResumesAtTheStep(t *testing.T) {
 // stoppedAndResumed launches a run that a signal stops at each of stops in
 // turn, then once more to its end, and checks it against the uninterrupted
 // run's checksum and windows, and what each launch trained.
-func stoppedAndResumed(t *testing.T, setup resumeSetup, stops []position, search int, want string, wantWindows []string) {
+// Returns the launch, for what else the test checks.
+func stoppedAndResumed(t *testing.T, setup resumeSetup, stops []position, search int, want string, wantWindows []string) workerLaunch {
 	l := newWorkerLaunch(t, setup)
 	from, seen := position{"search", 0}, make([]int, setup.ranks)
 	for i := 0; i <= len(stops); i++ {
@@ -230,7 +248,18 @@ func stoppedAndResumed(t *testing.T, setup resumeSetup, stops []position, search
 		from = l.checkLaunch(t, i, stops, from, to, seen, search)
 	}
 	assert.Equal(t, want, l.end(t).Checksum, "the final parameters are the uninterrupted run's")
-	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window once")
+	assert.Equal(t, wantWindows, l.windows(t), "metrics.jsonl holds each window and the commit once")
+	return l
+}
+
+// fsdpModel is the SHA-256 of the whole model fsdp_worker.py gathered on
+// rank 0 at the end of a launch's run.
+func fsdpModel(t *testing.T, l workerLaunch) string {
+	b, err := os.ReadFile(filepath.Join(l.record, "fsdp-rank0.json"))
+	require.NoError(t, err)
+	var e fsdpEnd
+	require.NoError(t, json.Unmarshal(b, &e))
+	return e.FullSHA
 }
 
 // checkLaunch checks launch i of a run stopped at stops, which started at
@@ -285,20 +314,20 @@ func trained(from, to position, search int) [4]int {
 // script relaunched without state= into a run whose script gave it stops
 // with exit 2 and says what to add.
 func TestWorkerWithoutStateStartsOver(t *testing.T) {
-	l := newWorkerLaunch(t, resumeLocal)
+	l := newWorkerLaunch(t, resumeLocal(t))
 	out, code := l.run(t, "NO_STATE=1", "STOP_AT=search:16")
 	require.Equal(t, 3, code, out)
 	assert.Contains(t, out, "launch the same command again to run it again from step 0 (the script does not give hdet its state")
 	out, code = l.run(t, "NO_STATE=1")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "hdet's checkpoint is at step 24 of the search pass, but this script does not give hdet its state (attach(..., state=...)): the run starts over from step 0")
-	assert.Equal(t, resumeSteps/resumeWindow, len(l.windows(t))-searchEnd(t, l)/resumeWindow, "metrics.jsonl holds each window once")
-	for r := 0; r < resumeRanks; r++ {
+	assert.Equal(t, resumeSteps/resumeWindow+1, len(l.windows(t))-searchEnd(t, l)/resumeWindow, "metrics.jsonl holds each window and the commit once")
+	for r := 0; r < l.ranks; r++ {
 		s0, s1 := span(t, l.steps(t, r, 16+resumeWindow), "search")
 		assert.Equal(t, [2]int{0, searchEnd(t, l)}, [2]int{s0, s1}, "rank %d's relaunch trains the search pass from step 0", r)
 	}
 
-	l = newWorkerLaunch(t, resumeLocal)
+	l = newWorkerLaunch(t, resumeLocal(t))
 	out, code = l.run(t, "STOP_AT=search:16")
 	require.Equal(t, 3, code, out)
 	out, code = l.run(t, "NO_STATE=1")

@@ -24,6 +24,10 @@ type RestoreOptions struct {
 	// Check, when set, runs on every rank between reading and loading
 	// (a resume's compatibility check); its error stops the restore.
 	Check func(ck *checkpoint.State, path string) error
+	// OwnBuffer leaves the replica's parameters as they are: FSDP2 shards
+	// differ by position and a checkpoint holds rank 0's, so each rank of
+	// a sharded worker run keeps the shards its script resumed.
+	OwnBuffer bool
 }
 
 // Restored is the checkpoint Restore loaded.
@@ -55,11 +59,13 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, []controller.Even
 			return res, nil, err
 		}
 	}
-	buf := o.Replica.SyncBuffer(true)
-	if len(ck.Buffer) != len(buf) {
-		return res, nil, fmt.Errorf("checkpoint %s holds %d values, this replica %d", path, len(ck.Buffer), len(buf))
+	if !o.OwnBuffer {
+		buf := o.Replica.SyncBuffer(true)
+		if len(ck.Buffer) != len(buf) {
+			return res, nil, fmt.Errorf("checkpoint %s holds %d values, this replica %d", path, len(ck.Buffer), len(buf))
+		}
+		copy(buf, ck.Buffer)
 	}
-	copy(buf, ck.Buffer)
 	if o.Comm.Rank() != 0 {
 		return res, nil, nil
 	}

@@ -11,7 +11,8 @@ import (
 
 // TruncateAfter rewrites the metrics file at path keeping only what a run
 // resumed at step of pass holds: its start records, the windows up to
-// there and, resumed in the main pass, the commit. The windows after it
+// there and the commit when it came before (resumed in the main pass, or
+// at the search pass's end, whose checkpoint follows the commit). The windows after it
 // will run again, and the end record is gone. A missing file is not an
 // error. The file is replaced atomically.
 func TruncateAfter(path string, pass, step int) error {
@@ -40,7 +41,7 @@ func keptAfterResume(r Record, pass, step int) bool {
 	case StartRecord:
 		return true
 	case CommitRecord:
-		return pass > 0
+		return pass > 0 || r.Step <= step
 	case WindowRecord:
 		return r.Pass < pass || (r.Pass == pass && r.Step <= step)
 	}

@@ -33,7 +33,7 @@ func (s *session) resume(ctx context.Context) error {
 func (s *session) restore(ctx context.Context) error {
 	log := s.o.Log
 	got, evs, err := engine.Restore(ctx, engine.RestoreOptions{Comm: s.o.World, Dir: s.checkpointDir(),
-		Replica: s.replica, Controller: s.ctrl, Log: log, Check: s.compatible})
+		Replica: s.replica, Controller: s.ctrl, Log: log, Check: s.compatible, OwnBuffer: s.sharded()})
 	if errors.Is(err, checkpoint.ErrNone) {
 		return s.fresh(got.Skipped)
 	}
@@ -135,7 +135,10 @@ func (s *session) compatible(ck *checkpoint.State, path string) error {
 		old.Explorers = s.cfg.Explorers
 	}
 	why := configChanges(old, s.cfg)
-	if ck.ParamCount != s.replica.ParamCount() || len(ck.Buffer) != len(s.replica.SyncBuffer(true)) {
+	// FSDP2 shards differ by position: rank 0's are the checkpoint's
+	// (setup compared the positions' shapes across the replicas).
+	sameShape := !s.sharded() || s.rank == 0
+	if sameShape && (ck.ParamCount != s.replica.ParamCount() || len(ck.Buffer) != len(s.replica.SyncBuffer(true))) {
 		why = append(why, fmt.Sprintf("the parameter count (%d in the checkpoint, %d now)", ck.ParamCount, s.replica.ParamCount()))
 	}
 	if ck.Step == s.steps && len(why) == 0 {

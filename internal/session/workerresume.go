@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/hdet-dev/hdet/internal/bridge"
 	"github.com/hdet-dev/hdet/internal/checkpoint"
@@ -28,15 +27,11 @@ func (s *session) resumeWorker(ctx context.Context, st workload.StateSaver) erro
 	}
 	// FSDP2 shards differ by position, and a checkpoint holds rank 0's:
 	// each rank keeps the shards its worker resumed (and copied into the
-	// buffer at READY), which it saved from the converged buffer.
-	var own []float32
-	if s.sharded() {
-		own = slices.Clone(s.replica.SyncBuffer(true))
-	}
+	// buffer at READY), which it saved from the converged buffer
+	// (restore's OwnBuffer).
 	if err := s.restore(ctx); err != nil {
 		return err
 	}
-	copy(s.replica.SyncBuffer(true), own)
 	if s.resumePass != pass || s.resumeAt != step {
 		return fmt.Errorf("the worker was started at step %d of the %s pass, but the checkpoint restored is at step %d of the %s pass: did another launch write into %s?",
 			step, bridge.PassName(pass), s.resumeAt, bridge.PassName(s.resumePass), s.cfg.Run.Dir)

@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 
 import torch
@@ -27,6 +28,8 @@ ap.add_argument("--window", type=int)
 ap.add_argument("--mixed", action="store_true", help="shard the first layer only (hdet refuses the mix)")
 ap.add_argument("--die-at-step", type=int, default=-1, help="SIGKILL itself at this step")
 ap.add_argument("--fail-rank", type=int, default=-1, help="the world rank (HDET_RANK) that dies")
+ap.add_argument("--state", action="store_true", help="give hdet the state, so a relaunch resumes at the step")
+ap.add_argument("--record", help="folder for the steps each process ran, and the end's JSON (else HDET_TRACE_DIR)")
 args = ap.parse_args()
 
 dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR/PORT from the environment
@@ -36,15 +39,29 @@ fully_shard(model[0])
 if not args.mixed:
     fully_shard(model[2])
     fully_shard(model)
-opt = hdet.attach(torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=1e-3), args.steps, window=args.window)
+opt = hdet.attach(torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=1e-3), args.steps, window=args.window,
+                  state={} if args.state else None)
 
 world_rank = int(os.environ.get("HDET_RANK", os.environ.get("RANK", "0")))
-gen = torch.Generator().manual_seed(1 + world_rank)
+pass_ = os.environ.get("HDET_PASS", "search")
+stop_pass, _, stop_step = os.environ.get("STOP_AT", "").partition(":")
 w_true = torch.arange(8, dtype=torch.float32) / 8
-for step in range(args.steps):
+step = hdet.start_step()
+if args.record:
+    record = open(os.path.join(args.record, f"steps-rank{world_rank}.jsonl"), "a")  # noqa: SIM115 (open for the run)
+
+    def recorded(*_):
+        """A step trained (the record tests/worker_resume_test.go reads)."""
+        record.write(json.dumps({"pid": os.getpid(), "pass": pass_, "step": step}) + "\n")
+        record.flush()
+
+    opt.register_step_post_hook(recorded)
+for step in range(hdet.start_step(), args.steps):
     if step == args.die_at_step and world_rank == args.fail_rank:
         os.kill(os.getpid(), 9)
-    x = torch.randn(16, 8, generator=gen)
+    if world_rank == 0 and pass_ == stop_pass and step == int(stop_step):
+        os.kill(os.getppid(), signal.SIGUSR1)  # hdet, as mpirun forwards a time limit's signal
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(1000 * world_rank + step))
     loss = torch.nn.functional.mse_loss(model(x), (x @ w_true).unsqueeze(1))
     opt.zero_grad()
     loss.backward()
@@ -53,7 +70,7 @@ for step in range(args.steps):
 with torch.no_grad():
     full = [p.full_tensor() for p in model.parameters()]  # type: ignore[attr-defined]
     local = sum(p.to_local().numel() for p in model.parameters())  # type: ignore[attr-defined]
-trace = os.environ.get("HDET_TRACE_DIR")
+trace = args.record or os.environ.get("HDET_TRACE_DIR")
 if trace:
     h = hashlib.sha256(b"".join(t.contiguous().numpy().tobytes() for t in full)).hexdigest()
     with open(os.path.join(trace, f"fsdp-rank{world_rank}.json"), "w") as f:

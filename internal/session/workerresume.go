@@ -156,11 +156,11 @@ func (c workerCheckpointer) AfterConverge(ctx context.Context, pass, window, ste
 	if err := c.comm.AllreduceFloat64(ok, reduce.Min); err != nil {
 		return err
 	}
-	if ok[0] < 0 {
+	if ok[0] < 0 { // every rank knows: they end together, so rank 0's reason is printed before any abort
 		if failed != nil {
-			return failed
+			return agreedError{failed}
 		}
-		return fmt.Errorf("no checkpoint could be written for run.checkpoint_max_failing (rank 0 says why)")
+		return agreedError{errors.New("no checkpoint could be written for run.checkpoint_max_failing (rank 0 says why)")}
 	}
 	if err := c.st.PruneStates(); err != nil {
 		s.o.Log.Warn().Err(err).Msg("could not remove old worker state files")

@@ -79,7 +79,8 @@ test-faults: venv
 # The PyTorch resume tests (docs/pytorch.md#resume: the attach line local
 # and DDP, replica groups, the Trainer and Lightning callbacks, each stopped
 # in the search pass, at the commit and in the main pass) on 4 ranks; make
-# test runs them on 2 (replica groups: 4). About 30 minutes on 2 cores.
+# test runs them on 2 (FSDP2 replica groups on 4, DDP ones only here).
+# About 35 minutes on 2 cores.
 RESUME := TestWorkerResumesAtTheStep|TestWorkerWithoutStateStartsOver|TestIntegrations(HuggingFace|Lightning)Resumes
 test-resume-4: deps data venv
 	cd tests && HDET_RESUME_RANKS=4 $(GO) test -count=1 -timeout 60m -v -run '$(RESUME)' .

@@ -40,7 +40,12 @@ torch.manual_seed(0)  # the same initial model on every rank
 model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Dropout(0.1), torch.nn.Linear(32, 1))
 if args.ddp:
     torch.distributed.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-net = torch.nn.parallel.DistributedDataParallel(model) if args.ddp else model
+# One parameter a gradient bucket: DDP rebuilds its buckets after a
+# process's first step, so on more than 2 ranks a relaunch's first step sums
+# the gradients in another order than the run left alone did (last-bit
+# differences, as a torchrun relaunch has); one parameter a bucket keeps the
+# order (docs/pytorch.md#resume).
+net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1e-6) if args.ddp else model
 opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=1e-2)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps, eta_min=1e-4)
 state = None if os.environ.get("NO_STATE") else {"model": model, "sched": sched}

@@ -12,9 +12,9 @@ import (
 // TruncateAfter rewrites the metrics file at path keeping only what a run
 // resumed at step of pass holds: its start records, the windows up to
 // there and the commit when it came before (resumed in the main pass, or
-// at the search pass's end, whose checkpoint follows the commit). The windows after it
-// will run again, and the end record is gone. A missing file is not an
-// error. The file is replaced atomically.
+// at the search pass's end, whose checkpoint follows the commit). The
+// windows after it will run again, and the end record is gone. A missing
+// file is not an error. The file is replaced atomically.
 func TruncateAfter(path string, pass, step int) error {
 	recs, _, err := ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {

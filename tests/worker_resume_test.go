@@ -322,20 +322,22 @@ func TestWorkerWithoutStateStartsOver(t *testing.T) {
 	out, code := l.run(t, "NO_STATE=1", "STOP_AT=search:16")
 	require.Equal(t, 3, code, out)
 	assert.Contains(t, out, "launch the same command again to run it again from step 0 (the script does not give hdet its state")
+	at := l.checkpoint(t).step // the end of the window the signal reached hdet in
 	out, code = l.run(t, "NO_STATE=1")
 	require.Equal(t, 0, code, out)
-	assert.Contains(t, out, "hdet's checkpoint is at step 24 of the search pass, but this script does not give hdet its state (attach(..., state=...)): the run starts over from step 0")
+	assert.Contains(t, out, fmt.Sprintf("hdet's checkpoint is at step %d of the search pass, but this script does not give hdet its state (attach(..., state=...)): the run starts over from step 0", at))
 	assert.Equal(t, resumeSteps/resumeWindow+1, len(l.windows(t))-searchEnd(t, l)/resumeWindow, "metrics.jsonl holds each window and the commit once")
 	for r := 0; r < l.ranks; r++ {
-		s0, s1 := span(t, l.steps(t, r, 16+resumeWindow), "search")
+		s0, s1 := span(t, l.steps(t, r, at), "search")
 		assert.Equal(t, [2]int{0, searchEnd(t, l)}, [2]int{s0, s1}, "rank %d's relaunch trains the search pass from step 0", r)
 	}
 
 	l = newWorkerLaunch(t, resumeLocal(t))
 	out, code = l.run(t, "STOP_AT=search:16")
 	require.Equal(t, 3, code, out)
+	at = l.checkpoint(t).step
 	out, code = l.run(t, "NO_STATE=1")
 	require.Equal(t, 2, code, out)
-	assert.Contains(t, out, "hdet resumes this run at step 24 of the search pass from the state the script saved there")
+	assert.Contains(t, out, fmt.Sprintf("hdet resumes this run at step %d of the search pass from the state the script saved there", at))
 	assert.Contains(t, out, "but the script did not pass state= to hdet.attach this time, so it cannot resume")
 }

@@ -90,7 +90,7 @@ def hide_launcher_environment() -> dict[str, str]:
     for name in list(os.environ):
         if name in names or name.startswith(prefixes):
             _attach._process.hidden_env[name] = os.environ.pop(name)
-    return dict(_attach._process.hidden_env)
+    return hidden_environment()
 
 
 def hidden_environment() -> dict[str, str]:

@@ -24,7 +24,8 @@ safeguard_warmup=True under the warm-up) with the same schedule shape at 1;
 schedulefree: AdamWScheduleFree at --max-lr (betas 0.9/0.95), its warm-up
 over the same 10 %, no schedule, train()/eval() switched; dadapt:
 DAdaptAdam lr 1.0 (decouple=True) with the same shape at 1. --hdet adds
-hdet.attach; --probe hdet.probe_dataset on 256 fixed training windows.
+hdet.attach; --probe hdet.probe_dataset on 256 fixed training windows;
+--same-ranks attaches with alpha=0 and the search off (the same ranks).
 The last line is a JSON object with "val_bpb".
 """
 
@@ -72,9 +73,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hdet", action="store_true")
     ap.add_argument("--probe", action="store_true")
+    ap.add_argument("--same-ranks", action="store_true", help="with --hdet: spread 0, no search (the same ranks)")
     args = ap.parse_args()
-    if (args.hdet or args.probe) and args.peer != "plain":
-        ap.error("--hdet and --probe go with --peer plain")
+    if (args.hdet or args.probe or args.same_ranks) and args.peer != "plain":
+        ap.error("--hdet, --probe and --same-ranks go with --peer plain")
+    if args.same_ranks and (args.probe or not args.hdet):
+        ap.error("--same-ranks goes with --hdet and without --probe")
     torch.set_num_threads(args.threads)
 
     train_bytes, val_bytes, _ = gpt.load_corpus()
@@ -111,7 +115,8 @@ def main():
         if args.probe:
             w = gpt.fixed_windows(train, args.context, 256, offset=0.5)
             hdet.probe_dataset(model, torch.utils.data.TensorDataset(w[:, :-1], w[:, 1:]), examples=256)
-        opt = hdet.attach(opt, total_steps=args.steps)
+        same = dict(alpha=0, auto={"enabled": False}) if args.same_ranks else {}
+        opt = hdet.attach(opt, total_steps=args.steps, **same)
         rank = hdet.rank() if hdet.under_hdet() else 0
     gen = torch.Generator().manual_seed(1000 * args.seed + rank)  # each replica its own windows
 

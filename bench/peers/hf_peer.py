@@ -29,7 +29,8 @@ train()/eval()); dadapt: dadaptation.DAdaptAdam lr 1.0 (decouple=True) as
 Prodigy. --hdet adds callbacks=[HdetCallback(...)]: with --probe the
 callback's default (256 items of eval_dataset), without it
 probe_examples=0 (hdet compares the replicas by their training losses, as
-for a Trainer without an eval set).
+for a Trainer without an eval set); --same-ranks adds it with alpha=0 and
+the search off (the same ranks).
 """
 
 import argparse
@@ -100,9 +101,12 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hdet", action="store_true", help="add HdetCallback (the plain peer only)")
     ap.add_argument("--probe", action="store_true", help="with the callback's probe on eval_dataset")
+    ap.add_argument("--same-ranks", action="store_true", help="with --hdet: spread 0, no search (the same ranks)")
     args = ap.parse_args()
-    if (args.hdet or args.probe) and args.peer != "plain":
-        ap.error("--hdet and --probe go with --peer plain")
+    if (args.hdet or args.probe or args.same_ranks) and args.peer != "plain":
+        ap.error("--hdet, --probe and --same-ranks go with --peer plain")
+    if args.same_ranks and (args.probe or not args.hdet):
+        ap.error("--same-ranks goes with --hdet and without --probe")
     torch.set_num_threads(args.threads)
 
     set_seed(args.seed)
@@ -125,7 +129,8 @@ def main():
     callbacks = []
     if args.hdet:
         from hdet.integrations.transformers import HdetCallback
-        callbacks = [HdetCallback(probe_examples=256 if args.probe else 0)]
+        same = dict(alpha=0, auto={"enabled": False}) if args.same_ranks else {}
+        callbacks = [HdetCallback(probe_examples=256 if args.probe else 0, **same)]
     with tempfile.TemporaryDirectory(prefix="hf-peer-") as out:
         test_loss = train_and_score(args, out, lr, optim, model, train, evalset, score, optimizers, callbacks)
     used = lr

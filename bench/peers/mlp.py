@@ -40,7 +40,9 @@ Peers, each with its own code from PyPI (python/requirements.lock):
                 same OneCycleLR shape at max_lr 1.
 --hdet adds `hdet.attach(optimizer, total_steps=steps)` (plain peer only),
 --probe also `hdet.probe_dataset(model, train_set)` (1024 fixed training
-examples). Outside hdet both lines do nothing.
+examples); --same-ranks attaches with alpha=0 and the search off (issue
+51's like-for-like rows: the same ranks as hdet's run, local SGD, at
+--max-lr). Outside hdet these lines do nothing.
 """
 
 import argparse
@@ -62,6 +64,7 @@ import convnet as examples_convnet  # (examples/pytorch/convnet.py: --model conv
 import lrfind  # (bench/peers/lrfind.py: the range test both peers run)
 
 MEAN, STD = 0.1307, 0.3081
+SAME_RANKS = dict(alpha=0, auto={"enabled": False})  # hdet's ranks without its spread or search
 BATCH = 64
 
 
@@ -150,9 +153,12 @@ def main():
     ap.add_argument("--data", default="data/mnist")
     ap.add_argument("--hdet", action="store_true", help="add hdet.attach (the plain peer only)")
     ap.add_argument("--probe", action="store_true", help="also hdet.probe_dataset on fixed training examples")
+    ap.add_argument("--same-ranks", action="store_true", help="with --hdet: spread 0, no search (the same ranks)")
     args = ap.parse_args()
-    if (args.hdet or args.probe) and args.peer != "plain":
-        ap.error("--hdet and --probe go with --peer plain")
+    if (args.hdet or args.probe or args.same_ranks) and args.peer != "plain":
+        ap.error("--hdet, --probe and --same-ranks go with --peer plain")
+    if args.same_ranks and (args.probe or not args.hdet):
+        ap.error("--same-ranks goes with --hdet and without --probe")
     torch.set_num_threads(args.threads)
 
     x, y = load(args.data, "train")
@@ -195,7 +201,7 @@ def main():
         import hdet
         if args.probe:
             hdet.probe_dataset(model, torch.utils.data.TensorDataset(x, y))
-        opt = hdet.attach(opt, total_steps=steps)
+        opt = hdet.attach(opt, total_steps=steps, **(SAME_RANKS if args.same_ranks else {}))
         rank = hdet.rank() if hdet.under_hdet() else 0
     sched = None if sched_free else OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.25,
                                                cycle_momentum=False)

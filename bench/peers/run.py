@@ -10,7 +10,10 @@ the start's rate, (e) D-Adaptation, (f) plain training at the sweep's best
 point (the reference), (g) hdet with a probe and (h) hdet with nothing added
 (`mpirun -np 4 hdet run --worker -- python SCRIPT --hdet [--probe]`), and
 plain training at what each hdet run committed (one process, what hdet
-prints to write into the script). Every run's command and result are kept
+prints to write into the script), and issue 51's like-for-like rows: (i)
+the same ranks without the search at the start (hdet's ranks, spread 0,
+the search off: `--hdet --same-ranks`), at the best start the same ranks
+at the sweep's best, and (j) the same ranks at lr_find's suggestion. Every run's command and result are kept
 under RUNS/SETUP/ (NAME.json; hdet's run directory NAME/); a finished run
 whose command has not changed is reused, so an interrupted study resumes.
 Two plain runs and one hdet run (4 ranks) go at once (--jobs). At the end
@@ -60,6 +63,10 @@ SETUPS = {
 START_FREE = {"lrfind", "prodigy", "dadapt"}
 # Arguments a peer ignores, left out of its command so setups share its runs.
 IGNORES = {"prodigy": {"--optimizer"}}
+
+# hdet's runs: with a probe, the attach line alone, and the same ranks
+# without the search (spread 0, the search off).
+KINDS = {"hdet-probe": ["--hdet", "--probe"], "hdet": ["--hdet"], "same": ["--hdet", "--same-ranks"]}
 
 PEER_ROWS = [
     ("plain", "(a) plain at the start"),
@@ -145,9 +152,10 @@ class Runner:
         self.log("%s %s: %s in %.0f s" % (setup, name, fmt_loss(result.get(SETUPS[setup]["loss"])), wall))
         return rec
 
-    def hdet(self, setup, name, lr, seed, probe):
-        """One hdet run of the script with --hdet (and --probe); its record with the commit."""
-        extra = ["--hdet"] + (["--probe"] if probe else [])
+    def hdet(self, setup, name, lr, seed, kind):
+        """One hdet run of the script (KINDS: with --hdet, and --probe or
+        --same-ranks); its record with the commit."""
+        extra = KINDS[kind]
         cmd = self.script_cmd(setup, "plain", lr, seed, extra)
         path = self.path(setup, name)
         rec = self._cached(path, cmd)
@@ -237,7 +245,7 @@ def study(r, setup, opts):
     plain_f, hdet_f, commit_f = {}, {}, {}
     for seed in opts.heldout:
         plain_f[("ref", seed)] = r.plain_pool.submit(r.plain, setup, "seed%d/plain-lr%.4g" % (seed, best), "plain", best, seed)
-        for peer, _ in PEER_ROWS:
+        for peer, _ in peer_rows(opts):
             for _, lr in starts:
                 if peer in START_FREE:
                     name = "seed%d/%s" % (seed, peer)
@@ -251,23 +259,37 @@ def study(r, setup, opts):
     order = [starts[1], starts[0], starts[2]]
     for seed in opts.heldout:
         for _, lr in order:
-            for probe in (True, False):
-                kind = "hdet-probe" if probe else "hdet"
+            for kind in KINDS:
 
-                def job(seed=seed, lr=lr, probe=probe, kind=kind):
-                    rec = r.hdet(setup, "seed%d/%s-lr%.4g" % (seed, kind, lr), lr, seed, probe)
-                    c = rec and rec.get("commit")
+                def job(seed=seed, lr=lr, kind=kind):
+                    rec = r.hdet(setup, "seed%d/%s-lr%.4g" % (seed, kind, lr), lr, seed, kind)
+                    c = kind != "same" and rec and rec.get("commit")
                     if c and setup in opts.commits:
                         clr = float("%.4g" % (lr * c["value"]))
                         commit_f[(kind, seed, lr)] = r.plain_pool.submit(
                             r.plain, setup, "seed%d/commit-%s-lr%.4g" % (seed, kind, lr), "plain", clr, seed)
                     return rec
                 hdet_f[(kind, seed, lr)] = r.hdet_pool.submit(job)
+        if ("lrfind", seed) in plain_f:
+            hdet_f[("same-lrfind", seed)] = r.hdet_pool.submit(same_at_suggestion, r, setup, seed, plain_f[("lrfind", seed)])
     plain_r = {k: f.result() for k, f in plain_f.items()}
     hdet_r = {k: f.result() for k, f in hdet_f.items()}
     commit_r = {k: f.result() for k, f in list(commit_f.items())}
     return dict(setup=setup, best=best, edge=edge, starts=starts, sweep=sweep, plain=plain_r, hdet=hdet_r,
                 commit=commit_r)
+
+
+def same_at_suggestion(r, setup, seed, lrfind_f):
+    """(j): the same ranks without the search at lr_find's suggestion (once its range test has run)."""
+    rec = lrfind_f.result()
+    lr = rec and rec["result"].get("lr_used")
+    if not lr:
+        return None
+    return r.hdet(setup, "seed%d/same-lrfind" % seed, float("%.4g" % lr), seed, "same")
+
+
+def peer_rows(opts):
+    return [(peer, label) for peer, label in PEER_ROWS if peer in opts.peers]
 
 
 def rel_cell(values, want):
@@ -313,7 +335,7 @@ def table(res, opts):
             got.append(math.inf if math.isinf(v) or math.isinf(ref[seed]) else v / ref[seed] - 1)
         return got
 
-    for peer, label in PEER_ROWS:
+    for peer, label in peer_rows(opts):
         cells, comp, used = [], [], set()
         for _, lr in starts:
             recs = [(seed, res["plain"][(peer, seed) if peer in START_FREE else (peer, seed, lr)]) for seed in seeds]
@@ -350,9 +372,10 @@ def table(res, opts):
         out.append("| %s | %s | %s (%d ranks x (1 + search share)) |" % (label, " | ".join(cells), cost, opts.np))
         out.append("| %s's commit, trained plain | %s | 1 on top (committed max_lr / best: %s) |"
                    % (label[:3], " | ".join(ccells), ", ".join("x%.2g" % v for v in sorted(commits)) or "-"))
+    out += same_rows(res, opts, rels, medians)
     out.append("")
     for name, lr in starts:
-        peers = {label.split(" ", 1)[1]: medians[(peer, lr)] for peer, label in PEER_ROWS
+        peers = {label.split(" ", 1)[1]: medians[(peer, lr)] for peer, label in peer_rows(opts)
                  if medians[(peer, lr)] is not None}
         if not peers:
             continue
@@ -378,6 +401,43 @@ def table(res, opts):
     return "\n".join(out)
 
 
+def same_rows(res, opts, rels, medians):
+    """The like-for-like rows (i), (j) of the table, then what the search adds
+    over the same ranks and what hdet adds over a peer's pick on them."""
+    seeds, starts, sr = opts.heldout, res["starts"], res["hdet"]
+    cells = []
+    for _, lr in starts:
+        vals = rels([(seed, sr.get(("same", seed, lr))) for seed in seeds])
+        medians[("same", lr)] = statistics.median(vals) if vals else None
+        cells.append(rel_cell(vals, len(seeds)))
+    out = ["| (i) the same ranks without the search, at the start (at the best start: the sweep's best on them) | %s "
+           "| %d (the ranks) |" % (" | ".join(cells), opts.np)]
+    lf = rel_cell(rels([(seed, sr.get(("same-lrfind", seed))) for seed in seeds]), len(seeds))
+    out.append("| (j) the same ranks at lr_find's suggestion | %s | %d + the range test |"
+               % (" | ".join([lf] * len(starts)), opts.np))
+    key = SETUPS[res["setup"]]["loss"]
+
+    def vs(kind, lr, other):
+        got = []
+        for seed in seeds:
+            a, b = loss_of(sr.get((kind, seed, lr)), key), loss_of(sr.get(other(seed)), key)
+            if a is not None and b is not None:
+                got.append(math.inf if math.isinf(a) or math.isinf(b) else a / b - 1)
+        return rel_cell(got, len(seeds))
+    out += ["", "Like for like (the same %d ranks): hdet's final %s against (i) the same ranks without the search "
+            "at the start (what the search adds), (j) them at lr_find's suggestion and the same ranks at the sweep's "
+            "best, median (worst) over the held-out seeds." % (opts.np, SETUPS[res["setup"]]["loss_name"]), "",
+            "| start | hdet + probe vs (i) | hdet alone vs (i) | hdet + probe vs (j) | hdet alone vs (j) "
+            "| hdet + probe vs the sweep's best | hdet alone vs the sweep's best |", "|---|" + "---:|" * 6]
+    best = res["best"]
+    for name, lr in starts:
+        row = [vs(k, lr, lambda seed, lr=lr: ("same", seed, lr)) for k in ("hdet-probe", "hdet")]
+        row += [vs(k, lr, lambda seed: ("same-lrfind", seed)) for k in ("hdet-probe", "hdet")]
+        row += [vs(k, lr, lambda seed: ("same", seed, best)) for k in ("hdet-probe", "hdet")]
+        out.append("| %s | %s |" % (name, " | ".join(row)))
+    return out
+
+
 def versions():
     names = ["torch", "prodigyopt", "schedulefree", "dadaptation", "torch-lr-finder", "transformers", "numpy"]
     got = []
@@ -399,6 +459,8 @@ def main():
     ap.add_argument("--python", default=".venv/bin/python")
     ap.add_argument("--np", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=2, help="plain runs at once (besides one hdet run)")
+    ap.add_argument("--peers", default=",".join(p for p, _ in PEER_ROWS),
+                    help="the one-run peers run (lrfind is also what row (j) needs)")
     ap.add_argument("--commits", default="",
                     help="the setups whose hdet commits are also trained plain (default: every setup run)")
     ap.add_argument("--table-only", action="store_true",
@@ -406,6 +468,10 @@ def main():
     opts = ap.parse_args()
     opts.heldout = [int(x) for x in opts.heldout.split(",")]
     opts.commits = (opts.commits or opts.setups).split(",")
+    opts.peers = opts.peers.split(",")
+    for name in opts.peers:
+        if name not in dict(PEER_ROWS):
+            ap.error("unknown peer %r; the peers are %s" % (name, ",".join(p for p, _ in PEER_ROWS)))
     opts.hdet = os.path.abspath(opts.hdet) if os.sep in opts.hdet else opts.hdet
     for name in opts.setups.split(","):
         if name not in SETUPS:

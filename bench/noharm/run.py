@@ -34,7 +34,8 @@ def run_one(args, kind, lr, seed):
     rundir = os.path.join(args.runs, "%s-%g-%d" % (kind, lr, seed))
     cmd = ["mpirun", "-np", str(args.np), "--oversubscribe", "--bind-to", "none", args.hdet, "run", "--run-dir", rundir,
            "--progress", "none", "--log-format", "json", "--worker", "--", *py, *flags]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")  # as bench/peers/run.py
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
         raise SystemExit("bench/noharm: %s failed (exit %d)" % (" ".join(cmd), p.returncode))
@@ -58,6 +59,7 @@ def main():
     ap.add_argument("--hdet", default="bin/hdet")
     ap.add_argument("--far-seeds", default="2,3", help="the seeds of the runs from 10x below and 10x above")
     ap.add_argument("--plan", default="at,nosearch,far", help="which groups, in order")
+    ap.add_argument("--kinds", default="hdet,probe,nosearch", help="which hdet rows to run (the plain runs always)")
     ap.add_argument("--table", action="store_true", help="only print the table of the results there are")
     args = ap.parse_args()
     done = Results(args.runs)
@@ -70,8 +72,9 @@ def main():
     groups = {"at": [("hdet", 3e-3, s) for s in seeds] + [("probe", 3e-3, s) for s in seeds[:2]],
               "nosearch": [("nosearch", 3e-3, s) for s in seeds],
               "far": [(k, lr, s) for s in far for lr in (3e-4, 3e-2) for k in ("hdet", "probe")]}
+    kinds = args.kinds.split(",")
     for g in args.plan.split(","):
-        todo += groups[g]
+        todo += [t for t in groups[g] if t[0] in kinds]
     for kind, lr, seed in todo:
         if (kind, lr, seed) in done:
             continue

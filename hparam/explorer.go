@@ -107,6 +107,13 @@ type Observation struct {
 	// fixed probe examples); nil when the window did not probe, NaN or Inf
 	// for an unhealthy rank.
 	Probe []float64
+	// Level is the run's learning rate at the window's last step before
+	// any spread: a worker script's own rate, in whatever schedule it
+	// follows. 0 where the workload has no rate of its own (a config run:
+	// the lr explorer's schedule is the rate). Readings taken far below
+	// the search's highest level, in a warm-up's first part, say little
+	// about the rate the run trains at (docs/design.md §1.2).
+	Level float64
 }
 
 // Feedback is an explorer's answer to an Observation: the softmax weights it

@@ -28,24 +28,72 @@ import (
 // around one centre), the line stands alone. The sums are the
 // within-window (centred) sums of ordinary least squares with one
 // intercept per window.
+//
+// A window read while the run's learning rate was below minLevelShare of
+// the highest the search saw (a warm-up's first part) is kept but not
+// pooled: there every replica's rate is far below those the run trains
+// at, a larger one always gains, and pooled with the windows nearer the
+// peak, which favour less, it reads as noise (a search from 10x above
+// under OneCycleLR kept x1: issue 51's notebook).
 type Evidence struct {
-	// within-window centred sums of products of z, q = z^2 and L
-	szz, szq, sqq, szl, sql, sll float64
-
-	readings int     // healthy readings pooled
-	windows  int     // windows that compared at least two distinct values
-	lo, hi   float64 // the smallest and largest z a replica tried
-	probe    bool    // some window was compared by probe losses
+	wins []evidenceWindow
 
 	// Scratch for Add: the window's healthy readings.
 	zs, ls []float64
 }
 
-// Add pools one window: each replica's offset z from the schedule (NaN
-// where it has none) and its loss (NaN or Inf for an unhealthy replica).
-// A window with fewer than two healthy readings, or whose replicas all
-// tried the same value, compares nothing and is left out.
-func (e *Evidence) Add(z, losses []float64, probe bool) {
+// evidenceWindow is one window's part of the evidence.
+type evidenceWindow struct {
+	s      [6]float64 // within-window centred sums of products: zz, zq, qq, zl, ql, ll (q = z^2)
+	n      int        // healthy readings
+	lo, hi float64    // the smallest and largest z a replica tried
+	level  float64    // the run's learning rate at the window's end; 0 unknown (always pooled)
+	probe  bool       // compared by probe losses
+}
+
+// minLevelShare is the least share of the search's highest learning rate
+// at which a window's readings are pooled.
+const minLevelShare = 1.0 / 8
+
+// pool is the evidence a verdict reads: the sums of the windows pooled.
+type pool struct {
+	szz, szq, sqq, szl, sql, sll float64
+
+	readings, windows int
+	left              int // windows left out, read below minLevelShare of the highest level
+	lo, hi            float64
+	probe             bool
+}
+
+// pooled sums the windows read at minLevelShare of the highest level or
+// more (or at an unknown one).
+func (e *Evidence) pooled() pool {
+	top := 0.0
+	for _, w := range e.wins {
+		top = max(top, w.level)
+	}
+	p := pool{lo: math.Inf(1), hi: math.Inf(-1)}
+	for _, w := range e.wins {
+		if w.level > 0 && w.level < minLevelShare*top {
+			p.left++
+			continue
+		}
+		p.szz, p.szq, p.sqq = p.szz+w.s[0], p.szq+w.s[1], p.sqq+w.s[2]
+		p.szl, p.sql, p.sll = p.szl+w.s[3], p.sql+w.s[4], p.sll+w.s[5]
+		p.readings += w.n
+		p.windows++
+		p.lo, p.hi = min(p.lo, w.lo), max(p.hi, w.hi)
+		p.probe = p.probe || w.probe
+	}
+	return p
+}
+
+// Add keeps one window: each replica's offset z from the schedule (NaN
+// where it has none), its loss (NaN or Inf for an unhealthy replica) and
+// the run's learning rate at the window's end (0: unknown). A window with
+// fewer than two healthy readings, or whose replicas all tried the same
+// value, compares nothing and is left out.
+func (e *Evidence) Add(z, losses []float64, probe bool, level float64) {
 	zs, ls := e.zs[:0], e.ls[:0]
 	for r, l := range losses {
 		if healthy(l) && healthy(z[r]) {
@@ -63,7 +111,8 @@ func (e *Evidence) Add(z, losses []float64, probe bool) {
 		mq += v * v / n
 		ml += ls[i] / n
 	}
-	var s [6]float64 // zz, zq, qq, zl, ql, ll
+	w := evidenceWindow{n: len(zs), lo: math.Inf(1), hi: math.Inf(-1), level: level, probe: probe}
+	s := &w.s
 	for i, v := range zs {
 		dz, dq, dl := v-mz, v*v-mq, ls[i]-ml
 		s[0] += dz * dz
@@ -76,17 +125,10 @@ func (e *Evidence) Add(z, losses []float64, probe bool) {
 	if !(s[0] > 0) {
 		return
 	}
-	if e.readings == 0 {
-		e.lo, e.hi = math.Inf(1), math.Inf(-1)
-	}
 	for _, v := range zs {
-		e.lo, e.hi = min(e.lo, v), max(e.hi, v)
+		w.lo, w.hi = min(w.lo, v), max(w.hi, v)
 	}
-	e.szz, e.szq, e.sqq = e.szz+s[0], e.szq+s[1], e.sqq+s[2]
-	e.szl, e.sql, e.sll = e.szl+s[3], e.sql+s[4], e.sll+s[5]
-	e.readings += len(zs)
-	e.windows++
-	e.probe = e.probe || probe
+	e.wins = append(e.wins, w)
 }
 
 // Verdict is what the evidence says about committing offset u.
@@ -114,10 +156,11 @@ func (e *Evidence) Judge(u float64) Verdict {
 	if u == 0 {
 		return Verdict{Shown: true}
 	}
-	if e.windows == 0 {
+	p := e.pooled()
+	if p.windows == 0 {
 		return Verdict{}
 	}
-	gain, variance, df := e.fit(u)
+	gain, variance, df := p.fit(u)
 	if df < 1 {
 		return Verdict{DF: max(df, 0)}
 	}
@@ -136,7 +179,7 @@ func (e *Evidence) Judge(u float64) Verdict {
 // variance and the noise's degrees of freedom: with the curvature where
 // the windows identify it and a degree of freedom is left for the
 // noise beyond one more, else the line alone.
-func (e *Evidence) fit(u float64) (gain, variance float64, df int) {
+func (e *pool) fit(u float64) (gain, variance float64, df int) {
 	det := e.szz*e.sqq - e.szq*e.szq
 	if df = e.readings - e.windows - 2; df >= 2 && det > minCurvatureShare*e.szz*e.sqq {
 		b := (e.sqq*e.szl - e.szq*e.sql) / det
@@ -159,21 +202,25 @@ func (e *Evidence) fit(u float64) (gain, variance float64, df int) {
 // when the verdict does not show u's move: which signal could not tell
 // which values apart, and what would let it.
 func (e *Evidence) keptNote(sc hparam.Scale, u float64, v Verdict) string {
+	p := e.pooled()
 	signal := "the training loss"
-	if e.probe {
+	if p.probe {
 		signal = "the probe loss"
 	}
-	if e.windows == 0 || v.DF < 1 {
-		return fmt.Sprintf("kept: %d readings in %d search windows are too few to measure %s's noise between replicas", e.readings, e.windows, signal)
+	if p.windows == 0 || v.DF < 1 {
+		return fmt.Sprintf("kept: %d readings in %d search windows are too few to measure %s's noise between replicas", p.readings, p.windows, signal)
 	}
 	moved := fmt.Sprintf("%+.3g", u)
-	span := fmt.Sprintf("%+.3g to %+.3g", e.lo, e.hi)
+	span := fmt.Sprintf("%+.3g to %+.3g", p.lo, p.hi)
 	if sc == hparam.Log {
-		moved, span = fmt.Sprintf("x%.3g", math.Exp(u)), fmt.Sprintf("x%.3g to x%.3g", math.Exp(e.lo), math.Exp(e.hi))
+		moved, span = fmt.Sprintf("x%.3g", math.Exp(u)), fmt.Sprintf("x%.3g to x%.3g", math.Exp(p.lo), math.Exp(p.hi))
 	}
 	out := fmt.Sprintf("kept: %s could not tell %s apart: the move to %s scored t %.2f over %d windows, %.2f needed",
-		signal, span, moved, v.T, e.windows, v.Need)
-	if !e.probe {
+		signal, span, moved, v.T, p.windows, v.Need)
+	if p.left > 0 {
+		out += fmt.Sprintf(" (%d earlier windows, read below 1/%.0f of the highest learning rate, left out)", p.left, 1/minLevelShare)
+	}
+	if !p.probe {
 		out += "; a probe lets hdet see held-out loss: docs/pytorch.md#probe"
 	}
 	return out
@@ -194,35 +241,70 @@ func studentT975(df int) float64 {
 	return z + (z*z*z+z)/(4*n) + (5*math.Pow(z, 5)+16*z*z*z+3*z)/(96*n*n)
 }
 
-// evidenceStateLen is the size of Evidence's binary state: the six
-// sums, the two counts, lo, hi and the probe flag.
-const evidenceStateLen = 6*8 + 2*8 + 2*8 + 1
+// evidenceWindowLen is the size of one window's binary state: the six
+// sums, the readings, lo, hi, the level and the probe flag.
+const evidenceWindowLen = 6*8 + 8 + 3*8 + 1
 
-// MarshalBinary encodes the pooled evidence bit-exactly.
+// evidenceV5Len is the size of the version-5 state: the pooled sums, the
+// readings and windows, lo, hi and the probe flag, every window alike.
+const evidenceV5Len = 6*8 + 2*8 + 2*8 + 1
+
+// MarshalBinary encodes the evidence bit-exactly: the window count, then
+// each window.
 func (e *Evidence) MarshalBinary() ([]byte, error) {
-	b := make([]byte, 0, evidenceStateLen)
-	for _, f := range []float64{e.szz, e.szq, e.sqq, e.szl, e.sql, e.sll} {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	b := binary.AppendUvarint(nil, uint64(len(e.wins)))
+	for _, w := range e.wins {
+		for _, f := range w.s {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+		}
+		b = binary.LittleEndian.AppendUint64(b, uint64(w.n))
+		for _, f := range []float64{w.lo, w.hi, w.level} {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+		}
+		b = append(b, boolByte(w.probe))
 	}
-	b = binary.LittleEndian.AppendUint64(b, uint64(e.readings))
-	b = binary.LittleEndian.AppendUint64(b, uint64(e.windows))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.lo))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.hi))
-	return append(b, boolByte(e.probe)), nil
+	return b, nil
 }
 
 // UnmarshalBinary restores a state from MarshalBinary.
 func (e *Evidence) UnmarshalBinary(b []byte) error {
-	if len(b) != evidenceStateLen || b[evidenceStateLen-1] > 1 {
-		return fmt.Errorf("%w: evidence state: want %d bytes", hparam.ErrDecode, evidenceStateLen)
+	bad := fmt.Errorf("%w: evidence state", hparam.ErrDecode)
+	k, used := binary.Uvarint(b)
+	if used <= 0 || k > uint64(len(b))/evidenceWindowLen || len(b)-used != int(k)*evidenceWindowLen {
+		return bad
+	}
+	wins := make([]evidenceWindow, k)
+	for i := range wins {
+		r := b[used+i*evidenceWindowLen:]
+		f := func(j int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(r[8*j:])) }
+		n := binary.LittleEndian.Uint64(r[48:])
+		if n < 2 || n > math.MaxInt32 || r[evidenceWindowLen-1] > 1 {
+			return bad
+		}
+		wins[i] = evidenceWindow{s: [6]float64{f(0), f(1), f(2), f(3), f(4), f(5)}, n: int(n),
+			lo: f(7), hi: f(8), level: f(9), probe: r[evidenceWindowLen-1] == 1}
+	}
+	e.wins = wins
+	return nil
+}
+
+// unmarshalV5 restores a version-5 state, whose windows were pooled as
+// they came: one window of their sums, at no known level.
+func (e *Evidence) unmarshalV5(b []byte) error {
+	if len(b) != evidenceV5Len || b[evidenceV5Len-1] > 1 {
+		return fmt.Errorf("%w: evidence state: want %d bytes", hparam.ErrDecode, evidenceV5Len)
 	}
 	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
 	readings, windows := binary.LittleEndian.Uint64(b[48:]), binary.LittleEndian.Uint64(b[56:])
 	if readings > math.MaxInt32 || windows > readings {
 		return fmt.Errorf("%w: evidence state: %d readings in %d windows", hparam.ErrDecode, readings, windows)
 	}
-	e.szz, e.szq, e.sqq, e.szl, e.sql, e.sll = f(0), f(1), f(2), f(3), f(4), f(5)
-	e.readings, e.windows = int(readings), int(windows)
-	e.lo, e.hi, e.probe = f(8), f(9), b[evidenceStateLen-1] == 1
+	e.wins = nil
+	if windows > 0 {
+		// One record of the sums, its readings less the other windows'
+		// intercepts, so the fit keeps its degrees of freedom.
+		e.wins = []evidenceWindow{{s: [6]float64{f(0), f(1), f(2), f(3), f(4), f(5)}, n: int(readings - windows + 1),
+			lo: f(8), hi: f(9), probe: b[evidenceV5Len-1] == 1}}
+	}
 	return nil
 }

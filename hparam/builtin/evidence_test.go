@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -25,7 +26,7 @@ func noisyWindows(rng *rand.Rand, n, k int, c, slope, sd float64) *Evidence {
 			z[r] = c + math.Log(0.5+float64(r)/float64(max(n-1, 1)))
 			l[r] = level + slope*z[r] + sd*rng.NormFloat64()
 		}
-		e.Add(z, l, false)
+		e.Add(z, l, false, 0)
 	}
 	return &e
 }
@@ -83,17 +84,17 @@ func TestEvidenceEdgeCases(t *testing.T) {
 	var e Evidence
 	assert.True(t, e.Judge(0).Shown, "no move needs no evidence")
 	assert.False(t, e.Judge(1).Shown, "no windows show nothing")
-	e.Add([]float64{-0.1, 0.1}, []float64{1, 3}, false)
+	e.Add([]float64{-0.1, 0.1}, []float64{1, 3}, false, 0)
 	v := e.Judge(-1)
 	assert.False(t, v.Shown, "one window of two replicas leaves no degree of freedom for the noise")
 	assert.Zero(t, v.DF)
 	// Unhealthy replicas and a window of one value are left out.
-	e.Add([]float64{0.2, math.NaN(), 0.2}, []float64{1, 1, math.Inf(1)}, false)
-	e.Add([]float64{0.3, 0.3}, []float64{1, 2}, false)
-	assert.Equal(t, 1, e.windows)
+	e.Add([]float64{0.2, math.NaN(), 0.2}, []float64{1, 1, math.Inf(1)}, false, 0)
+	e.Add([]float64{0.3, 0.3}, []float64{1, 2}, false, 0)
+	assert.Len(t, e.wins, 1)
 	// Exact data on a line: no scatter, the slope is shown.
-	e.Add([]float64{-0.2, 0.0}, []float64{3, 5}, false)
-	e.Add([]float64{0.5, 1.5}, []float64{0, 10}, false)
+	e.Add([]float64{-0.2, 0.0}, []float64{3, 5}, false, 0)
+	e.Add([]float64{0.5, 1.5}, []float64{0, 10}, false, 0)
 	v = e.Judge(-1)
 	assert.True(t, v.Shown)
 	assert.InDelta(t, 10, v.Gain, 1e-12, "the line's slope, 10 per unit of z")
@@ -106,17 +107,73 @@ func TestEvidenceEdgeCases(t *testing.T) {
 
 func TestEvidenceStateRoundTrip(t *testing.T) {
 	e := noisyWindows(rand.New(rand.NewPCG(5, 6)), 4, 3, 0.2, 0.05, 0.02)
-	e.probe = true
+	e.wins[0].probe, e.wins[0].level, e.wins[1].level = true, 0.001, 0.01
 	b, err := e.MarshalBinary()
 	require.NoError(t, err)
 	var f Evidence
 	require.NoError(t, f.UnmarshalBinary(b))
 	assert.Equal(t, e.Judge(-0.3), f.Judge(-0.3))
 	assert.Equal(t, e.keptNote(hparam.Log, 0.3, e.Judge(0.3)), f.keptNote(hparam.Log, 0.3, f.Judge(0.3)))
+	assert.Contains(t, f.keptNote(hparam.Log, 0.3, f.Judge(0.3)), "(1 earlier windows, read below 1/8 of the highest learning rate, left out)")
 	assert.ErrorIs(t, f.UnmarshalBinary(b[1:]), hparam.ErrDecode)
+	assert.ErrorIs(t, f.UnmarshalBinary(b[:len(b)-1]), hparam.ErrDecode)
 	bad := append([]byte(nil), b...)
-	bad[56] = 200 // more windows than readings
+	bad[1+48] = 1 // a window of one reading
 	assert.ErrorIs(t, f.UnmarshalBinary(bad), hparam.ErrDecode)
+}
+
+// A version-5 state (the windows' sums pooled as they came) judges as
+// the windows did.
+func TestEvidenceReadsVersion5(t *testing.T) {
+	e := noisyWindows(rand.New(rand.NewPCG(7, 8)), 4, 5, 0.1, 0.05, 0.02)
+	p := e.pooled()
+	var b []byte
+	for _, v := range []float64{p.szz, p.szq, p.sqq, p.szl, p.sql, p.sll} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(p.readings))
+	b = binary.LittleEndian.AppendUint64(b, uint64(p.windows))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.lo))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.hi))
+	b = append(b, 0)
+	var f Evidence
+	require.NoError(t, f.unmarshalV5(b))
+	want, got := e.Judge(-0.4), f.Judge(-0.4)
+	assert.InDelta(t, want.T, got.T, 1e-9)
+	assert.Equal(t, want.DF, got.DF)
+	assert.ErrorIs(t, f.unmarshalV5(b[1:]), hparam.ErrDecode)
+}
+
+// Windows read in a warm-up's first part, below 1/8 of the search's highest
+// learning rate, are left out: there a larger rate always gains, and
+// pooled with the windows near the peak, which favour a smaller one, the
+// two read as noise and a clear move down is refused.
+func TestEvidenceLeavesOutTheWarmupsFirstPart(t *testing.T) {
+	judge := func(levels bool) Verdict {
+		rng := rand.New(rand.NewPCG(11, 12))
+		var e Evidence
+		z, l := make([]float64, 4), make([]float64, 4)
+		for w := range 8 {
+			slope, level := 0.15, 0.01 // near the peak: a smaller rate does better
+			if w < 3 {
+				slope, level = -0.3, 0.0004*float64(w+1) // the warm-up's first part: a larger rate does
+			}
+			c := -0.15 * float64(w) // the walk goes down
+			for r := range 4 {
+				z[r] = c + math.Log(0.5+float64(r)/3)
+				l[r] = 1/float64(w+1) + slope*z[r] + 0.02*rng.NormFloat64()
+			}
+			if !levels {
+				level = 0
+			}
+			e.Add(z, l, true, level)
+		}
+		return e.Judge(-0.9)
+	}
+	assert.False(t, judge(false).Shown, "every window pooled: the two parts read as noise")
+	v := judge(true)
+	assert.True(t, v.Shown, "the first part left out: t %.2f, %.2f needed", v.T, v.Need)
+	assert.Greater(t, v.T, 2*v.Need, "well past the noise")
 }
 
 // constRestart is a constant lr of 0.01 searched over the first half of a

@@ -211,7 +211,7 @@ func TestBuiltinStateRoundTrip(t *testing.T) {
 	// Version 5 added the evidence and the rejected offset after the
 	// offset's state, version 4 the commit flag after the form byte (the
 	// window count, 12, takes one byte).
-	v4 := append([]byte{4}, st[1:len(st)-evidenceStateLen-8]...)
+	v4 := append([]byte{4}, st[1:1+3+offsetStateLen]...)
 	require.NoError(t, b.LoadState(ctx, v4), "version 4: the state before the evidence")
 	assert.ErrorIs(t, b.LoadState(ctx, append([]byte{5}, v4[1:]...)), hparam.ErrDecode, "version 5 without the evidence")
 	v3 := append(append([]byte{3}, v4[1:3]...), v4[4:]...)

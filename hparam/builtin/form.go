@@ -201,7 +201,9 @@ func (f *offsetForm) observe(o hparam.Observation, signal []float64) (hparam.Fee
 
 // pool adds window o's comparison to the evidence: each rank's value as
 // an offset from the schedule's at the window's last step (the script's
-// own value, whatever u and the warm-up guard made the window's centre).
+// own value, whatever u and the warm-up guard made the window's centre),
+// at the run's learning rate then: the workload's (o.Level), else a log-
+// scale schedule's own value (a config run's lr), else unknown.
 func (f *offsetForm) pool(o hparam.Observation, signal []float64) error {
 	s, err := f.sched.At(o.Window*f.setup.WindowSteps + f.lastStep(o.Window))
 	if err != nil {
@@ -210,7 +212,11 @@ func (f *offsetForm) pool(o hparam.Observation, signal []float64) error {
 	z := grow(f.z, len(o.Values))
 	f.z = z
 	offsetsTo(z, o.Values, f.scale, toScale(f.scale, s))
-	f.ev.Add(z, signal, f.cfg.Signal == SignalProbe && o.Probe != nil)
+	level := o.Level
+	if !(level > 0) && f.scale == hparam.Log {
+		level = s
+	}
+	f.ev.Add(z, signal, f.cfg.Signal == SignalProbe && o.Probe != nil, max(level, 0))
 	return nil
 }
 
@@ -296,7 +302,7 @@ func (f *offsetForm) clamp(s float64) {
 	f.o.u = max(lo, min(hi, f.o.u))
 }
 
-// marshal is the offset's state, then (version 5) the evidence and the
+// marshal is the offset's state, then (version 5 on) the evidence and the
 // rejected offset.
 func (f *offsetForm) marshal() ([]byte, error) {
 	b, err := f.o.MarshalBinary()
@@ -322,13 +328,18 @@ func (f *offsetForm) unmarshal(version byte, b []byte) error {
 	var ev Evidence
 	rejected := 0.0
 	if version >= 5 {
-		if len(b) != offsetStateLen+evidenceStateLen+8 {
-			return fmt.Errorf("%w: offset state: want %d bytes, got %d", hparam.ErrDecode, offsetStateLen+evidenceStateLen+8, len(b))
+		if len(b) < offsetStateLen+1+8 {
+			return fmt.Errorf("%w: offset state: want %d bytes or more, got %d", hparam.ErrDecode, offsetStateLen+1+8, len(b))
 		}
-		if err := ev.UnmarshalBinary(b[offsetStateLen : offsetStateLen+evidenceStateLen]); err != nil {
+		evb := b[offsetStateLen : len(b)-8]
+		decode := ev.UnmarshalBinary
+		if version == 5 {
+			decode = ev.unmarshalV5
+		}
+		if err := decode(evb); err != nil {
 			return err
 		}
-		rejected = math.Float64frombits(binary.LittleEndian.Uint64(b[offsetStateLen+evidenceStateLen:]))
+		rejected = math.Float64frombits(binary.LittleEndian.Uint64(b[len(b)-8:]))
 		b = b[:offsetStateLen]
 	}
 	o := *f.o

@@ -9,18 +9,20 @@ import (
 	"github.com/hdet-dev/hdet/internal/binread"
 )
 
-// builtinStateVersion 5 added the no-harm rule's evidence, 4 the commit
-// (the search and main passes), 3 the offset's average; versions 2 to 4 still resume,
+// builtinStateVersion 6 keeps the evidence window by window (with the
+// learning rate each was read at), 5 added the no-harm rule's evidence, 4 the commit
+// (the search and main passes), 3 the offset's average; versions 2 to 5 still resume,
 // uncommitted where before 4, a version-2 average and a pre-5 evidence
-// starting empty.
+// starting empty, a version-5 evidence as one window at no known level.
 //
 //	version byte
 //	uvarint windows observed
 //	byte form (0 offset, 1 paper)
 //	byte committed (version 4; 0 or 1, 0 in the paper form)
 //	the form's state: Offset's or Auto's MarshalBinary (offset form,
-//	version 5: then Evidence's and the rejected offset, a float64)
-const builtinStateVersion = 5
+//	version 5 on: then Evidence's (from 6 window by window) and the
+//	rejected offset, a float64)
+const builtinStateVersion = 6
 
 // SaveState is the version, the number of windows observed, the form,
 // whether the explorer committed and its meta-update's state; the

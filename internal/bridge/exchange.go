@@ -132,7 +132,8 @@ func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.Win
 	w.idle = true
 	w.window++
 	w.next = start + steps
-	res := engine.WindowResult{Losses: losses, Probe: math.NaN(), Handover: handover(m, received)}
+	// checkDone saw the script's own rate at each of the window's steps.
+	res := engine.WindowResult{Losses: losses, Probe: math.NaN(), Handover: handover(m, received), Level: m.BaseLR[steps-1]}
 	if w.probing {
 		res.Losses, res.Probe = losses[:steps], losses[steps]
 	}

@@ -226,8 +226,9 @@ func TestWorkerNativeCrashQuotesStacks(t *testing.T) {
 // step: it sees 0.05, never the multiplied rate.
 func TestWorkerStepsPastTheEnd(t *testing.T) {
 	w := startPython(t, pythonOptions(t, SyncLocal, "--steps", "4", "--extra-step"))
-	_, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4, V: engine.Values{"lr": {0.1, 0.2, 0.3, 0.4}}})
+	res, err := w.TrainWindow(context.Background(), engine.Window{Start: 0, Steps: 4, V: engine.Values{"lr": {0.1, 0.2, 0.3, 0.4}}})
 	require.NoError(t, err)
+	assert.Equal(t, 0.05, res.Level, "the script's own rate at the window's end, for the search's evidence")
 	err = w.Close()
 	require.ErrorIs(t, err, ErrExited)
 	assert.Contains(t, err.Error(), "finishing after STOP: worker process exited (exit status 1)")

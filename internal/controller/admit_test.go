@@ -102,7 +102,7 @@ func TestControllerClampsThenFreezesAnExplorerThatLeavesTheRange(t *testing.T) {
 			assert.True(t, pp.Frozen)
 			assert.Equal(t, 0.5, pp.Base[0], "frozen at its last admitted (clamped) plan")
 		}
-		_, _, err = c.Observe(ctx, []float64{1, 1, 1, 1}, nil)
+		_, _, err = c.Observe(ctx, []float64{1, 1, 1, 1}, nil, 0)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []string{EventClamped, EventClamped, EventFrozen}, kinds)

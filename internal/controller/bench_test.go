@@ -42,7 +42,7 @@ func BenchmarkControllerObserve(b *testing.B) {
 				losses := lossesFor(p)
 				b.StartTimer()
 				t0 := cpuTime()
-				if _, _, err := c.Observe(ctx, losses, nil); err != nil {
+				if _, _, err := c.Observe(ctx, losses, nil, 0); err != nil {
 					b.Fatal(err)
 				}
 				cpu += cpuTime() - t0
@@ -73,7 +73,7 @@ func BenchmarkControllerWindow(b *testing.B) {
 				if _, err := p.MarshalBinary(); err != nil {
 					b.Fatal(err)
 				}
-				if _, _, err := c.Observe(ctx, losses, nil); err != nil {
+				if _, _, err := c.Observe(ctx, losses, nil, 0); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -73,7 +73,7 @@ func TestControllerFreezesAnExplorerThatFailsToCommit(t *testing.T) {
 	for range 4 {
 		_, _, err := c.Plan(ctx)
 		require.NoError(t, err)
-		_, evs, err := c.Observe(ctx, []float64{1, 1, 1, 1}, nil)
+		_, evs, err := c.Observe(ctx, []float64{1, 1, 1, 1}, nil, 0)
 		require.NoError(t, err)
 		if c.Pass() == plan.PassMain {
 			require.Len(t, evs, 1)
@@ -163,4 +163,33 @@ func TestControllerPlansALongerMainWindow(t *testing.T) {
 
 	_, err = NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, MainWindowSteps: 25, Seed: 3}, nil)
 	assert.ErrorIs(t, err, hparam.ErrInvalid)
+}
+
+// levels records the learning rate each observation carried.
+type levels struct {
+	hparam.Explorer
+	got []float64
+}
+
+func (l *levels) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
+	l.got = append(l.got, o.Level)
+	return l.Explorer.Observe(ctx, o)
+}
+
+// The workload's own learning rate at each window's end reaches every
+// explorer with the window's losses (the no-harm rule's evidence reads it).
+func TestControllerHandsTheLevelToTheExplorers(t *testing.T) {
+	ctx := context.Background()
+	lr := builtinNamed(t, builtin.LR, "lr", fmtCfg(restartLR, ""))
+	rec := &levels{Explorer: lr.Explorer}
+	c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3},
+		[]NamedExplorer{{Name: "lr", Explorer: rec, Config: lr.Config}})
+	require.NoError(t, err)
+	for k := range 3 {
+		p, _, err := c.Plan(ctx)
+		require.NoError(t, err)
+		_, _, err = c.Observe(ctx, lossesFor(p), nil, 0.001*float64(k+1))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []float64{0.001, 0.002, 0.003}, rec.got)
 }

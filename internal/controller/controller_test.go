@@ -54,7 +54,7 @@ func runWindows(t testing.TB, c *Controller, from, to int, losses func(*plan.Pla
 		b, err := p.MarshalBinary()
 		require.NoError(t, err)
 		plans = append(plans, b)
-		fb, ev, err := c.Observe(ctx, losses(p), nil)
+		fb, ev, err := c.Observe(ctx, losses(p), nil, 0)
 		require.NoError(t, err)
 		require.Empty(t, ev)
 		fbs = append(fbs, fb)
@@ -92,13 +92,13 @@ func TestControllerDeterministic(t *testing.T) {
 	p2, _, err := c.Plan(ctx)
 	require.NoError(t, err)
 	assert.Same(t, p1, p2)
-	_, _, err = c.Observe(ctx, []float64{1}, nil)
+	_, _, err = c.Observe(ctx, []float64{1}, nil, 0)
 	assert.ErrorIs(t, err, hparam.ErrInvalid)
-	_, _, err = c.Observe(ctx, make([]float64, 6), nil)
+	_, _, err = c.Observe(ctx, make([]float64, 6), nil, 0)
 	require.NoError(t, err)
 	d, err := NewController(ctx, shape, threeExplorers(t, 0.1, 30))
 	require.NoError(t, err)
-	_, _, err = d.Observe(ctx, make([]float64, 6), nil)
+	_, _, err = d.Observe(ctx, make([]float64, 6), nil, 0)
 	assert.ErrorIs(t, err, hparam.ErrOrder)
 }
 
@@ -119,7 +119,7 @@ func TestControllerAlphaZero(t *testing.T) {
 				}
 			}
 		}
-		_, _, err = c.Observe(ctx, lossesFor(p), nil)
+		_, _, err = c.Observe(ctx, lossesFor(p), nil, 0)
 		require.NoError(t, err)
 	}
 }
@@ -152,7 +152,7 @@ func TestControllerEqualLossesFollowTheSchedule(t *testing.T) {
 			for r := range l {
 				l[r] = 0.7
 			}
-			fb, _, err := c.Observe(ctx, l, nil)
+			fb, _, err := c.Observe(ctx, l, nil, 0)
 			require.NoError(t, err)
 			require.Zero(t, fb[0].Offset)
 		}
@@ -224,7 +224,7 @@ func TestControllerFreezesFailingExplorer(t *testing.T) {
 			if len(ev) == 1 {
 				frozenAt, spread = ev[0].Base, ev[0].Spread
 			}
-			fb, ev, err := c.Observe(ctx, lossesFor(p), nil)
+			fb, ev, err := c.Observe(ctx, lossesFor(p), nil, 0)
 			require.NoError(t, err)
 			events = append(events, ev...)
 			if len(ev) == 1 {
@@ -341,9 +341,9 @@ func TestControllerStateRoundTrip(t *testing.T) {
 	assert.Equal(t, pending.Params[:2], restored.Params[:2])
 	assert.Equal(t, pending.Params[2].Slots, restored.Params[2].Slots)
 
-	_, _, err = a.Observe(ctx, lossesFor(pending), nil)
+	_, _, err = a.Observe(ctx, lossesFor(pending), nil, 0)
 	require.NoError(t, err)
-	_, _, err = b.Observe(ctx, lossesFor(restored), nil)
+	_, _, err = b.Observe(ctx, lossesFor(restored), nil, 0)
 	require.NoError(t, err)
 	pa, fa := runWindows(t, a, 8, 20, lossesFor)
 	pb, fb := runWindows(t, b, 8, 20, lossesFor)

@@ -10,8 +10,10 @@ import (
 
 // hyperparameter's feedback in plan order, and moves on to the next window:
 // window 0 of the main pass when every explorer has settled (Commit). The
-// main pass asks the explorers nothing: they learn no more.
-func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]ParamFeedback, []Event, error) {
+// main pass asks the explorers nothing: they learn no more. level is the
+// workload's own learning rate at the window's end (hparam.Observation's
+// Level; 0 where it has none).
+func (c *Controller) Observe(ctx context.Context, losses, probes []float64, level float64) ([]ParamFeedback, []Event, error) {
 	pl := c.plan
 	if pl == nil {
 		return nil, nil, fmt.Errorf("%w: window %d has not been planned", hparam.ErrOrder, c.next)
@@ -26,7 +28,7 @@ func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]P
 	out := make([]ParamFeedback, len(c.params))
 	var events []Event
 	if c.pass == plan.PassSearch {
-		events = c.observeSearch(ctx, pl, out, losses, probes)
+		events = c.observeSearch(ctx, pl, out, hparam.Observation{Losses: losses, Probe: probes, Level: level})
 	}
 	for i, p := range c.params {
 		out[i].Name = p.name
@@ -43,10 +45,13 @@ func (c *Controller) Observe(ctx context.Context, losses, probes []float64) ([]P
 }
 
 // observeSearch hands a search window to the explorers, filling out.
-func (c *Controller) observeSearch(ctx context.Context, pl *plan.Plan, out []ParamFeedback, losses, probes []float64) []Event {
-	n := len(losses)
+// o carries what every explorer sees alike (the losses, probes and level).
+func (c *Controller) observeSearch(ctx context.Context, pl *plan.Plan, out []ParamFeedback, o hparam.Observation) []Event {
+	n := len(o.Losses)
 	errs := c.each(func(i int, p *param) error {
-		fb, err := p.ex.Observe(ctx, hparam.Observation{Window: pl.Window, Values: p.lastValues(&pl.Params[i]), Losses: losses, Probe: probes})
+		o := o
+		o.Window, o.Values = pl.Window, p.lastValues(&pl.Params[i])
+		fb, err := p.ex.Observe(ctx, o)
 		if err == nil && len(fb.Weights) != 0 && len(fb.Weights) != n {
 			err = fmt.Errorf("%w: %d weights for %d ranks", hparam.ErrInvalid, len(fb.Weights), n)
 		}

@@ -144,7 +144,7 @@ func runUntil(t *testing.T, c *Controller, n int) {
 	for range n {
 		p, _, err := c.Plan(ctx)
 		require.NoError(t, err)
-		_, _, err = c.Observe(ctx, lossesFor(p), nil)
+		_, _, err = c.Observe(ctx, lossesFor(p), nil, 0)
 		require.NoError(t, err)
 	}
 }

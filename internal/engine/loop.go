@@ -50,6 +50,7 @@ type window struct {
 	events              []metrics.Event
 
 	loss, probe  float64 // this rank's
+	level        float64 // this rank's replica's own learning rate at the window's end (WindowResult.Level)
 	first        float64 // this rank's first step's loss
 	healthy      bool    // this rank's, before the gathered verdict
 	losses       []float64
@@ -278,7 +279,7 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 		return fmt.Errorf("rank %d, window %d: %w", l.rank, w.index, err)
 	}
 	w.fanout, w.probeSeconds, w.handover = time.Since(t).Seconds(), wr.ProbeSeconds, wr.Handover
-	w.loss, w.probe = mean(wr.Losses), wr.Probe
+	w.loss, w.probe, w.level = mean(wr.Losses), wr.Probe, wr.Level
 	if w.plan.Anneal {
 		w.loss = annealedLoss(wr.Losses)
 	}
@@ -446,7 +447,7 @@ func (l *loop) observe(ctx context.Context, w *window) error {
 	}
 	l.watch.Enter(w.index, w.end(), PhaseObserve)
 	probes := windowProbes(w.plan.Probe, w.probes, w.healthyRanks)
-	fb, evs, err := l.o.Controller.Observe(ctx, w.losses, probes)
+	fb, evs, err := l.o.Controller.Observe(ctx, w.losses, probes, w.level)
 	if err != nil {
 		return fmt.Errorf("observe window %d: %w", w.index, err)
 	}

@@ -43,6 +43,10 @@ type WindowResult struct {
 	// before it went (seconds by phase, docs/performance.md); nil for
 	// replicas without one.
 	Handover map[string]float64
+	// Level is the replica's own learning rate at the window's last step
+	// (a worker script's, before hdet's multiplier; hparam.Observation's
+	// Level); 0 for a replica whose rate is the plan's.
+	Level float64
 }
 
 // Replica is one rank's copy of the model. The built-in MNIST workload and the

@@ -69,7 +69,7 @@ func (g *GRPCClient) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.W
 }
 
 func (g *GRPCClient) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
-	f, err := g.c.Observe(ctx, &proto.Observation{Window: int64(o.Window), Values: o.Values, Losses: o.Losses, Probe: o.Probe})
+	f, err := g.c.Observe(ctx, &proto.Observation{Window: int64(o.Window), Values: o.Values, Losses: o.Losses, Probe: o.Probe, Level: o.Level})
 	if err != nil {
 		return hparam.Feedback{}, explorerError(err)
 	}
@@ -188,7 +188,7 @@ func (s *GRPCServer) Plan(ctx context.Context, in *proto.WindowRequest) (*proto.
 }
 
 func (s *GRPCServer) Observe(ctx context.Context, in *proto.Observation) (*proto.Feedback, error) {
-	f, err := s.Impl.Observe(ctx, hparam.Observation{Window: int(in.GetWindow()), Values: in.GetValues(), Losses: in.GetLosses(), Probe: in.GetProbe()})
+	f, err := s.Impl.Observe(ctx, hparam.Observation{Window: int(in.GetWindow()), Values: in.GetValues(), Losses: in.GetLosses(), Probe: in.GetProbe(), Level: in.GetLevel()})
 	if err != nil {
 		return nil, serverError(err)
 	}

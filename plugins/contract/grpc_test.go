@@ -101,9 +101,10 @@ func TestGRPCRoundTripsEveryCall(t *testing.T) {
 	assert.True(t, math.IsInf(p.Bounds.Upper, 1), "+Inf bound must cross the wire")
 	assert.True(t, p.Probe)
 
-	f, err := x.Observe(ctx, hparam.Observation{Window: 2, Values: []float64{1, 2, 3}, Losses: []float64{0.5, math.NaN(), math.Inf(1)}, Probe: []float64{math.Inf(-1), 0.25, math.NaN()}})
+	f, err := x.Observe(ctx, hparam.Observation{Window: 2, Values: []float64{1, 2, 3}, Losses: []float64{0.5, math.NaN(), math.Inf(1)}, Probe: []float64{math.Inf(-1), 0.25, math.NaN()}, Level: 0.0046})
 	require.NoError(t, err)
 	assert.Equal(t, []float64{1, 2, 3}, rec.obs.Values)
+	assert.Equal(t, 0.0046, rec.obs.Level, "the run's learning rate crosses the wire")
 	assert.Equal(t, 0.5, rec.obs.Losses[0])
 	assert.True(t, math.IsNaN(rec.obs.Losses[1]), "NaN loss must reach the explorer as NaN")
 	assert.True(t, math.IsInf(rec.obs.Losses[2], 1))

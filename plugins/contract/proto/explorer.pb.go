@@ -585,7 +585,10 @@ type Observation struct {
 	Losses []float64              `protobuf:"fixed64,3,rep,packed,name=losses,proto3" json:"losses,omitempty"`
 	// Each rank's probe loss (NaN or Inf for an unhealthy rank); empty when
 	// the window did not probe.
-	Probe         []float64 `protobuf:"fixed64,4,rep,packed,name=probe,proto3" json:"probe,omitempty"`
+	Probe []float64 `protobuf:"fixed64,4,rep,packed,name=probe,proto3" json:"probe,omitempty"`
+	// The run's learning rate at the window's last step before any spread
+	// (hparam.Observation.Level); 0 where the workload has none of its own.
+	Level         float64 `protobuf:"fixed64,5,opt,name=level,proto3" json:"level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -646,6 +649,13 @@ func (x *Observation) GetProbe() []float64 {
 		return x.Probe
 	}
 	return nil
+}
+
+func (x *Observation) GetLevel() float64 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
 }
 
 type Feedback struct {
@@ -984,12 +994,13 @@ const file_explorer_proto_rawDesc = "" +
 	"\x04base\x18\x01 \x03(\x01R\x04base\x120\n" +
 	"\x06spread\x18\x02 \x01(\v2\x18.hdet.explorer.v1.SpreadR\x06spread\x120\n" +
 	"\x06bounds\x18\x03 \x01(\v2\x18.hdet.explorer.v1.BoundsR\x06bounds\x12\x14\n" +
-	"\x05probe\x18\x04 \x01(\bR\x05probe\"k\n" +
+	"\x05probe\x18\x04 \x01(\bR\x05probe\"\x81\x01\n" +
 	"\vObservation\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\x03R\x06window\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\x01R\x06values\x12\x16\n" +
 	"\x06losses\x18\x03 \x03(\x01R\x06losses\x12\x14\n" +
-	"\x05probe\x18\x04 \x03(\x01R\x05probe\"\xa3\x01\n" +
+	"\x05probe\x18\x04 \x03(\x01R\x05probe\x12\x14\n" +
+	"\x05level\x18\x05 \x01(\x01R\x05level\"\xa3\x01\n" +
 	"\bFeedback\x12\x18\n" +
 	"\aweights\x18\x01 \x03(\x01R\aweights\x12\x12\n" +
 	"\x04base\x18\x02 \x01(\x01R\x04base\x12\x1a\n" +

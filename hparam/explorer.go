@@ -93,6 +93,16 @@ type WindowPlan struct {
 	// Probe asks the ranks to evaluate their tail-averaged parameters on
 	// the probe examples at the end of this window (Observation.Probe).
 	Probe bool
+	// SearchAtEnd is the search state the explorer expects to report at
+	// the run's last window boundary, as far as it can tell now:
+	// SearchDone when its search pass ends before the last window
+	// (auto.commit restart, auto.until short of it), Searching when it
+	// would still be searching, SearchNone when it asks for no search
+	// pass. The controller expects a main pass when some live explorer
+	// expects SearchDone and none Searching; a worker script's replicas
+	// then share their batches in the search pass (docs/pytorch.md).
+	// Zero (SearchNone) claims nothing.
+	SearchAtEnd SearchState
 }
 
 // Observation is what the replicas did in a window: the value each rank used

@@ -187,7 +187,10 @@ func (b *builtin) Plan(_ context.Context, r hparam.WindowRequest) (hparam.Window
 	if b.run.bracketed(r.Window) {
 		sp = b.run.bracket()
 	}
-	return hparam.WindowPlan{Base: base, Spread: sp, Bounds: b.run.bounds, Probe: probe}, nil
+	// The search state at the last boundary the controller can commit at
+	// (window windows-1's start): fixed by auto.commit and auto.until.
+	end := b.form.search(windows - 1)
+	return hparam.WindowPlan{Base: base, Spread: sp, Bounds: b.run.bounds, Probe: probe, SearchAtEnd: end}, nil
 }
 
 // Commit ends the search: u settles (the average of its updates, if they

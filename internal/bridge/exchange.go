@@ -111,7 +111,7 @@ func (w *Worker) TrainWindow(ctx context.Context, win engine.Window) (engine.Win
 		return engine.WindowResult{}, w.wrap(op, err)
 	}
 	w.probing = win.ProbeTail > 0 && w.hello.Probe
-	plan := w.load(&message{Type: msgPlan, Window: w.window, Start: start, Steps: steps, Values: v, Pass: w.pass})
+	plan := w.load(&message{Type: msgPlan, Window: w.window, Start: start, Steps: steps, Values: v, Pass: w.pass, Search: win.Search})
 	if w.probing {
 		plan.ProbeTail = min(win.ProbeTail, steps)
 	}

@@ -155,6 +155,11 @@ type message struct {
 	Values map[string][]float64 `json:"values,omitempty"`
 	// plan: the pass (plan.PassSearch or PassMain), for the script's logs.
 	Pass int `json:"pass,omitempty"`
+	// plan: the window is in a search pass that the run expects to end
+	// with a commit and a restart (plan.Plan.Search): the script's
+	// replicas share their batches (the client keeps the script's seeds)
+	// until a plan without it.
+	Search bool `json:"search,omitempty"`
 	// plan: average the iterates of the last ProbeTail steps and send the
 	// probe loss after the step losses in DONE.
 	ProbeTail int `json:"probe_tail,omitempty"`

@@ -192,4 +192,39 @@ func TestControllerHandsTheLevelToTheExplorers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []float64{0.001, 0.002, 0.003}, rec.got)
+// A search pass that the run restarts says so in its plans (Plan.Search:
+// a worker script's replicas share their batches there); the main pass,
+// a run whose search lasts to its end and one that asks for no search
+// (one pass) do not.
+func TestControllerPlansSaySearchWhereTheRunRestarts(t *testing.T) {
+	ctx := context.Background()
+	searchOf := func(cfg string, windows int) []bool {
+		lr := builtinNamed(t, builtin.LR, "lr", cfg)
+		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3}, []NamedExplorer{lr})
+		require.NoError(t, err)
+		var out []bool
+		for range windows {
+			p, _, err := c.Plan(ctx)
+			require.NoError(t, err)
+			out = append(out, p.Search)
+			b, err := p.MarshalBinary()
+			require.NoError(t, err)
+			var q plan.Plan
+			require.NoError(t, q.UnmarshalBinary(b))
+			require.Equal(t, p.Search, q.Search, "the flag crosses the wire")
+			_, _, err = c.Observe(ctx, lossesFor(p), nil)
+			require.NoError(t, err)
+		}
+		return out
+	}
+	assert.Equal(t, []bool{true, true, true, true, false, false}, searchOf(fmtCfg(restartLR, ""), 6),
+		"4 search windows, then the main pass")
+	assert.Equal(t, []bool{false, false, false}, searchOf(fmtCfg(restartLR, `, "commit": "continue"`), 3),
+		"auto.commit continue: one pass")
+	assert.Equal(t, []bool{false, false, false},
+		searchOf(`{"schedule": {"kind": "onecycle", "max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"enabled": false}}`, 3),
+		"the auto phase off: one pass")
+	assert.Equal(t, []bool{false, false, false},
+		searchOf(`{"schedule": {"kind": "onecycle", "max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train", "until": 1}}`, 3),
+		"a search to the run's end keeps its model: one pass")
 }

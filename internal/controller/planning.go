@@ -58,6 +58,7 @@ func (c *Controller) Plan(ctx context.Context) (*plan.Plan, []Event, error) {
 	if err != nil {
 		return nil, events, err
 	}
+	pl.Search = c.pass == plan.PassSearch && c.expectsRestart(a.wps)
 	c.genBefore = nil
 	if c.pass == plan.PassSearch {
 		c.genBefore = c.ahead.gen
@@ -67,6 +68,26 @@ func (c *Controller) Plan(ctx context.Context) (*plan.Plan, []Event, error) {
 		c.prefetch(ctx, c.request(c.next+1))
 	}
 	return pl, events, nil
+}
+
+// expectsRestart reports whether the live explorers' answers expect the
+// search pass to end in a commit before the last window (Plan.Search):
+// some expects its search done by then and none still searching, as
+// searchOver asks at each boundary.
+func (c *Controller) expectsRestart(wps []hparam.WindowPlan) bool {
+	done := false
+	for i, p := range c.params {
+		if p.frozen {
+			continue
+		}
+		switch wps[i].SearchAtEnd {
+		case hparam.Searching:
+			return false
+		case hparam.SearchDone:
+			done = true
+		}
+	}
+	return done
 }
 
 // keep puts back a prefetched plan that a call had to wait for.

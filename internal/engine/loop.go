@@ -274,7 +274,7 @@ func (l *loop) fanOut(ctx context.Context, w *window) error {
 	if w.plan.Probe {
 		tail = max(1, w.steps/2) // docs/design.md §1: the average of the window's last T/2 iterates
 	}
-	wr, err := l.o.Replica.TrainWindow(ctx, Window{Start: w.start, Steps: w.steps, V: w.values, Grads: l.grads, ProbeTail: tail})
+	wr, err := l.o.Replica.TrainWindow(ctx, Window{Start: w.start, Steps: w.steps, V: w.values, Grads: l.grads, ProbeTail: tail, Search: w.plan.Search})
 	if err != nil {
 		return fmt.Errorf("rank %d, window %d: %w", l.rank, w.index, err)
 	}
@@ -320,7 +320,7 @@ func (l *loop) gather(w *window) error {
 	if err := trainedAlike(w.index, spreads(&w.plan), reps); err != nil {
 		return err
 	}
-	if l.o.Sync == SyncLocal && !l.warnedSameBatches && sameBatches(reps) {
+	if l.o.Sync == SyncLocal && !l.warnedSameBatches && l.checksData(w) && sameBatches(reps) {
 		l.warnedSameBatches = true
 		w.events = append(w.events, metrics.Event{Kind: metrics.EventSameData,
 			Message: fmt.Sprintf("every replica's first step of window %d had the same loss to the last bit: they train on the same batches, so the average is one replica's training; give each its own data (%s)", w.index, sameDataAdvice(l.lay.Size))})

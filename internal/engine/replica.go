@@ -29,6 +29,10 @@ type Window struct {
 	// scratch buffer: the parameters that go on to converge are the last
 	// iterate, untouched.
 	ProbeTail int
+	// Search: the window is in a search pass that the run expects to
+	// restart (plan.Plan.Search), so a worker script's replicas may share
+	// their batches.
+	Search bool
 }
 
 // WindowResult is what a replica reports after training one window.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/hdet-dev/hdet/internal/plan"
 )
 
 // rankReport is what a rank tells every other after its fan-out, in one
@@ -138,4 +140,15 @@ func allHealthyEqual(reps []rankReport, field func(rankReport) float64) bool {
 		}
 	}
 	return true
+}
+
+// checksData reports whether window w's first steps may be read for the
+// same-data warning: not in a search pass whose replicas share their
+// batches on purpose (plan.Plan.Search: the main pass starts again from
+// step 0), nor in the first window of a first pass, whose first step a
+// worker script draws before it hears whether the run has a search pass
+// (it gives each replica its own data from the next step on); a script
+// that shares its batches shows it in the next window.
+func (l *loop) checksData(w *window) bool {
+	return !w.plan.Search && (l.pass != plan.PassSearch || w.index > 0)
 }

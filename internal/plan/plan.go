@@ -40,6 +40,13 @@ type Plan struct {
 	// Pass is PassSearch or PassMain: the first main-pass plan tells every
 	// rank to restore the step-0 state (docs/design.md §1.2).
 	Pass int
+	// Search: a search-pass window of a run the controller expects to
+	// commit and restart (some live explorer expects its search to end
+	// before the last window, none to search on): the replicas of a worker
+	// script then share their batches, since the main pass starts again
+	// from step 0 (docs/pytorch.md). False in the main pass and in a run of
+	// one pass.
+	Search bool
 }
 
 // ParamPlan is one hyperparameter's part of a Plan.
@@ -175,6 +182,7 @@ const (
 	planProbe  = 1
 	planMain   = 2
 	planAnneal = 4
+	planSearch = 8
 )
 
 // MarshalBinary encodes a plan after every check of Validate but one: that
@@ -201,6 +209,9 @@ func (p *Plan) MarshalBinary() ([]byte, error) {
 	}
 	if p.Anneal {
 		pflags |= planAnneal
+	}
+	if p.Search {
+		pflags |= planSearch
 	}
 	b = append(b, pflags)
 	for _, pp := range p.Params {
@@ -323,13 +334,13 @@ func (p *Plan) UnmarshalBinary(data []byte) error {
 	n := d.Uvarint("ranks", uint64(len(d.b))) // each rank needs >= 1 byte per hyperparameter
 	np := d.Uvarint("hyperparameter count", uint64(len(d.b))/(1+1+24+1+8))
 	pflags := d.Byte("plan flags")
-	if pflags&^(planProbe|planMain|planAnneal) != 0 {
+	if pflags&^(planProbe|planMain|planAnneal|planSearch) != 0 {
 		d.Fail(fmt.Sprintf("unknown plan flags %#x", pflags))
 	}
 	if d.err != nil {
 		return d.err
 	}
-	q.Probe, q.Anneal = pflags&planProbe != 0, pflags&planAnneal != 0
+	q.Probe, q.Anneal, q.Search = pflags&planProbe != 0, pflags&planAnneal != 0, pflags&planSearch != 0
 	if pflags&planMain != 0 {
 		q.Pass = PassMain
 	}

@@ -163,8 +163,8 @@ func FuzzPlanDecode(f *testing.F) {
 }
 
 func TestPlanCarriesItsFlags(t *testing.T) {
-	for _, f := range []Plan{{Pass: PassMain}, {Probe: true}, {Anneal: true}, {Probe: true, Anneal: true}} {
-		p := Plan{Window: 2, Start: 20, Steps: 2, Pass: f.Pass, Probe: f.Probe, Anneal: f.Anneal,
+	for _, f := range []Plan{{Pass: PassMain}, {Probe: true}, {Anneal: true}, {Probe: true, Anneal: true}, {Search: true}, {Probe: true, Search: true}} {
+		p := Plan{Window: 2, Start: 20, Steps: 2, Pass: f.Pass, Probe: f.Probe, Anneal: f.Anneal, Search: f.Search,
 			Params: []ParamPlan{{Name: "lr", Base: []float64{1, 2}, Spread: hparam.Spread{Kind: hparam.Multiplicative}, Bounds: hparam.Bounds{Lower: 0, Upper: 10}, Slots: []uint32{1, 0}}}}
 		b, err := p.MarshalBinary()
 		require.NoError(t, err)

@@ -65,7 +65,11 @@ func (g *GRPCClient) Plan(ctx context.Context, r hparam.WindowRequest) (hparam.W
 	if len(p.GetBase()) != r.Steps {
 		return hparam.WindowPlan{}, fmt.Errorf("%w: plan for window %d has %d base values, want %d", ErrBadAnswer, r.Window, len(p.GetBase()), r.Steps)
 	}
-	return hparam.WindowPlan{Base: p.GetBase(), Spread: spreadFrom(p.GetSpread()), Bounds: boundsFrom(p.GetBounds()), Probe: p.GetProbe()}, nil
+	end := hparam.SearchState(p.GetSearchAtEnd())
+	if end < hparam.SearchNone || end > hparam.SearchDone {
+		return hparam.WindowPlan{}, fmt.Errorf("%w: search state %d at the run's end in the plan of window %d", ErrBadAnswer, p.GetSearchAtEnd(), r.Window)
+	}
+	return hparam.WindowPlan{Base: p.GetBase(), Spread: spreadFrom(p.GetSpread()), Bounds: boundsFrom(p.GetBounds()), Probe: p.GetProbe(), SearchAtEnd: end}, nil
 }
 
 func (g *GRPCClient) Observe(ctx context.Context, o hparam.Observation) (hparam.Feedback, error) {
@@ -184,7 +188,7 @@ func (s *GRPCServer) Plan(ctx context.Context, in *proto.WindowRequest) (*proto.
 	if err != nil {
 		return nil, serverError(err)
 	}
-	return &proto.WindowPlan{Base: p.Base, Spread: spreadTo(p.Spread), Bounds: boundsTo(p.Bounds), Probe: p.Probe}, nil
+	return &proto.WindowPlan{Base: p.Base, Spread: spreadTo(p.Spread), Bounds: boundsTo(p.Bounds), Probe: p.Probe, SearchAtEnd: proto.SearchState(p.SearchAtEnd)}, nil
 }
 
 func (s *GRPCServer) Observe(ctx context.Context, in *proto.Observation) (*proto.Feedback, error) {

@@ -45,7 +45,7 @@ func (r *recorder) Plan(_ context.Context, w hparam.WindowRequest) (hparam.Windo
 		base[i] = float64(w.Start + i)
 	}
 	return hparam.WindowPlan{Base: base, Spread: hparam.Spread{Kind: hparam.Additive, Alpha: 0.25},
-		Bounds: hparam.Bounds{Lower: -1, Upper: math.Inf(1)}, Probe: r.setup.Probe}, r.failWith
+		Bounds: hparam.Bounds{Lower: -1, Upper: math.Inf(1)}, Probe: r.setup.Probe, SearchAtEnd: hparam.SearchDone}, r.failWith
 }
 
 func (r *recorder) Observe(_ context.Context, o hparam.Observation) (hparam.Feedback, error) {
@@ -100,6 +100,7 @@ func TestGRPCRoundTripsEveryCall(t *testing.T) {
 	assert.Equal(t, -1.0, p.Bounds.Lower)
 	assert.True(t, math.IsInf(p.Bounds.Upper, 1), "+Inf bound must cross the wire")
 	assert.True(t, p.Probe)
+	assert.Equal(t, hparam.SearchDone, p.SearchAtEnd, "the search state expected at the run's end crosses the wire")
 
 	f, err := x.Observe(ctx, hparam.Observation{Window: 2, Values: []float64{1, 2, 3}, Losses: []float64{0.5, math.NaN(), math.Inf(1)}, Probe: []float64{math.Inf(-1), 0.25, math.NaN()}, Level: 0.0046})
 	require.NoError(t, err)

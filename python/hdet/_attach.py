@@ -16,8 +16,6 @@ buffer), _buffer_layout (what of the tensors the buffer holds).
 
 from __future__ import annotations
 
-import random
-import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -155,16 +153,15 @@ def attach(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int | 
 
 
 def _start_run(process: Process, by: str) -> Callable[[], Callable[[], float] | None]:
-    """Before the process's one run under hdet starts: refuse a second,
-    give this replica its own data order; returns how the run finds the
-    probe registered before its first step."""
+    """Before the process's one run under hdet starts: refuse a second;
+    returns how the run finds the probe registered before its first step.
+    (The Attachment then gives this replica its data: _replica_data.)"""
     if process.run is not None:
         raise RuntimeError("%s: hdet runs one optimizer per process, and %s already attached one"
                            % (by, process.attached.get(process.run.optimizer, "attach")))
     if process.ended:
         raise RuntimeError("%s: hdet runs one optimizer per process, and this process's run under hdet is over"
                            % by)
-    _reseed_replica()
     return lambda: process.probe
 
 
@@ -207,23 +204,6 @@ def prepare(optimizer: torch.optim.Optimizer, total_steps: int, *, window: int |
     settings = {"window": _args.window(window, total), "explore": _args.explore(explore, values.names(),
                 "auto" in options), "options": options}
     return total, values, settings
-
-
-def _reseed_replica() -> None:
-    """In local sync mode each replica must see its own data: rank r > 0
-    offsets torch's, random's and numpy's global seeds by r (rank 0 keeps
-    the script's), so shuffling DataLoaders and torch.randint batches
-    differ. A script that set up torch.distributed shards its data itself."""
-    d = torch.distributed
-    r = _session.rank()
-    if r == 0 or (d.is_available() and d.is_initialized()):
-        return
-    seed = torch.initial_seed() + r
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed(seed % 2**32)
 
 
 def current(optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ import torch
 
 from . import _loss, _session
 from ._buffer_layout import local
+from ._replica_data import ReplicaData, one_pass
 from ._saved_state import SavedState
 from ._tail import TailAverage
 from ._values import Saved, Values, as_float, group_keys, restore
@@ -43,6 +44,9 @@ class Attachment:
         self.windows = Windows(values, evaluate, TailAverage(probe))
         self.saved = SavedState(optimizer, None, None, self.windows.fail)
         self.recorder = _loss.LossRecorder(optimizer)
+        # The main pass (and a run of one pass) reseeds this replica here,
+        # before resume's RNG states.
+        self.data = ReplicaData(one_pass(settings["options"]))
         _wrap_step(optimizer, self._step)
         optimizer.register_step_pre_hook(self._check_inside)
 
@@ -92,8 +96,12 @@ class Attachment:
             self.fail("no loss for step %d: nothing was .backward()-ed since the previous optimizer step"
                       % self.step_num)
         self.step_num += 1
-        if self.windows.record(i, loss, now, base) and not self.windows.exchange(self.step_num):
+        if not self.windows.record(i, loss, now, base):
+            return
+        if not self.windows.exchange(self.step_num):
             self._stop()
+        else:
+            self.data.plan(self.windows.search)
 
     def _past_end(self) -> None:
         if self.step_num >= self.total:
@@ -112,11 +120,13 @@ class Attachment:
             return
         step, client = loaded
         self.peak_base, self.windows.pass_ = client["peak_base"], client["pass"]
+        # A state saved before the search pass shared batches: its own.
+        self.data.set_own(client.get("own_data", True))
         self.step_num = self.windows.start = step
 
     def _save(self, msg: dict[str, Any]) -> None:
         self.saved.save(msg, self.step_num, self.windows.planned,
-                        {"peak_base": self.peak_base, "pass": self.windows.pass_})
+                        {"peak_base": self.peak_base, "pass": self.windows.pass_, "own_data": self.data.own})
 
     def _connect(self) -> None:
         tail = self.windows.tail
@@ -127,6 +137,7 @@ class Attachment:
         self.saved.check_own_checkpoint(self.step_num)
         if not self.windows.next(self.step_num):
             self._stop()
+        self.data.plan(self.windows.search)
 
     def _hello(self) -> dict[str, Any]:
         groups = self.optimizer.param_groups

@@ -27,6 +27,7 @@ class Windows:
         self.pass_ = 0  # 0 the search pass, 1 the main pass
         self.plan: dict[str, list[float]] = {}
         self.planned = False  # a PLAN of this launch came
+        self.search = False  # the PLAN says: a search pass that hdet restarts (the replicas share batches)
         self.losses: list[torch.Tensor] = []
         self.applied: dict[str, list[float]] = {}
         self.bases: list[float] = []
@@ -92,6 +93,7 @@ class Windows:
         self.window, self.start, self.steps, self.plan = msg.get("window", 0), start, steps, plan
         self.planned = True
         self.pass_ = msg.get("pass", 0)
+        self.search = bool(msg.get("search", False))
         self.tail.start_window(msg.get("probe_tail", 0), self.session.params)
         self.losses, self.bases = [], []
         self.applied = {name: [] for name in plan}

@@ -515,7 +515,11 @@ type WindowPlan struct {
 	Bounds *Bounds                `protobuf:"bytes,3,opt,name=bounds,proto3" json:"bounds,omitempty"`
 	// Ask the ranks to evaluate their tail-averaged parameters on the probe
 	// examples at the end of this window.
-	Probe         bool `protobuf:"varint,4,opt,name=probe,proto3" json:"probe,omitempty"`
+	Probe bool `protobuf:"varint,4,opt,name=probe,proto3" json:"probe,omitempty"`
+	// The search state the explorer expects to report at the run's last
+	// window boundary (hparam.WindowPlan.SearchAtEnd): SEARCH_DONE when its
+	// search pass ends before the last window. Unset claims nothing.
+	SearchAtEnd   SearchState `protobuf:"varint,5,opt,name=search_at_end,json=searchAtEnd,proto3,enum=hdet.explorer.v1.SearchState" json:"search_at_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,6 +580,13 @@ func (x *WindowPlan) GetProbe() bool {
 		return x.Probe
 	}
 	return false
+}
+
+func (x *WindowPlan) GetSearchAtEnd() SearchState {
+	if x != nil {
+		return x.SearchAtEnd
+	}
+	return SearchState_SEARCH_STATE_NONE
 }
 
 type Observation struct {
@@ -988,13 +999,14 @@ const file_explorer_proto_rawDesc = "" +
 	"\rWindowRequest\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\x03R\x06window\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x14\n" +
-	"\x05steps\x18\x03 \x01(\x03R\x05steps\"\x9a\x01\n" +
+	"\x05steps\x18\x03 \x01(\x03R\x05steps\"\xdd\x01\n" +
 	"\n" +
 	"WindowPlan\x12\x12\n" +
 	"\x04base\x18\x01 \x03(\x01R\x04base\x120\n" +
 	"\x06spread\x18\x02 \x01(\v2\x18.hdet.explorer.v1.SpreadR\x06spread\x120\n" +
 	"\x06bounds\x18\x03 \x01(\v2\x18.hdet.explorer.v1.BoundsR\x06bounds\x12\x14\n" +
-	"\x05probe\x18\x04 \x01(\bR\x05probe\"\x81\x01\n" +
+	"\x05probe\x18\x04 \x01(\bR\x05probe\x12A\n" +
+	"\rsearch_at_end\x18\x05 \x01(\x0e2\x1d.hdet.explorer.v1.SearchStateR\vsearchAtEnd\"\x81\x01\n" +
 	"\vObservation\x12\x16\n" +
 	"\x06window\x18\x01 \x01(\x03R\x06window\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\x01R\x06values\x12\x16\n" +
@@ -1067,26 +1079,27 @@ var file_explorer_proto_depIdxs = []int32{
 	3,  // 1: hdet.explorer.v1.Descriptor.spread:type_name -> hdet.explorer.v1.Spread
 	3,  // 2: hdet.explorer.v1.WindowPlan.spread:type_name -> hdet.explorer.v1.Spread
 	2,  // 3: hdet.explorer.v1.WindowPlan.bounds:type_name -> hdet.explorer.v1.Bounds
-	0,  // 4: hdet.explorer.v1.Feedback.search:type_name -> hdet.explorer.v1.SearchState
-	1,  // 5: hdet.explorer.v1.Explorer.Describe:input_type -> hdet.explorer.v1.DescribeRequest
-	5,  // 6: hdet.explorer.v1.Explorer.Init:input_type -> hdet.explorer.v1.Setup
-	7,  // 7: hdet.explorer.v1.Explorer.Plan:input_type -> hdet.explorer.v1.WindowRequest
-	9,  // 8: hdet.explorer.v1.Explorer.Observe:input_type -> hdet.explorer.v1.Observation
-	11, // 9: hdet.explorer.v1.Explorer.Commit:input_type -> hdet.explorer.v1.CommitRequest
-	13, // 10: hdet.explorer.v1.Explorer.SaveState:input_type -> hdet.explorer.v1.SaveStateRequest
-	14, // 11: hdet.explorer.v1.Explorer.LoadState:input_type -> hdet.explorer.v1.State
-	4,  // 12: hdet.explorer.v1.Explorer.Describe:output_type -> hdet.explorer.v1.Descriptor
-	6,  // 13: hdet.explorer.v1.Explorer.Init:output_type -> hdet.explorer.v1.InitResponse
-	8,  // 14: hdet.explorer.v1.Explorer.Plan:output_type -> hdet.explorer.v1.WindowPlan
-	10, // 15: hdet.explorer.v1.Explorer.Observe:output_type -> hdet.explorer.v1.Feedback
-	12, // 16: hdet.explorer.v1.Explorer.Commit:output_type -> hdet.explorer.v1.Commitment
-	14, // 17: hdet.explorer.v1.Explorer.SaveState:output_type -> hdet.explorer.v1.State
-	15, // 18: hdet.explorer.v1.Explorer.LoadState:output_type -> hdet.explorer.v1.LoadStateResponse
-	12, // [12:19] is the sub-list for method output_type
-	5,  // [5:12] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	0,  // 4: hdet.explorer.v1.WindowPlan.search_at_end:type_name -> hdet.explorer.v1.SearchState
+	0,  // 5: hdet.explorer.v1.Feedback.search:type_name -> hdet.explorer.v1.SearchState
+	1,  // 6: hdet.explorer.v1.Explorer.Describe:input_type -> hdet.explorer.v1.DescribeRequest
+	5,  // 7: hdet.explorer.v1.Explorer.Init:input_type -> hdet.explorer.v1.Setup
+	7,  // 8: hdet.explorer.v1.Explorer.Plan:input_type -> hdet.explorer.v1.WindowRequest
+	9,  // 9: hdet.explorer.v1.Explorer.Observe:input_type -> hdet.explorer.v1.Observation
+	11, // 10: hdet.explorer.v1.Explorer.Commit:input_type -> hdet.explorer.v1.CommitRequest
+	13, // 11: hdet.explorer.v1.Explorer.SaveState:input_type -> hdet.explorer.v1.SaveStateRequest
+	14, // 12: hdet.explorer.v1.Explorer.LoadState:input_type -> hdet.explorer.v1.State
+	4,  // 13: hdet.explorer.v1.Explorer.Describe:output_type -> hdet.explorer.v1.Descriptor
+	6,  // 14: hdet.explorer.v1.Explorer.Init:output_type -> hdet.explorer.v1.InitResponse
+	8,  // 15: hdet.explorer.v1.Explorer.Plan:output_type -> hdet.explorer.v1.WindowPlan
+	10, // 16: hdet.explorer.v1.Explorer.Observe:output_type -> hdet.explorer.v1.Feedback
+	12, // 17: hdet.explorer.v1.Explorer.Commit:output_type -> hdet.explorer.v1.Commitment
+	14, // 18: hdet.explorer.v1.Explorer.SaveState:output_type -> hdet.explorer.v1.State
+	15, // 19: hdet.explorer.v1.Explorer.LoadState:output_type -> hdet.explorer.v1.LoadStateResponse
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_explorer_proto_init() }

@@ -46,7 +46,7 @@ class Attachment:
         self.recorder = _loss.LossRecorder(optimizer)
         # The main pass (and a run of one pass) reseeds this replica here,
         # before resume's RNG states.
-        self.data = ReplicaData(one_pass(settings["options"]))
+        self.data = ReplicaData(one_pass(settings.get("options") or {}))
         _wrap_step(optimizer, self._step)
         optimizer.register_step_pre_hook(self._check_inside)
 

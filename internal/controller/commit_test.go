@@ -194,13 +194,13 @@ func TestControllerHandsTheLevelToTheExplorers(t *testing.T) {
 	assert.Equal(t, []float64{0.001, 0.002, 0.003}, rec.got)
 // A search pass that the run restarts says so in its plans (Plan.Search:
 // a worker script's replicas share their batches there); the main pass,
-// a run whose search lasts to its end and one that asks for no search
-// (one pass) do not.
+// a run whose search lasts to its end, one that asks for no search (one
+// pass) and one with a probe do not.
 func TestControllerPlansSaySearchWhereTheRunRestarts(t *testing.T) {
 	ctx := context.Background()
-	searchOf := func(cfg string, windows int) []bool {
+	searchOfRun := func(cfg string, windows int, probe bool) []bool {
 		lr := builtinNamed(t, builtin.LR, "lr", cfg)
-		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3}, []NamedExplorer{lr})
+		c, err := NewController(ctx, RunShape{Ranks: 4, TotalSteps: 100, WindowSteps: 10, Seed: 3, Probe: probe}, []NamedExplorer{lr})
 		require.NoError(t, err)
 		var out []bool
 		for range windows {
@@ -217,8 +217,11 @@ func TestControllerPlansSaySearchWhereTheRunRestarts(t *testing.T) {
 		}
 		return out
 	}
+	searchOf := func(cfg string, windows int) []bool { return searchOfRun(cfg, windows, false) }
 	assert.Equal(t, []bool{true, true, true, true, false, false}, searchOf(fmtCfg(restartLR, ""), 6),
 		"4 search windows, then the main pass")
+	assert.Equal(t, []bool{false, false, false, false, false, false}, searchOfRun(fmtCfg(restartLR, ""), 6, true),
+		"a run with a probe: its replicas keep their own batches")
 	assert.Equal(t, []bool{false, false, false}, searchOf(fmtCfg(restartLR, `, "commit": "continue"`), 3),
 		"auto.commit continue: one pass")
 	assert.Equal(t, []bool{false, false, false},

@@ -58,7 +58,9 @@ func (c *Controller) Plan(ctx context.Context) (*plan.Plan, []Event, error) {
 	if err != nil {
 		return nil, events, err
 	}
-	pl.Search = c.pass == plan.PassSearch && c.expectsRestart(a.wps)
+	// With a probe the replicas keep their own batches: common batches made
+	// the probe's walks overshoot and turn (docs/history/issue51-noharm.md).
+	pl.Search = c.pass == plan.PassSearch && !c.shape.Probe && c.expectsRestart(a.wps)
 	c.genBefore = nil
 	if c.pass == plan.PassSearch {
 		c.genBefore = c.ahead.gen

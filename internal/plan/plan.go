@@ -40,12 +40,12 @@ type Plan struct {
 	// Pass is PassSearch or PassMain: the first main-pass plan tells every
 	// rank to restore the step-0 state (docs/design.md §1.2).
 	Pass int
-	// Search: a search-pass window of a run the controller expects to
-	// commit and restart (some live explorer expects its search to end
-	// before the last window, none to search on): the replicas of a worker
-	// script then share their batches, since the main pass starts again
-	// from step 0 (docs/pytorch.md). False in the main pass and in a run of
-	// one pass.
+	// Search: a search-pass window of a run without a probe that the
+	// controller expects to commit and restart (some live explorer expects
+	// its search to end before the last window, none to search on): the
+	// replicas of a worker script then share their batches, since the main
+	// pass starts again from step 0 (docs/pytorch.md). False in the main
+	// pass, in a run of one pass and in a run with a probe.
 	Search bool
 }
 

@@ -44,9 +44,11 @@ class Attachment:
         self.windows = Windows(values, evaluate, TailAverage(probe))
         self.saved = SavedState(optimizer, None, None, self.windows.fail)
         self.recorder = _loss.LossRecorder(optimizer)
-        # The main pass (and a run of one pass) reseeds this replica here,
-        # before resume's RNG states.
-        self.data = ReplicaData(one_pass(settings.get("options") or {}))
+        # The main pass (a run of one pass, and a run with a probe, whose
+        # search hdet never runs on shared batches) reseeds this replica
+        # here, before resume's RNG states.
+        self.data = ReplicaData(one_pass(settings.get("options") or {}) or probe is not None
+                                or registered_probe() is not None)
         _wrap_step(optimizer, self._step)
         optimizer.register_step_pre_hook(self._check_inside)
 

@@ -1,6 +1,6 @@
 """Each replica's data in local sync mode (docs/pytorch.md, "Each replica
-sees its own data"): the script's own seeds in a search pass that hdet
-restarts, this replica's own everywhere else."""
+sees its own data"): the script's own seeds in a search pass without a
+probe that hdet restarts, this replica's own everywhere else."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ class ReplicaData:
 
     The main pass (HDET_PASS=main) reseeds at attach, before the script
     draws anything, and so does a run that the attach line's own options
-    make one pass (one_pass). A first launch otherwise keeps the script's
-    seeds, so every
+    make one pass, or that has a probe (own: hdet judges a search on a
+    probe with each replica on its own batches). A first launch otherwise
+    keeps the script's seeds, so every
     replica draws the script's batches and dropout masks, while hdet's
     plans say the window is in a search pass that the run will restart from
     step 0 (PLAN "search"): the search compares the replicas' rates on the
@@ -32,9 +33,9 @@ class ReplicaData:
     window after. A relaunch's saved state says which the replica was at
     (set_own)."""
 
-    def __init__(self, one_pass: bool = False, reseed: Callable[[], None] | None = None) -> None:
+    def __init__(self, own: bool = False, reseed: Callable[[], None] | None = None) -> None:
         self._reseed = reseed or reseed_replica
-        self.own = one_pass or _resume.pass_name() == "main"
+        self.own = own or _resume.pass_name() == "main"
         if self.own:
             self._reseed()
 

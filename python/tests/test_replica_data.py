@@ -2,7 +2,7 @@
 hdet restarts (its PLANs say "search") every replica keeps the script's
 seeds, so rank 1 draws rank 0's batches; in the main pass rank r > 0
 offsets its seeds by r at attach, and so it does in a run that the attach
-line's own options make one pass; in another run of one pass (no
+line's own options make one pass, or in a run with a probe; in another run of one pass (no
 "search") it does so at the first plan, so only the first step's batch is
 shared; a
 search pass that stops saying "search" gives each replica its own data
@@ -109,6 +109,14 @@ class ReplicaDataTest(unittest.TestCase):
             fresh()
             got = self.train(1, "search", lambda k: False, **options)
             self.assertBatches(got, batches(SEED + 1, STEPS), "one pass by %r: rank 1 reseeded at attach" % options)
+
+    def test_a_run_with_a_probe_gives_each_its_own_at_attach(self):
+        """hdet judges a search on a probe with every replica on its own
+        batches, whatever its plans say, so a probe registered before the
+        attach line reseeds there."""
+        hdet.probe(lambda: 0.5)
+        got = self.train(1, "search", lambda k: True)
+        self.assertBatches(got, batches(SEED + 1, STEPS), "a probe: rank 1 reseeded at attach")
 
     def test_a_search_that_stops_saying_search_gives_its_own_from_the_next_window(self):
         got = self.train(1, "search", lambda k: k == 0)

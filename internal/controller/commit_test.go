@@ -192,6 +192,8 @@ func TestControllerHandsTheLevelToTheExplorers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []float64{0.001, 0.002, 0.003}, rec.got)
+}
+
 // A search pass that the run restarts says so in its plans (Plan.Search:
 // a worker script's replicas share their batches there); the main pass,
 // a run whose search lasts to its end, one that asks for no search (one
@@ -212,7 +214,7 @@ func TestControllerPlansSaySearchWhereTheRunRestarts(t *testing.T) {
 			var q plan.Plan
 			require.NoError(t, q.UnmarshalBinary(b))
 			require.Equal(t, p.Search, q.Search, "the flag crosses the wire")
-			_, _, err = c.Observe(ctx, lossesFor(p), nil)
+			_, _, err = c.Observe(ctx, lossesFor(p), nil, 0)
 			require.NoError(t, err)
 		}
 		return out

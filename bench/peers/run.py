@@ -117,8 +117,9 @@ class Runner:
                 rec = json.load(f)
         except (OSError, ValueError):
             return None
-        # A run that crashed (not one that diverged: that is a result) is run again.
-        ok = rec.get("cmd") == cmd and "result" in rec and not rec["result"].get("failed")
+        # A run that crashed (not one that diverged: that is a result) is run
+        # again; --table-only shows it as it ended.
+        ok = rec.get("cmd") == cmd and "result" in rec and (self.o.table_only or not rec["result"].get("failed"))
         return rec if ok else None
 
     def _save(self, path, rec):
@@ -299,7 +300,7 @@ def rel_cell(values, want):
         return "not run"
 
     def f(v):
-        return "diverged" if math.isinf(v) else "%+.1f %%" % (100 * v)
+        return "diverged" if v == math.inf else "the other diverged" if v == -math.inf else "%+.1f %%" % (100 * v)
     cell = "%s (%s)" % (f(statistics.median(values)), f(max(values)))
     return cell if len(values) == want else cell + " [%d seed%s]" % (len(values), "s" * (len(values) > 1))
 
@@ -421,8 +422,8 @@ def same_rows(res, opts, rels, medians):
         got = []
         for seed in seeds:
             a, b = loss_of(sr.get((kind, seed, lr)), key), loss_of(sr.get(other(seed)), key)
-            if a is not None and b is not None:
-                got.append(math.inf if math.isinf(a) or math.isinf(b) else a / b - 1)
+            if a is not None and b is not None:  # -inf: hdet trained, the other diverged
+                got.append(math.inf if math.isinf(a) else -math.inf if math.isinf(b) else a / b - 1)
         return rel_cell(got, len(seeds))
     out += ["", "Like for like (the same %d ranks): hdet's final %s against (i) the same ranks without the search "
             "at the start (what the search adds), (j) them at lr_find's suggestion and the same ranks at the sweep's "

@@ -9,7 +9,10 @@
 # runs/peers/SETUP/ (an unchanged finished run is reused: delete runs/peers
 # to start from scratch). On 2 busy cores the two MLP setups take about
 # 2-3 hours (24 hdet runs of 4 ranks), the ConvNet and the Trainer about
-# 30-40 minutes each; the GPT adds more. Then the no-harm rows.
+# 30-40 minutes each; the GPT adds more. Each setup also runs issue 51's
+# like-for-like rows: the same 4 ranks without the search at each start
+# and at lr_find's suggestion (benchmarks.md, "Like for like"). Then the
+# no-harm rows.
 set -eu
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-.venv/bin/python}

@@ -179,23 +179,23 @@ func (e *Evidence) Judge(u float64) Verdict {
 // variance and the noise's degrees of freedom: with the curvature where
 // the windows identify it and a degree of freedom is left for the
 // noise beyond one more, else the line alone.
-func (e *pool) fit(u float64) (gain, variance float64, df int) {
-	det := e.szz*e.sqq - e.szq*e.szq
-	if df = e.readings - e.windows - 2; df >= 2 && det > minCurvatureShare*e.szz*e.sqq {
-		b := (e.sqq*e.szl - e.szq*e.sql) / det
-		c := (e.szz*e.sql - e.szq*e.szl) / det
-		sigma2 := max(e.sll-b*e.szl-c*e.sql, 0) / float64(df)
+func (p *pool) fit(u float64) (gain, variance float64, df int) {
+	det := p.szz*p.sqq - p.szq*p.szq
+	if df = p.readings - p.windows - 2; df >= 2 && det > minCurvatureShare*p.szz*p.sqq {
+		b := (p.sqq*p.szl - p.szq*p.sql) / det
+		c := (p.szz*p.sql - p.szq*p.szl) / det
+		sigma2 := max(p.sll-b*p.szl-c*p.sql, 0) / float64(df)
 		// g' M^-1 g for g = (u, u^2), M the centred sums' matrix.
-		quad := (e.sqq*u*u - 2*e.szq*u*u*u + e.szz*u*u*u*u) / det
+		quad := (p.sqq*u*u - 2*p.szq*u*u*u + p.szz*u*u*u*u) / det
 		return -(b*u + c*u*u), sigma2 * quad, df
 	}
-	df = e.readings - e.windows - 1
+	df = p.readings - p.windows - 1
 	if df < 1 {
 		return 0, 0, df
 	}
-	b := e.szl / e.szz
-	sigma2 := max(e.sll-b*e.szl, 0) / float64(df)
-	return -b * u, sigma2 * u * u / e.szz, df
+	b := p.szl / p.szz
+	sigma2 := max(p.sll-b*p.szl, 0) / float64(df)
+	return -b * u, sigma2 * u * u / p.szz, df
 }
 
 // keptNote is the closing line's reason for keeping the script's value

@@ -73,19 +73,25 @@ func (c *Controller) observeSearch(ctx context.Context, pl *plan.Plan, out []Par
 // to train: some live explorer's search is done and none is searching. A
 // search that lasts the whole run keeps its model (one pass).
 func (c *Controller) searchOver() bool {
+	return c.liveSearchDone(func(i int) hparam.SearchState { return c.params[i].search }) && c.next < c.windows
+}
+
+// liveSearchDone reports whether, by the states state gives each explorer,
+// some live explorer's search is done and none is searching.
+func (c *Controller) liveSearchDone(state func(i int) hparam.SearchState) bool {
 	done := false
-	for _, p := range c.params {
+	for i, p := range c.params {
 		if p.frozen {
 			continue
 		}
-		switch p.search {
+		switch state(i) {
 		case hparam.Searching:
 			return false
 		case hparam.SearchDone:
 			done = true
 		}
 	}
-	return done && c.next < c.windows
+	return done
 }
 
 // commit ends the search pass at step end: every live explorer commits

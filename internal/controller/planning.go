@@ -73,23 +73,10 @@ func (c *Controller) Plan(ctx context.Context) (*plan.Plan, []Event, error) {
 }
 
 // expectsRestart reports whether the live explorers' answers expect the
-// search pass to end in a commit before the last window (Plan.Search):
-// some expects its search done by then and none still searching, as
+// search pass to end in a commit before the last window (Plan.Search), as
 // searchOver asks at each boundary.
 func (c *Controller) expectsRestart(wps []hparam.WindowPlan) bool {
-	done := false
-	for i, p := range c.params {
-		if p.frozen {
-			continue
-		}
-		switch wps[i].SearchAtEnd {
-		case hparam.Searching:
-			return false
-		case hparam.SearchDone:
-			done = true
-		}
-	}
-	return done
+	return c.liveSearchDone(func(i int) hparam.SearchState { return wps[i].SearchAtEnd })
 }
 
 // keep puts back a prefetched plan that a call had to wait for.

@@ -34,7 +34,11 @@ import (
 // pooled: there every replica's rate is far below those the run trains
 // at, a larger one always gains, and pooled with the windows nearer the
 // peak, which favour less, it reads as noise (a search from 10x above
-// under OneCycleLR kept x1: issue 51's notebook).
+// under OneCycleLR kept x1: issue 51's notebook). The windows pooled
+// weigh as their level's share of the highest: one read at half the peak
+// says half as much about the rate the run trains at (a search at the
+// best start that a warm-up's middle walked up to x2.4 committed it; the
+// windows near the peak favoured x1).
 type Evidence struct {
 	wins []evidenceWindow
 
@@ -66,7 +70,9 @@ type pool struct {
 }
 
 // pooled sums the windows read at minLevelShare of the highest level or
-// more (or at an unknown one).
+// more, each weighted by its level's share of the highest (1 at an
+// unknown level): weighted least squares, the noise measured on the
+// weighted scatter.
 func (e *Evidence) pooled() pool {
 	top := 0.0
 	for _, w := range e.wins {
@@ -78,8 +84,12 @@ func (e *Evidence) pooled() pool {
 			p.left++
 			continue
 		}
-		p.szz, p.szq, p.sqq = p.szz+w.s[0], p.szq+w.s[1], p.sqq+w.s[2]
-		p.szl, p.sql, p.sll = p.szl+w.s[3], p.sql+w.s[4], p.sll+w.s[5]
+		a := 1.0
+		if w.level > 0 {
+			a = w.level / top
+		}
+		p.szz, p.szq, p.sqq = p.szz+a*w.s[0], p.szq+a*w.s[1], p.sqq+a*w.s[2]
+		p.szl, p.sql, p.sll = p.szl+a*w.s[3], p.sql+a*w.s[4], p.sll+a*w.s[5]
 		p.readings += w.n
 		p.windows++
 		p.lo, p.hi = min(p.lo, w.lo), max(p.hi, w.hi)

@@ -10,7 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// badBase is a short single-rank run (an MPI singleton: no mpirun).
+// badBase is a short single-rank run (an MPI singleton: no mpirun) in one
+// pass (commit continue): its checkpoints at steps 10 and 20 are one run's.
 const badBase = `
 workload: {hidden: [32], batch_size: 32}
 train: {steps: 20, window: 10, seed: 5}
@@ -18,12 +19,12 @@ run: {checkpoint_every: 1, progress: none}
 explorers:
   - name: lr
     plugin: hdet-explorer-lr
-    config: {schedule: {kind: onecycle, max_lr: 0.004}}
+    config: {schedule: {kind: onecycle, max_lr: 0.004}, auto: {commit: continue}}
 `
 
 // withExplorer replaces badBase's explorer config block.
 func withExplorer(block string) string {
-	return strings.Replace(badBase, "config: {schedule: {kind: onecycle, max_lr: 0.004}}", block, 1)
+	return strings.Replace(badBase, "config: {schedule: {kind: onecycle, max_lr: 0.004}, auto: {commit: continue}}", block, 1)
 }
 
 // badCase is one bad input: hdet is run with args, where {cfg} is a file

@@ -105,13 +105,30 @@ func TestBuiltinSearchStates(t *testing.T) {
 
 func fmtCfg(format, extra string) string { return fmt.Sprintf(format, extra) }
 
-// A schedule hdet does not know (a constant) searches the whole windows in
-// a quarter of the run, at most MaxSearchWindows: the share falls with the
-// run's length, and never passes a quarter.
+// A run that restarts searches the whole windows in a quarter of the run,
+// at most MaxSearchWindows: the share falls with the run's length, and never
+// passes a quarter. A warm-up ends it sooner (the first boundary after it),
+// never later.
 func TestBuiltinSearchLength(t *testing.T) {
-	for _, c := range []struct{ steps, windows int }{{30, 1}, {100, 2}, {404, 10}, {640, 16}, {10000, 16}} {
+	constant := `{"schedule": 0.01}`
+	warmup := func(pct float64) string {
+		return fmt.Sprintf(`{"schedule": {"kind": "onecycle", "max_lr": 0.01, "pct_start": %g}}`, pct)
+	}
+	for _, c := range []struct {
+		steps   int
+		cfg     string
+		windows int
+	}{
+		{30, constant, 1}, {100, constant, 2}, {404, constant, 10}, {640, constant, 16}, {10000, constant, 16},
+		{1000, warmup(0.05), 6},    // the boundary after step 50, window 5, is the first update past the warm-up
+		{300, warmup(0.3), 7},      // through step 90 would be 10 windows (30 %); a quarter holds 7
+		{1000, warmup(0.3), 16},    // OneCycleLR's default warm-up, longer than the search may be
+		{10000, warmup(0.02), 16},  // through step 200 would be 21 windows; 16 at most
+		{10000, warmup(0.005), 6},  // nanoGPT's short warm-up: the search ends after it
+		{100000, warmup(0.25), 16}, // 0.16 % of the run
+	} {
 		s := hparam.Setup{Name: "weight_decay", Ranks: 4, TotalSteps: c.steps, WindowSteps: 10, Seed: 1}
-		e, err := initBuiltin(t, WeightDecay, `{"schedule": 0.01}`, s)
+		e, err := initBuiltin(t, WeightDecay, c.cfg, s)
 		require.NoError(t, err)
 		searched := 1 // the feedback after window k says whether window k+1 searches
 		for k := 0; (k+1)*s.WindowSteps < s.TotalSteps; k++ {
@@ -120,7 +137,7 @@ func TestBuiltinSearchLength(t *testing.T) {
 			}
 			searched++
 		}
-		assert.Equal(t, c.windows, searched, "%d steps in windows of 10", c.steps)
+		assert.Equal(t, c.windows, searched, "%d steps in windows of 10, %s", c.steps, c.cfg)
 		if c.windows > 1 {
 			assert.LessOrEqual(t, searched*s.WindowSteps*4, c.steps, "%d steps: at most a quarter", c.steps)
 		}

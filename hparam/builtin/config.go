@@ -140,9 +140,9 @@ func offsetNarrowing(until float64) Narrowing {
 	return Narrowing{From: until, To: min(1, until+0.1), AlphaEnd: 0}
 }
 
-// SearchWithoutWarmup is the largest share of a run that the search pass
-// takes by default for a schedule without a warm-up in a run that commits.
-const SearchWithoutWarmup = 0.25
+// MaxSearchShare is the largest share of a run that the search pass
+// takes by default in a run that commits and restarts.
+const MaxSearchShare = 0.25
 
 // MaxSearchWindows is the most windows that search pass takes by default: a
 // long run needs as many windows to tell its replicas apart as a short
@@ -152,21 +152,23 @@ const MaxSearchWindows = 16
 
 // defaultUntil is the offset form's default auto.until: through the
 // schedule's warm-up and the first window boundary after it (docs/design.md
-// §6.1). A schedule without a warm-up (a constant, or one hdet does not
-// know) searches, when it commits, the whole windows that fit in a quarter
-// of the run, at most MaxSearchWindows (at least one), so that the run ever
-// commits; continuing, it learns the whole run.
+// §6.1); continuing without a warm-up (a constant, or a schedule hdet does
+// not know), the whole run. A run that commits and restarts searches at most
+// the whole windows that fit in a quarter of the run, and at most
+// MaxSearchWindows of them (at least one): the search pass is paid for
+// again by the main pass, so a warm-up longer than that (OneCycleLR's 30 %
+// by default) is searched in its first part only.
 func defaultUntil(sched schedule.Schedule, s hparam.Setup, commit CommitMode) float64 {
-	end := schedule.WarmupEnd(sched)
-	switch {
-	case end <= 0 && commit == CommitRestart:
-		t := s.WindowSteps
-		k := max(1, min(MaxSearchWindows, int(SearchWithoutWarmup*float64(s.TotalSteps))/t))
-		return min(1, (float64(k*t)-0.5)/float64(s.TotalSteps)) // window k starts past it, whatever the rounding
-	case end <= 0:
-		return 1
+	until := 1.0
+	if end := schedule.WarmupEnd(sched); end > 0 {
+		until = min(1, float64(firstUpdate(end, s.WindowSteps)+1)/float64(s.TotalSteps))
 	}
-	return min(1, float64(firstUpdate(end, s.WindowSteps)+1)/float64(s.TotalSteps))
+	if commit != CommitRestart {
+		return until
+	}
+	t := s.WindowSteps
+	k := max(1, min(MaxSearchWindows, int(MaxSearchShare*float64(s.TotalSteps))/t))
+	return min(until, (float64(k*t)-0.5)/float64(s.TotalSteps)) // window k starts past it, whatever the rounding
 }
 
 // Alpha is the spread width at fraction f of the run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -129,7 +130,7 @@ func TestOffsetBounds(t *testing.T) {
 // absorbs the rise); a "higher" reading lets the base rise with it.
 func TestOffsetWarmupGuard(t *testing.T) {
 	cfg := `{"schedule": {"kind": "linear", "initial": 0.001, "peak": 0.011, "warmup_steps": 50, "final": 0.001},
-		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train"}}`
+		"spread": {"alpha": 0.5, "narrow_from": 1}, "auto": {"signal": "train", "until": 0.51}}`
 	e, err := initBuiltin(t, LR, cfg, lrSetup)
 	require.NoError(t, err)
 	// Higher: vertex at +0.2, the schedule keeps rising.
@@ -327,20 +328,34 @@ func TestOffsetGuardThreshold(t *testing.T) {
 // (OneCycle's peak at step 30 of 100), then the spread narrows to 0 over a
 // tenth of the run; a schedule without a warm-up learns all run long.
 func TestOffsetDefaultUntil(t *testing.T) {
-	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}}`, lrSetup)
-	require.NoError(t, err)
-	var probes []bool
-	var alphas []float64
-	for k := range 10 {
-		wp, _ := window(t, e, k, func(float64) float64 { return 1 })
-		probes = append(probes, wp.Probe)
-		alphas = append(alphas, wp.Spread.Alpha)
+	long := lrSetup
+	long.TotalSteps = 200
+	for _, c := range []struct {
+		name, cfg string
+		s         hparam.Setup
+		probes    int // windows that end with an update
+		alphas    []float64
+	}{
+		{"a warm-up past a quarter of the run: the whole windows in the quarter", `{"schedule": {"max_lr": 0.01}}`,
+			lrSetup, 1, []float64{0.5, 0.5, 0.475, 0, 0, 0, 0, 0, 0, 0}},
+		{"a shorter warm-up: through its first boundary", `{"schedule": {"max_lr": 0.01, "pct_start": 0.1}}`,
+			long, 2, []float64{0.5, 0.5, 0.5, 0.275, 0.025, 0, 0, 0, 0, 0}},
+	} {
+		e, err := initBuiltin(t, LR, c.cfg, c.s)
+		require.NoError(t, err)
+		var probes []bool
+		var alphas []float64
+		for k := range 10 {
+			wp, _ := window(t, e, k, func(float64) float64 { return 1 })
+			probes = append(probes, wp.Probe)
+			alphas = append(alphas, wp.Spread.Alpha)
+		}
+		assert.Equal(t, append(slices.Repeat([]bool{true}, c.probes), make([]bool, 10-c.probes)...), probes, c.name)
+		assert.InDeltaSlice(t, c.alphas, alphas, 1e-12, c.name)
 	}
-	assert.Equal(t, []bool{true, true, true, false, false, false, false, false, false, false}, probes)
-	assert.InDeltaSlice(t, []float64{0.5, 0.5, 0.5, 0.5, 0.05, 0, 0, 0, 0, 0}, alphas, 1e-12)
 	dropSetup := lrSetup
 	dropSetup.Name = "dropout"
-	e, err = initBuiltin(t, Dropout, `{"schedule": 0.1, "auto": {"commit": "continue"}}`, dropSetup)
+	e, err := initBuiltin(t, Dropout, `{"schedule": 0.1, "auto": {"commit": "continue"}}`, dropSetup)
 	require.NoError(t, err)
 	for k := range 10 {
 		wp, err := e.Plan(context.Background(), hparam.WindowRequest{Window: k, Start: 10 * k, Steps: 10})
@@ -383,7 +398,7 @@ func TestOffsetPolyakAverage(t *testing.T) {
 // At the first boundary after the learning updates, the explorer's offset
 // becomes the mean of u over the second half of them.
 func TestOffsetSettlesOnTheMean(t *testing.T) {
-	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}}`, lrSetup)
+	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train", "until": 0.31}}`, lrSetup)
 	require.NoError(t, err)
 	var offsets []float64
 	for k := range 6 {
@@ -398,7 +413,7 @@ func TestOffsetSettlesOnTheMean(t *testing.T) {
 
 // A mean of u values the bounds clamped is clamped too when it settles.
 func TestOffsetSettleClamps(t *testing.T) {
-	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train"}, "bounds": {"upper": 0.012}}`, lrSetup)
+	e, err := initBuiltin(t, LR, `{"schedule": {"max_lr": 0.01}, "spread": {"alpha": 0.5}, "auto": {"signal": "train", "until": 0.31}, "bounds": {"upper": 0.012}}`, lrSetup)
 	require.NoError(t, err)
 	var bases []float64
 	for k := range 6 {

@@ -28,13 +28,13 @@ const MaxDefaultWindow = 50
 
 // searchWindows is how many windows hdet's choice of window gives the
 // search pass (auto.until's default for a schedule hdet does not know,
-// builtin.SearchWithoutWarmup of the run), so that a short run's search has
+// builtin.MaxSearchShare of the run), so that a short run's search has
 // as many updates as a long one's: 300 steps get windows of 9 steps.
 const searchWindows = 8
 
 // DefaultWindow is hdet's choice of window for a run of steps steps.
 func DefaultWindow(steps int) int {
-	return max(1, min(MaxDefaultWindow, int(builtin.SearchWithoutWarmup*float64(steps))/searchWindows))
+	return max(1, min(MaxDefaultWindow, int(builtin.MaxSearchShare*float64(steps))/searchWindows))
 }
 
 // RunWindow is the run's window T: the script's window, else the

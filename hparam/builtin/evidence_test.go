@@ -150,24 +150,12 @@ func TestEvidenceReadsVersion5(t *testing.T) {
 // two read as noise and a clear move down is refused.
 func TestEvidenceLeavesOutTheWarmupsFirstPart(t *testing.T) {
 	judge := func(levels bool) Verdict {
-		rng := rand.New(rand.NewPCG(11, 12))
-		var e Evidence
-		z, l := make([]float64, 4), make([]float64, 4)
-		for w := range 8 {
-			slope, level := 0.15, 0.01 // near the peak: a smaller rate does better
-			if w < 3 {
-				slope, level = -0.3, 0.0004*float64(w+1) // the warm-up's first part: a larger rate does
+		e := walkEvidence(rand.New(rand.NewPCG(11, 12)), 0.02, levels, func(w int) (float64, float64, float64) {
+			if w < 3 { // the warm-up's first part: a larger rate does better
+				return -0.3, 0.0004 * float64(w+1), -0.15 * float64(w)
 			}
-			c := -0.15 * float64(w) // the walk goes down
-			for r := range 4 {
-				z[r] = c + math.Log(0.5+float64(r)/3)
-				l[r] = 1/float64(w+1) + slope*z[r] + 0.02*rng.NormFloat64()
-			}
-			if !levels {
-				level = 0
-			}
-			e.Add(z, l, true, level)
-		}
+			return 0.15, 0.01, -0.15 * float64(w) // near the peak: a smaller one; the walk goes down
+		})
 		return e.Judge(-0.9)
 	}
 	assert.False(t, judge(false).Shown, "every window pooled: the two parts read as noise")
@@ -186,23 +174,13 @@ func TestEvidenceWeighsWindowsByTheirLevel(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		n := 0
 		for range 100 {
-			var e Evidence
-			z, l := make([]float64, 4), make([]float64, 4)
-			for w := range 8 {
-				slope, level := 0.1, 0.7+0.1*float64(w-4) // near the peak
-				if w < 4 {
-					slope, level = -0.3, 0.15+0.08*float64(w) // the warm-up's middle
+			e := walkEvidence(rng, 0.01, levels, func(w int) (float64, float64, float64) {
+				c := 0.15 * float64(min(w, 5)) // the walk goes up
+				if w < 4 {                     // the warm-up's middle
+					return -0.3, 0.15 + 0.08*float64(w), c
 				}
-				c := 0.15 * float64(min(w, 5))
-				for r := range 4 {
-					z[r] = c + math.Log(0.5+float64(r)/3)
-					l[r] = 1/float64(w+1) + slope*z[r] + 0.01*rng.NormFloat64()
-				}
-				if !levels {
-					level = 0
-				}
-				e.Add(z, l, true, level)
-			}
+				return 0.1, 0.7 + 0.1*float64(w-4), c // near the peak
+			})
 			if e.Judge(0.7).Shown {
 				n++
 			}
@@ -211,6 +189,26 @@ func TestEvidenceWeighsWindowsByTheirLevel(t *testing.T) {
 	}
 	assert.Greater(t, shown(false), 90, "pooled alike, the warm-up's middle shows the move")
 	assert.Less(t, shown(true), 10, "weighed by level, the windows near the peak keep x1")
+}
+
+// walkEvidence is 8 windows of 4 probe readings around a walk: window w's
+// slope of the loss in z, its level (0 when !levels: unknown) and the
+// walk's centre come from at(w); noise sd.
+func walkEvidence(rng *rand.Rand, sd float64, levels bool, at func(w int) (slope, level, centre float64)) *Evidence {
+	var e Evidence
+	z, l := make([]float64, 4), make([]float64, 4)
+	for w := range 8 {
+		slope, level, c := at(w)
+		for r := range 4 {
+			z[r] = c + math.Log(0.5+float64(r)/3)
+			l[r] = 1/float64(w+1) + slope*z[r] + sd*rng.NormFloat64()
+		}
+		if !levels {
+			level = 0
+		}
+		e.Add(z, l, true, level)
+	}
+	return &e
 }
 
 // constRestart is a constant lr of 0.01 searched over the first half of a

@@ -66,11 +66,10 @@ type chaosShape struct {
 	quiet    int // the hold of a fault that stops the run or takes an instant
 }
 
-// searchWindows estimates the search pass of a run of main windows: the lr
-// explorer's default auto.until is just past the first window boundary
-// after the warm-up (OneCycle's pct_start 0.3 for the built-in workload; a
-// quarter of a script's schedule hdet does not know). The reference run
-// gives the real one.
+// searchWindows estimates the search pass of a run of main windows: the
+// built-in workload's run sets auto.until 0.3 (chaosConfig); a script's
+// schedule hdet does not know is searched in its first quarter. The
+// reference run gives the real one.
 func (sh *chaosShape) searchWindows(main int) int { return sh.num*main/sh.den + 1 }
 
 // chaosSlot is one entry of the schedule.

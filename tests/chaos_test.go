@@ -50,9 +50,10 @@ const (
 )
 
 // chaosConfig is the built-in workload's run: the default path, whose lr
-// explorer searches to its default auto.until (just past OneCycle's
-// warm-up), commits, and trains the main pass of windows windows from step
-// 0.
+// explorer searches, commits, and trains the main pass of windows windows
+// from step 0; auto.until 0.3 (just past OneCycle's warm-up) gives the
+// search pass room for its faults, where the default would stop it at 16
+// windows.
 func chaosConfig(windows int) string {
 	return fmt.Sprintf(`# the chaos soak's run (tests/chaos_test.go): the default path, auto.commit restart
 workload: {hidden: [32], batch_size: 32}
@@ -64,6 +65,7 @@ explorers:
     config:
       schedule: {kind: onecycle, max_lr: 0.004}
       spread: {alpha: 0.5}
+      auto: {until: 0.3}
 `, windows*chaosWindow, chaosWindow, chaosWatchdog, chaosMaxFailing)
 }
 

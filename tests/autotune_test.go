@@ -14,12 +14,14 @@ import (
 // peak times exp(u), u being the lr offset the search pass learned and
 // committed (default config: probe signal, which the built-in workload
 // answers, so the search windows after warm-up carry every rank's probe; the
-// main pass trains at the committed value).
+// main pass trains at the committed value). Windows of 20: the search pass
+// is the whole windows in the run's first quarter, 5 of them (windows of
+// 50 would leave it 2, one update).
 func TestAutoPhaseRaisesAMaxLRStartedTenTimesTooLow(t *testing.T) {
 	const startLR = 3e-4
 	conf := `
 workload: {hidden: [64], batch_size: 32, optimizer: adamw}
-train: {steps: 400, window: 50, seed: 3, sync: gradients}
+train: {steps: 400, window: 20, seed: 3, sync: gradients}
 run: {progress: none, checkpoint_every: 0}
 explorers:
   - name: lr

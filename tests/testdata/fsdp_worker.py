@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -61,6 +62,7 @@ for step in range(hdet.start_step(), args.steps):
         os.kill(os.getpid(), 9)
     if world_rank == 0 and pass_ == stop_pass and step == int(stop_step):
         os.kill(os.getppid(), signal.SIGUSR1)  # hdet, as mpirun forwards a time limit's signal
+        time.sleep(0.5)  # a time limit's signal comes mid-step, not 1 ms before the window's end
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(1000 * world_rank + step))
     loss = torch.nn.functional.mse_loss(model(x), (x @ w_true).unsqueeze(1))
     opt.zero_grad()

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import signal
+import time
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
@@ -91,6 +92,7 @@ class StopAndRecord(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if self.stop and self.rank == 0 and self.pass_ == self.stop[0] and state.global_step == int(self.stop[1]):
             os.kill(os.getppid(), signal.SIGUSR1)  # hdet, as mpirun forwards a time limit's signal
+            time.sleep(0.5)  # a time limit's signal comes mid-step, not 1 ms before the window's end
         if self.kill and self.rank == 0 and self.pass_ == self.kill[0] and state.global_step == int(self.kill[1]):
             os.kill(os.getpid(), signal.SIGKILL)  # a lost process: no checkpoint of hdet's or the Trainer's
 

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import signal
+import time
 
 import lightning as L
 import torch
@@ -81,6 +82,7 @@ class StopAndRecord(L.Callback):
     def on_train_batch_start(self, trainer, module, batch, i):
         if self.stop and self.rank == 0 and self.pass_ == self.stop[0] and trainer.global_step == int(self.stop[1]):
             os.kill(os.getppid(), signal.SIGUSR1)  # hdet, as mpirun forwards a time limit's signal
+            time.sleep(0.5)  # a time limit's signal comes mid-step, not 1 ms before the window's end
 
     def on_train_start(self, trainer, module):
         if self.record is not None:

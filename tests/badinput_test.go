@@ -19,12 +19,14 @@ run: {checkpoint_every: 1, progress: none}
 explorers:
   - name: lr
     plugin: hdet-explorer-lr
-    config: {schedule: {kind: onecycle, max_lr: 0.004}, auto: {commit: continue}}
-`
+    ` + badExplorerConfig + "\n"
+
+// badExplorerConfig is badBase's explorer config block.
+const badExplorerConfig = "config: {schedule: {kind: onecycle, max_lr: 0.004}, auto: {commit: continue}}"
 
 // withExplorer replaces badBase's explorer config block.
 func withExplorer(block string) string {
-	return strings.Replace(badBase, "config: {schedule: {kind: onecycle, max_lr: 0.004}, auto: {commit: continue}}", block, 1)
+	return strings.Replace(badBase, badExplorerConfig, block, 1)
 }
 
 // badCase is one bad input: hdet is run with args, where {cfg} is a file

@@ -213,10 +213,7 @@ func (p *pool) fit(u float64) (gain, variance float64, df int) {
 // which values apart, and what would let it.
 func (e *Evidence) keptNote(sc hparam.Scale, u float64, v Verdict) string {
 	p := e.pooled()
-	signal := "the training loss"
-	if p.probe {
-		signal = "the probe loss"
-	}
+	signal := p.signal()
 	if p.windows == 0 || v.DF < 1 {
 		return fmt.Sprintf("kept: %d readings in %d search windows are too few to measure %s's noise between replicas", p.readings, p.windows, signal)
 	}
@@ -234,6 +231,23 @@ func (e *Evidence) keptNote(sc hparam.Scale, u float64, v Verdict) string {
 		out += "; a probe lets hdet see held-out loss: docs/pytorch.md#probe"
 	}
 	return out
+}
+
+// signal names what the pooled windows compared the replicas by.
+func (p *pool) signal() string {
+	if p.probe {
+		return "the probe loss"
+	}
+	return "the training loss"
+}
+
+// shownNote is the closing line's evidence for a move the verdict shows:
+// a user reads how far past the test's line it stood, since a move
+// near the line is the one the search's short horizon can mislead
+// (docs/design.md §1.2).
+func (e *Evidence) shownNote(v Verdict) string {
+	p := e.pooled()
+	return fmt.Sprintf("shown: %s scored the move t %.2f over %d windows, %.2f needed", p.signal(), v.T, p.windows, v.Need)
 }
 
 // studentT975 is the one-sided 97.5 % quantile of Student's t with

@@ -242,15 +242,18 @@ func (f *offsetForm) settle(next int) error {
 }
 
 // commitment is the committed u and the schedule's peak (+) u, with why
-// the rule kept the schedule when it did.
+// the rule kept the schedule when it did, or the evidence for the move.
 func (f *offsetForm) commitment() (hparam.Commitment, error) {
 	peak, err := peakOf(f.sched)
 	if err != nil {
 		return hparam.Commitment{}, err
 	}
 	c := hparam.Commitment{Offset: f.o.u, Value: f.bounds.Clamp(Combine(f.scale, peak, f.o.u))}
-	if f.rejected != 0 {
+	switch {
+	case f.rejected != 0:
 		c.Note = f.ev.keptNote(f.scale, f.rejected, f.ev.Judge(f.rejected))
+	case f.cfg.Commit == CommitRestart && f.o.u != 0:
+		c.Note = f.ev.shownNote(f.ev.Judge(f.o.u))
 	}
 	return c, nil
 }

@@ -218,7 +218,7 @@ func (s *session) printCommitted(lrScale float64) {
 	for i, c := range cs {
 		c = engine.ScaleCommit(c, lrScale)
 		parts[i] = s.committedPart(c, descs[i].Scale)
-		if c.Note != "" { // the no-harm rule kept the script's value: why (docs/design.md §1.2)
+		if c.Note != "" { // the no-harm rule's verdict: why it kept the script's value, or the move's t (docs/design.md §1.2)
 			parts[i] += " (" + c.Note + ")"
 		}
 	}

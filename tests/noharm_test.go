@@ -35,3 +35,9 @@ explorers:
 	}
 	assert.True(t, moved, "the search itself moved the offset")
 }
+
+// shownNote is the closing line's evidence for a committed move (docs/design.md
+// §1.2) as a regular expression, signal "probe", "training" or an alternation.
+func shownNote(signal string) string {
+	return `\(shown: the (` + signal + `) loss scored the move t [0-9.]+ over \d+ windows, [0-9.]+ needed\)`
+}

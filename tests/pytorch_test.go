@@ -311,7 +311,7 @@ func TestPyTorchWorkerRestart(t *testing.T) {
 	assert.Equal(t, 72, metrics.Of[metrics.CommitRecord](r.records(t))[0].Step, "the search pass ends at the last boundary within a quarter of the run")
 	// A move carries its evidence; x1 where the rule kept the script's rate.
 	assert.Regexp(t, `committed after a search pass of 72 steps: lr x[0-9.]+: peak lr 0.05 -> [0-9.e-]+ `+
-		`\(x(1\)( \(kept: .*\))?|[0-9.]+\) \(shown: the (probe|training) loss scored the move t [0-9.]+ over \d+ windows, [0-9.]+ needed\))\n`, r.stdout)
+		`\(x(1\)( \(kept: .*\))?|[0-9.]+\) `+shownNote("probe|training")+`)\n`, r.stdout)
 }
 
 // convnetArgs: 25600 training images, batch 64, one epoch: 100 steps per

@@ -235,11 +235,15 @@ func (f *offsetForm) settle(next int) error {
 		f.clamp(s)
 	}
 	f.o.held = false
-	if f.cfg.Commit == CommitRestart && f.o.u != 0 && !f.ev.Judge(f.o.u).Shown {
+	if f.judged() && !f.ev.Judge(f.o.u).Shown {
 		f.rejected, f.o.u = f.o.u, 0
 	}
 	return nil
 }
+
+// judged reports whether the no-harm rule judges u: a move, in a run
+// that commits and restarts.
+func (f *offsetForm) judged() bool { return f.cfg.Commit == CommitRestart && f.o.u != 0 }
 
 // commitment is the committed u and the schedule's peak (+) u, with why
 // the rule kept the schedule when it did, or the evidence for the move.
@@ -252,7 +256,7 @@ func (f *offsetForm) commitment() (hparam.Commitment, error) {
 	switch {
 	case f.rejected != 0:
 		c.Note = f.ev.keptNote(f.scale, f.rejected, f.ev.Judge(f.rejected))
-	case f.cfg.Commit == CommitRestart && f.o.u != 0:
+	case f.judged():
 		c.Note = f.ev.shownNote(f.ev.Judge(f.o.u))
 	}
 	return c, nil
